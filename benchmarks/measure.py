@@ -1,0 +1,127 @@
+"""Timing and memory helpers.
+
+Timing: every callable is timed in short blocks (``inner`` calls per block) and
+the blocks of all implementations are interleaved (rotating order) so drift in
+CPU frequency / cache state hits everyone alike.  Reported: median, p25, p75 of
+the per-call time over the blocks.  ``time.perf_counter``; GC stays enabled.
+
+Memory: ``python benchmarks/measure.py IMPL CAPACITY`` builds and fills ONE
+buffer in a fresh process and prints JSON with the RSS growth (read from
+/proc/self/statm after ``gc.collect()`` + ``malloc_trim(0)``, so freed
+temporaries are not counted; a tiny warm-up instance is built and dropped
+first so one-time import/first-call costs are not counted either) and the peak RSS growth during the fill
+(VmHWM, reset through /proc/self/clear_refs when the kernel allows it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
+def hwm_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_hwm() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def settle() -> None:
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
+def quantiles(xs: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    return {"median": statistics.median(xs), "p25": q[0], "p75": q[2], "n": len(xs)}
+
+
+def interleaved(fns: dict, reps: int, inner: int, warmup: int = 5) -> dict[str, dict]:
+    """Per-call time stats (seconds) for each zero-arg callable in ``fns``."""
+    names = list(fns)
+    for n in names:
+        for _ in range(warmup):
+            fns[n]()
+    times: dict[str, list[float]] = {n: [] for n in names}
+    clock = time.perf_counter
+    for r in range(reps):
+        k = r % len(names)
+        for n in names[k:] + names[:k]:
+            f = fns[n]
+            t0 = clock()
+            for _ in range(inner):
+                f()
+            times[n].append((clock() - t0) / inner)
+    return {n: quantiles(ts) for n, ts in times.items()}
+
+
+def probe(key: str, capacity: int) -> dict:
+    """Fill one buffer in this (fresh) process and report its memory cost."""
+    import torch
+
+    torch.set_num_threads(1)
+    from impls import BY_KEY
+    from workload import EpisodeStream
+
+    # warm-up on a tiny instance so one-time costs (lazy imports, first-call
+    # caches) are not charged to the buffer
+    warm = BY_KEY[key]()
+    warm.build(3200)
+    for c in EpisodeStream(seed=9).chunks_for(3200):
+        warm.fill(c)
+    warm.sample()
+    del warm
+    chunks = EpisodeStream(seed=0).chunks_for(capacity)  # source data: in baseline
+    impl = BY_KEY[key]()
+    settle()
+    rss0 = rss_bytes()
+    hwm_ok = reset_hwm()
+    t0 = time.perf_counter()
+    impl.build(capacity)
+    for c in chunks:
+        impl.fill(c)
+    fill_s = time.perf_counter() - t0
+    hwm = hwm_bytes()
+    settle()
+    rss1 = rss_bytes()
+    return {
+        "key": key, "capacity": capacity, "held_bytes": rss1 - rss0,
+        "peak_extra_bytes": (hwm - rss0) if hwm_ok else None, "fill_s": fill_s,
+    }
+
+
+if __name__ == "__main__":
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_here, os.path.dirname(_here)]  # benchmarks/, repo root
+    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    try:
+        out = probe(sys.argv[1], int(sys.argv[2]))
+    except Exception as e:  # reported as a row, not a crash
+        out = {"key": sys.argv[1], "error": f"{type(e).__name__}: {e}"}
+    print("JSON:" + json.dumps(out))

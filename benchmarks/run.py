@@ -1,0 +1,287 @@
+"""Side-by-side replay-buffer benchmark: ours vs TorchRL native, SB3, cpprb, floors.
+
+    .venv/bin/python benchmarks/run.py            # full W1 run (1M rows)
+    .venv/bin/python benchmarks/run.py --quick    # smoke run (100k rows, few reps)
+    .venv/bin/python benchmarks/run.py --scale    # also time ours at 10M rows
+
+Prints markdown tables and writes them to benchmarks/results/latest.md.
+See benchmarks/README.md for the workload and the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import itertools
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # benchmarks/, repo root (torchrl_ext)
+logging.getLogger("torchrl").setLevel(logging.WARNING)
+
+import torch  # noqa: E402
+
+from impls import ALL  # noqa: E402
+from measure import hwm_bytes, interleaved, settle  # noqa: E402
+from workload import BATCH, N_ENVS, RAW_BYTES_PER_TRANSITION, EpisodeStream  # noqa: E402
+
+WRITE_STEPS = 2000  # distinct pre-built one-step writes per impl, cycled (2 episodes)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def status_of(cls, exc: BaseException) -> str:
+    if isinstance(exc, ImportError):
+        return "unavailable (import failed)" if cls.kind == "ours" else "not installed"
+    return f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
+
+
+def fill_streamed(impl, rows: int, seed: int) -> None:
+    """Build+fill ``impl`` with ``rows`` transitions, generated chunk by chunk."""
+    stream = EpisodeStream(seed=seed)
+    impl.build(rows)
+    left = rows // N_ENVS
+    while left:
+        T = min(1000, left)
+        impl.fill(stream.chunk(T))
+        left -= T
+
+
+def mem_probe(key: str, capacity: int) -> dict:
+    cmd = [sys.executable, os.path.join(HERE, "measure.py"), key, str(capacity)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        return {"key": key, "error": "timeout"}
+    for line in p.stdout.splitlines():
+        if line.startswith("JSON:"):
+            return json.loads(line[5:])
+    return {"key": key, "error": (p.stderr.strip().splitlines() or ["no output"])[-1][:100]}
+
+
+# ----------------------------------------------------------------- formatting
+def fmt_int(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def ratio(ours, peer) -> str:
+    if ours is None or peer is None or peer == 0:
+        return "n/a"
+    return f"{ours / peer:.2f}x"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="100k rows, few repetitions")
+    ap.add_argument("--scale", action="store_true", help="also time ours at 10M rows")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "latest.md"))
+    a = ap.parse_args()
+
+    torch.set_num_threads(1)
+    cap = 100_000 if a.quick else 1_000_000
+    small = 10_000
+    s_reps, s_inner = (40, 10) if a.quick else (300, 20)
+    w_reps, w_inner = (40, 20) if a.quick else (300, 20)
+    t_start = time.perf_counter()
+
+    # 3. memory: one fresh subprocess per buffer
+    mem = {}
+    for cls in ALL:
+        log(f"memory probe {cls.key} @ {cap:,}")
+        mem[cls.key] = mem_probe(cls.key, cap)
+
+    # build + fill every buffer in this process (setup, untimed except fill_s)
+    stream = EpisodeStream(seed=0)
+    chunks = stream.chunks_for(cap)
+    impls, status = {}, {}
+    for cls in ALL:
+        impl = cls()
+        log(f"fill {cls.key} @ {cap:,}")
+        try:
+            impl.build(cap)
+            for c in chunks:
+                impl.fill(c)
+            impl.sample()
+            impls[cls.key] = impl
+            status[cls.key] = "ok"
+        except Exception as e:  # noqa: BLE001 -- report, keep going
+            status[cls.key] = status_of(cls, e)
+            log(f"  {cls.key}: {e!r}")
+    del chunks
+    settle()
+
+    # 1. sample rate
+    log(f"sampling: {s_reps} interleaved blocks x {s_inner} batches")
+    samp = interleaved({k: i.sample for k, i in impls.items()}, s_reps, s_inner)
+
+    # 2. write cost of one [16] vector-env step into the full buffer (steady state)
+    step_chunk = stream.chunk(WRITE_STEPS)
+    writers = {}
+    for k, i in impls.items():
+        if i.kind == "floor" and k != "gather":
+            continue
+        it = itertools.cycle(i.prep_steps(step_chunk))
+        writers[k] = (lambda w, it: (lambda: w(next(it))))(i.write, it)
+    log(f"writing: {w_reps} interleaved blocks x {w_inner} steps")
+    wr = interleaved(writers, w_reps, w_inner)
+
+    # 4. scale: sample time vs rows (ours; TorchRL native for reference)
+    scale_sizes = [small, cap] + ([10_000_000] if a.scale else [])
+    scale_fns, scale_status = {}, {}
+    for cls in [c for c in ALL if c.key in ("ours", "torchrl")]:
+        for n in scale_sizes:
+            name = (cls.key, n)
+            if n == cap and cls.key in impls:
+                scale_fns[name] = impls[cls.key].sample
+                continue
+            if cls.key not in impls:
+                scale_status[name] = status[cls.key]
+                continue
+            log(f"scale fill {cls.key} @ {n:,}")
+            try:
+                impl = cls()
+                fill_streamed(impl, n, seed=1)
+                scale_fns[name] = impl.sample
+            except Exception as e:  # noqa: BLE001
+                scale_status[name] = status_of(cls, e)
+    log("scale sampling")
+    sc = interleaved(scale_fns, s_reps // 2 if a.scale else s_reps, s_inner)
+
+    elapsed = time.perf_counter() - t_start
+    out = report(a, cap, mem, status, samp, wr, sc, scale_sizes, scale_status, elapsed)
+    print(out)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        f.write(out + "\n")
+    log(f"wrote {a.out}")
+
+
+def report(a, cap, mem, status, samp, wr, sc, scale_sizes, scale_status, elapsed) -> str:
+    labels = {c.key: c.label for c in ALL}
+    vers = []
+    for p in ("torch", "torchrl", "tensordict", "stable-baselines3", "cpprb", "numpy", "torchrl_ext"):
+        try:
+            vers.append(f"{p} {md.version(p)}")
+        except md.PackageNotFoundError:
+            vers.append(f"{p} -")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    L = [
+        f"# Replay-buffer benchmark W1 ({'quick' if a.quick else 'full'})",
+        "",
+        f"- workload: obs f32[17], action f32[6], reward f32, done/terminated/truncated bool; "
+        f"{N_ENVS} envs x 1000-step episodes; capacity {cap:,} (full); batch {BATCH}",
+        f"- {platform.python_implementation()} {platform.python_version()}, {cpu}, {os.cpu_count()} CPUs, "
+        f"torch.set_num_threads(1)",
+        f"- {', '.join(vers)}",
+        f"- wall time {elapsed:.0f} s; main-process peak RSS {hwm_bytes() / 2**20:,.0f} MiB",
+        "",
+    ]
+
+    def st(k):  # status text for a missing row
+        return status.get(k, "n/a")
+
+    # 1. sampling
+    o = samp.get("ours")
+    ours_rate = BATCH / o["median"] if o else None
+    rows = []
+    for c in ALL:
+        s = samp.get(c.key)
+        if not s:
+            rows.append([labels[c.key], "samples/s", st(c.key), "", "", "n/a"])
+            continue
+        rate = BATCH / s["median"]
+        rows.append([
+            labels[c.key], "samples/s", fmt_int(rate), f"{s['median'] * 1e6:.1f}",
+            f"{s['p25'] * 1e6:.1f}-{s['p75'] * 1e6:.1f}",
+            "-" if c.key == "ours" else ratio(ours_rate, rate),
+        ])
+    L += ["## 1. Sample rate (batch 256 from a full buffer)", "",
+          table(["impl", "metric", "value", "us/batch (median)", "us/batch p25-p75", "ours/peer (rate; >1 = ours faster)"], rows),
+          "", f"Median over {samp and next(iter(samp.values()))['n']} interleaved blocks of batches; "
+          "SB3 returns torch tensors (includes its numpy->torch copy), cpprb returns numpy arrays, "
+          "floors return raw tensors (packed: one [256,44] tensor, no split).", ""]
+
+    # 2. writing
+    o = wr.get("ours")
+    ours_cost = o["median"] / N_ENVS if o else None
+    rows = []
+    for c in ALL:
+        if c.key == "packed":
+            continue
+        s = wr.get(c.key)
+        if not s:
+            rows.append([labels[c.key], "us/transition", st(c.key), "", "", "n/a"])
+            continue
+        cost = s["median"] / N_ENVS
+        rows.append([
+            labels[c.key], "us/transition", f"{cost * 1e6:.2f}", f"{s['median'] * 1e6:.1f}",
+            f"{s['p25'] * 1e6:.1f}-{s['p75'] * 1e6:.1f}",
+            "-" if c.key == "ours" else ratio(ours_cost, cost),
+        ])
+    L += ["## 2. Write cost (one [16]-env step per call, into the full buffer)", "",
+          table(["impl", "metric", "value", "us/step-call (median)", "us/call p25-p75", "ours/peer (cost; <1 = ours cheaper)"], rows),
+          "", f"Each call writes 16 transitions (rb.extend(td[16]) / SB3 add / cpprb add); inputs pre-built "
+          f"outside the timed region, {WRITE_STEPS} distinct steps cycled; buffers are full, so this "
+          "includes overwrite/eviction. Floor = 7 slice copies into preallocated tensors.", ""]
+
+    # 3. memory
+    raw = cap * RAW_BYTES_PER_TRANSITION
+    om = mem.get("ours", {}).get("held_bytes")
+    rows = [["raw transition bytes", "bytes held", f"{raw / 1e6:,.1f} MB", f"{RAW_BYTES_PER_TRANSITION}", "1.00", "", "", ""]]
+    for c in ALL:
+        m = mem.get(c.key, {})
+        if "held_bytes" not in m:
+            err = m.get("error", "n/a")
+            err = ("unavailable (import failed)" if c.kind == "ours" else "not installed") if "ImportError" in err or "ModuleNotFound" in err else err
+            rows.append([labels[c.key], "RSS growth", err, "", "", "", "", "n/a"])
+            continue
+        h = m["held_bytes"]
+        pk = m.get("peak_extra_bytes")
+        rows.append([
+            labels[c.key], "RSS growth", f"{h / 1e6:,.1f} MB", f"{h / cap:.1f}", f"{h / raw:.2f}",
+            "n/a" if pk is None else f"{pk / 1e6:,.1f} MB", f"{m['fill_s']:.2f}",
+            "-" if c.key == "ours" else ratio(om, h),
+        ])
+    L += ["## 3. Memory held by a full buffer", "",
+          table(["impl", "metric", "value", "bytes/transition", "x raw", "peak RSS growth during fill", "bulk fill s", "ours/peer (bytes; <1 = ours smaller)"], rows),
+          "", f"One fresh subprocess per buffer; RSS (/proc/self/statm) after gc.collect()+malloc_trim(0), "
+          f"minus the same before build (source data already allocated). Raw = {cap:,} x "
+          f"((17+17+6+1) x 4 B + 3 bool B). Bulk fill = [16, <=1000]-step chunks "
+          "(SB3: 1 add per step, its only API).", ""]
+
+    # 4. scale
+    rows = []
+    for key in ("ours", "torchrl"):
+        base = sc.get((key, scale_sizes[0]))
+        for n in scale_sizes:
+            s = sc.get((key, n))
+            if not s:
+                rows.append([labels[key], f"{n:,}", scale_status.get((key, n), "n/a"), "", "", ""])
+                continue
+            rows.append([
+                labels[key], f"{n:,}", f"{s['median'] * 1e6:.1f}", f"{s['p25'] * 1e6:.1f}-{s['p75'] * 1e6:.1f}",
+                fmt_int(BATCH / s["median"]), ratio(s["median"], base["median"]) if base else "n/a",
+            ])
+    L += ["## 4. Sample time vs buffer size", "",
+          table(["impl", "rows", "us/batch (median)", "p25-p75", "samples/s", f"time / time@{scale_sizes[0]:,}"], rows),
+          "", "Full buffers; sizes sampled interleaved in the same run."
+          + ("" if a.scale else " 10M rows only with --scale."), ""]
+    return "\n".join(L)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""Sphinx configuration for the torchrl_ext documentation.
+
+Build (warnings are errors, as in CI)::
+
+    .venv/bin/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+# -- Paths -------------------------------------------------------------------
+# Import the package from the checkout, without installing it.
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# -- Project information -----------------------------------------------------
+with open(ROOT / "pyproject.toml", "rb") as f:
+    _meta = tomllib.load(f)["project"]
+
+project = "torchrl_ext"
+author = "torchrl_ext contributors"
+copyright = "torchrl_ext contributors"
+release = _meta["version"]
+version = ".".join(release.split(".")[:2])
+
+# -- General configuration ---------------------------------------------------
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "myst_parser",
+]
+
+source_suffix = {
+    ".rst": "restructuredtext",
+    ".md": "markdown",
+}
+root_doc = "index"
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+templates_path: list[str] = []
+
+# Unresolvable cross-references (torch, tensordict, torchrl types in
+# signatures and type fields) are not warnings.
+nitpicky = False
+
+# -- MyST (Markdown) -----------------------------------------------------------
+myst_enable_extensions = ["colon_fence"]
+# Generate anchors for h1-h3 so that [text](#some-heading) links resolve.
+myst_heading_anchors = 3
+
+# -- autodoc -------------------------------------------------------------------
+autodoc_default_options = {
+    "members": True,
+    "member-order": "bysource",
+    "show-inheritance": True,
+    "undoc-members": True,
+}
+# Type hints go into the parameter descriptions, not the signature; this keeps
+# signatures short and tolerates string annotations
+# (``from __future__ import annotations``) and names only imported under
+# ``typing.TYPE_CHECKING``.  Only documented parameters get a type.
+autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented_params"
+autodoc_typehints_format = "short"
+# Show ``NestedKey`` as tensordict's public name, not ``tensordict._nestedkey``.
+autodoc_type_aliases = {"NestedKey": "tensordict.NestedKey"}
+# An override without a docstring must not pull in the docstring of the
+# torchrl base class (its reST is not ours to keep warning-free).
+autodoc_inherit_docstrings = False
+# Class docstring only; put ``Args:`` in the class docstring, not __init__.
+autoclass_content = "class"
+
+# -- napoleon (Google style) -----------------------------------------------------
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_include_init_with_doc = False
+# ``Attributes:`` sections become ``:ivar:`` fields rather than
+# ``.. attribute::`` directives, so they never collide with attributes that
+# autodoc documents itself (dataclass fields, properties).
+napoleon_use_ivar = True
+napoleon_use_param = True
+napoleon_use_rtype = True
+napoleon_preprocess_types = False
+napoleon_attr_annotations = True
+
+# -- HTML output -----------------------------------------------------------------
+html_theme = "alabaster"
+html_title = f"torchrl_ext {release}"
+html_theme_options = {
+    "description": "Episode-aware experience replay for TorchRL",
+    "fixed_sidebar": True,
+}
+
+# -- Document each public object exactly once ----------------------------------------
+# ``torchrl_ext/__init__.py`` re-exports classes from its subpackages.  If both
+# ``automodule:: torchrl_ext`` and ``automodule:: torchrl_ext.storages``
+# documented ``EpisodeStorage``, Sphinx would warn ("duplicate object
+# description" of the canonical name, "more than one target found" for
+# cross-references).  So an object is documented only under the most specific
+# documented module that exports it; the others skip it.
+
+#: Modules documented by ``automodule`` on the API pages: one page per module,
+#: ``api/<module>.rst``, collected by a glob toctree in ``api/index.rst``.
+DOCUMENTED_MODULES = tuple(
+    sorted(p.stem for p in (Path(__file__).parent / "api").glob("torchrl_ext*.rst"))
+)
+
+
+def _module_missing(modname: str) -> bool:
+    """True only if ``modname`` does not exist (import errors are not hidden)."""
+    try:
+        spec = importlib.util.find_spec(modname)
+    except ModuleNotFoundError:
+        return True
+    except Exception:
+        return False  # let automodule report the real import error
+    # An empty directory (a namespace package without __init__.py) counts
+    # as missing too.
+    return spec is None or spec.origin is None
+
+
+# A module that does not exist (yet) has its page left out, rather than
+# failing the build; a module that exists but fails to import still fails it.
+_MISSING_MODULES = [m for m in DOCUMENTED_MODULES if _module_missing(m)]
+exclude_patterns += [f"api/{m}.rst" for m in _MISSING_MODULES]
+
+
+def _exports(modname: str) -> dict[int, Any]:
+    """Objects that ``automodule:: modname`` with ``:members:`` would list."""
+    try:
+        mod = importlib.import_module(modname)
+    except Exception:  # a missing module is reported by automodule itself
+        return {}
+    names = getattr(mod, "__all__", None)
+    if names is None:
+        names = [
+            n
+            for n, obj in vars(mod).items()
+            if not n.startswith("_") and getattr(obj, "__module__", None) == modname
+        ]
+    out = {}
+    for n in names:
+        obj = getattr(mod, n, None)
+        if obj is not None:
+            out[id(obj)] = obj
+    return out
+
+
+_owner_cache: dict[int, str] = {}
+
+
+def _owner(obj: Any) -> str | None:
+    """The documented module that owns ``obj``: the longest-named exporter."""
+    if not _owner_cache:
+        for modname in sorted(DOCUMENTED_MODULES, key=len):
+            for key in _exports(modname):
+                _owner_cache[key] = modname  # longer (more specific) wins
+    return _owner_cache.get(id(obj))
+
+
+# autodoc passes the same options object to the module's
+# ``autodoc-process-docstring`` event and to the ``autodoc-skip-member``
+# events of its members; that is how a member learns which module lists it.
+_module_of_options: list[tuple[Any, str]] = []
+
+
+def _remember_module(app, what, name, obj, options, lines) -> None:
+    if what == "module":
+        _module_of_options.append((options, name))
+
+
+def _skip_reexports(app, what, name, obj, skip, options):
+    if skip or what != "module":
+        return None
+    current = next((m for o, m in reversed(_module_of_options) if o is options), None)
+    if current is None:
+        return None
+    owner = _owner(obj)
+    if owner is not None and owner != current:
+        return True
+    return None
+
+
+# A class whose metaclass defines ``__call__(*args, **kwargs)`` (torchrl's
+# ``Sampler`` does) would be shown as ``Class(*args, **kwargs)``; show the
+# parameters of its own ``__init__`` instead.
+def _class_signature(app, what, name, obj, options, signature, return_annotation):
+    if what not in {"class", "exception"} or signature != "(*args, **kwargs)":
+        return None
+    init = next(
+        (c.__dict__["__init__"] for c in obj.__mro__ if "__init__" in c.__dict__), None
+    )
+    if init is None or init is object.__init__:
+        return None
+    try:
+        sig = inspect.signature(init)
+    except (TypeError, ValueError):
+        return None
+    params = [
+        p.replace(annotation=inspect.Parameter.empty)
+        for p in list(sig.parameters.values())[1:]
+    ]
+    return str(sig.replace(parameters=params, return_annotation=sig.empty)), None
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _class_signature)
+
+    app.connect("autodoc-process-docstring", _remember_module)
+    app.connect("autodoc-skip-member", _skip_reexports)
+    return {"parallel_read_safe": True}

@@ -1,0 +1,21 @@
+"""torchrl_ext: episode-aware experience replay for TorchRL.
+
+Components (:mod:`torchrl_ext.storages`, :mod:`torchrl_ext.writers`,
+:mod:`torchrl_ext.samplers`) plug into a plain
+:class:`torchrl.data.TensorDictReplayBuffer`; :func:`make_replay_buffer`
+assembles them.
+"""
+from torchrl_ext.buffer import make_replay_buffer
+from torchrl_ext.episodes import EpisodeIndex
+from torchrl_ext.samplers import UniformTransitionSampler
+from torchrl_ext.storages import EpisodeStorage
+from torchrl_ext.writers import EpisodeWriter
+
+__all__ = [
+    "make_replay_buffer",
+    "EpisodeIndex",
+    "EpisodeStorage",
+    "EpisodeWriter",
+    "UniformTransitionSampler",
+]
+__version__ = "0.1.0"

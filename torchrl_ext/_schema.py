@@ -1,0 +1,131 @@
+"""What a stored row holds, inferred once from the first write and enforced after.
+
+Incoming transitions use TorchRL's layout: observation keys at the root and again
+under ``"next"``, next-only entries (reward, done flags) under ``"next"``, and
+root-only entries (action, trajectory ids, ...). A row stores each observation
+key once (``shared``), plus the ``root_only`` and ``next_only`` entries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+
+__all__ = ["RowSchema", "as_key", "key_str"]
+
+
+def as_key(key: NestedKey) -> tuple[str, ...]:
+    """Normalise a nested key to a tuple of strings."""
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def key_str(key: NestedKey) -> str:
+    """The way a key is written in error messages: ``"a"`` or ``("next", "a")``."""
+    key = as_key(key)
+    return repr(key[0]) if len(key) == 1 else repr(key)
+
+
+@dataclass(frozen=True)
+class LeafSpec:
+    """Shape (after the batch dims) and dtype of one entry."""
+
+    shape: torch.Size
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class RowSchema:
+    """The entries of a transition and how each is stored.
+
+    Attributes:
+        shared: root keys that also appear under ``"next"`` (stored once per row).
+        root_only: root keys with no ``"next"`` counterpart (action, ids).
+        next_only: keys under ``"next"`` (without the ``"next"`` prefix) with no
+            root counterpart (reward, done flags).
+        leaves: spec of every input leaf, by its full key.
+    """
+
+    shared: tuple[tuple[str, ...], ...]
+    root_only: tuple[tuple[str, ...], ...]
+    next_only: tuple[tuple[str, ...], ...]
+    leaves: dict[tuple[str, ...], LeafSpec]
+
+    @classmethod
+    def infer(cls, data: TensorDictBase, batch_dims: int) -> RowSchema:
+        """Infer the schema from a batch whose first ``batch_dims`` dims are batch."""
+        leaves = {
+            as_key(k): LeafSpec(v.shape[batch_dims:], v.dtype)
+            for k, v in data.items(include_nested=True, leaves_only=True)
+        }
+        root = [k for k in leaves if k[0] != "next"]
+        nxt = [k[1:] for k in leaves if k[0] == "next"]
+        nxt_set = set(nxt)
+        shared = tuple(k for k in root if k in nxt_set)
+        for key in shared:
+            if leaves[key] != leaves[("next", *key)]:
+                raise ValueError(
+                    f"{key_str(key)} has shape {tuple(leaves[key].shape)} / {leaves[key].dtype} "
+                    f"but {key_str(('next', *key))} has shape "
+                    f"{tuple(leaves[('next', *key)].shape)} / {leaves[('next', *key)].dtype}; "
+                    "an observation and its next observation must match."
+                )
+        shared_set = set(shared)
+        return cls(
+            shared=shared,
+            root_only=tuple(k for k in root if k not in shared_set),
+            next_only=tuple(k for k in nxt if k not in shared_set),
+            leaves=leaves,
+        )
+
+    @property
+    def row_keys(self) -> tuple[tuple[str, ...], ...]:
+        """Keys of a stored row."""
+        return (
+            self.shared + self.root_only + tuple(("next", *k) for k in self.next_only)
+        )
+
+    def row_template(self) -> TensorDict:
+        """A single zero row, used to allocate storage."""
+        out = TensorDict({}, batch_size=[])
+        for key in self.row_keys:
+            spec = self.leaves[key]
+            out.set(key, torch.zeros(spec.shape, dtype=spec.dtype))
+        return out
+
+    def validate(self, data: TensorDictBase, batch_dims: int, where: str) -> None:
+        """Raise if ``data`` does not hold exactly the schema's entries.
+
+        Raises:
+            KeyError: an entry is missing or unexpected.
+            ValueError: an entry has another shape.
+            TypeError: an entry has another dtype.
+        """
+        batch = tuple(data.shape[:batch_dims])
+        seen = 0
+        for key, value in data.items(include_nested=True, leaves_only=True):
+            key = as_key(key)
+            spec = self.leaves.get(key)
+            if spec is None:
+                raise KeyError(
+                    f"{where}: unexpected entry {key_str(key)}; the buffer stores "
+                    f"{sorted(map(key_str, self.leaves))}. Remove it or start a new buffer "
+                    "with it from the first write."
+                )
+            if value.shape[batch_dims:] != spec.shape:
+                raise ValueError(
+                    f"{where}: {key_str(key)} has shape {tuple(value.shape)}, expected "
+                    f"{batch + tuple(spec.shape)} (batch {batch} + {tuple(spec.shape)} "
+                    "as in the first write)."
+                )
+            if value.dtype != spec.dtype:
+                raise TypeError(
+                    f"{where}: {key_str(key)} has dtype {value.dtype}, expected "
+                    f"{spec.dtype} as in the first write."
+                )
+            seen += 1
+        if seen != len(self.leaves):
+            present = {as_key(k) for k in data.keys(include_nested=True, leaves_only=True)}
+            missing = sorted(key_str(k) for k in self.leaves if k not in present)
+            raise KeyError(f"{where}: missing entries {missing} (stored in every row).")

@@ -1,0 +1,126 @@
+"""Uniform sampling of live transitions, O(batch) at any capacity."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torchrl.data.replay_buffers.samplers import Sampler
+
+from torchrl_ext.storages.episode import EpisodeStorage
+
+__all__ = ["UniformTransitionSampler", "draw_transitions"]
+
+_MAX_ROUNDS = 64
+
+
+def draw_transitions(
+    storage: EpisodeStorage, batch_size: int, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw ``batch_size`` live transitions uniformly, with replacement.
+
+    A live row is drawn uniformly over all streams (``tau`` in
+    ``[written - stream_capacity, written)`` of its stream); rows that hold only
+    an observation (an episode's final or pending observation) are redrawn. That
+    is exact rejection sampling: the result is uniform over live transitions.
+    Such rows are one per episode, so a redraw round is rarely needed.
+
+    Returns:
+        ``(tau, stream)``, both ``[batch_size]``.
+
+    Raises:
+        ValueError: the storage holds no transition, or ``batch_size < 1``.
+    """
+    index = storage.index
+    if index is None or len(storage) == 0:
+        raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
+    if batch_size < 1:
+        raise ValueError(f"cannot sample: batch_size={batch_size}, expected >= 1.")
+    lo = index.live_start()  # [S]
+    ends = (index.written - lo).cumsum(0)  # [S] cumulative live rows
+    total = int(ends[-1])
+    tau = torch.empty(batch_size, dtype=torch.int64)
+    stream = torch.empty(batch_size, dtype=torch.int64)
+    todo = torch.arange(batch_size)
+    for _ in range(_MAX_ROUNDS):
+        u = torch.randint(total, (todo.numel(),), generator=generator)
+        s = torch.searchsorted(ends, u, right=True)
+        t = lo[s] + u - (ends[s] - (index.written[s] - lo[s]))
+        _, step, _, length = index.locate(t, s)
+        ok = step < length
+        tau[todo[ok]] = t[ok]
+        stream[todo[ok]] = s[ok]
+        todo = todo[~ok]
+        if not todo.numel():
+            return tau, stream
+    raise RuntimeError("draw_transitions: too many redraws; the episode index is inconsistent.")
+
+
+class UniformTransitionSampler(Sampler):
+    """Uniform transitions of an :class:`~torchrl_ext.storages.EpisodeStorage`.
+
+    Only live transitions are drawn: never an unwritten slot, never an
+    overwritten row, never an episode's final-observation row (which is not a
+    transition but the next observation of the step before it). Cost is
+    O(batch + num_streams), independent of capacity.
+
+    Randomness comes from the buffer's generator (``TensorDictReplayBuffer(generator=...)``,
+    checkpointed with ``rb.dumps``), else from ``generator``, else torch's global RNG.
+
+    Keyword Args:
+        generator (torch.Generator, optional): RNG used when the buffer sets none.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext import make_replay_buffer
+        >>> from tensordict import TensorDict
+        >>> rb = make_replay_buffer(100, batch_size=8, seed=0)
+        >>> td = TensorDict({"observation": torch.randn(4, 2), "action": torch.randn(4, 1),
+        ...     "next": {"observation": torch.randn(4, 2), "reward": torch.zeros(4, 1),
+        ...              "done": torch.ones(4, 1, dtype=torch.bool)}}, [4])
+        >>> _ = rb.extend(td)  # four one-step episodes in four streams
+        >>> sample = rb.sample()
+        >>> sample["index"].shape, bool(sample["next", "done"].all())
+        (torch.Size([8]), True)
+    """
+
+    def __init__(self, *, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.generator = generator
+
+    def _generator(self) -> torch.Generator | None:
+        return self._rng if self._rng is not None else self.generator
+
+    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
+        tau, stream = draw_transitions(storage, batch_size, self._generator())
+        return storage.index.physical_rows(tau, stream), {}
+
+    def _empty(self) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {} if self.generator is None else {"generator": self.generator.get_state()}
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "generator" in state_dict:
+            if self.generator is None:
+                self.generator = torch.Generator()
+            self.generator.set_state(state_dict["generator"])
+
+    def dumps(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = self.state_dict()
+        if "generator" in state:
+            torch.save(state, path / "state.pt")
+        (path / "metadata.json").write_text(json.dumps({"generator": "generator" in state}))
+
+    def loads(self, path: str | Path) -> None:
+        path = Path(path)
+        if json.loads((path / "metadata.json").read_text())["generator"]:
+            self.load_state_dict(torch.load(path / "state.pt"))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

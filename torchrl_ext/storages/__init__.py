@@ -1,0 +1,4 @@
+"""Storages: where rows live. See :class:`EpisodeStorage`."""
+from torchrl_ext.storages.episode import EpisodeStorage
+
+__all__ = ["EpisodeStorage"]

@@ -1,0 +1,311 @@
+"""Episode-aware storage: per-stream rings, each observation stored once."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, Storage, TensorStorage
+
+from torchrl_ext._schema import LeafSpec, RowSchema
+from torchrl_ext.episodes import EpisodeIndex, WritePlan
+
+__all__ = ["EpisodeStorage"]
+
+Backend = Literal["tensor", "memmap"]
+
+
+class EpisodeStorage(TensorStorage):
+    """Rows of transitions in per-stream rings, with the episode index beside them.
+
+    Each row holds one observation (every key present both at the root and under
+    ``"next"``), the root-only entries (action, ...) and the next-only entries
+    (reward, done flags) of its step. A step's next observation is the next row
+    of its stream; the true final observation of an episode gets a row of its
+    own. Frames are therefore stored once, whatever their size. See
+    :class:`~torchrl_ext.episodes.EpisodeIndex` for the layout.
+
+    The bytes live in a TorchRL storage: :class:`~torchrl.data.LazyTensorStorage`
+    in shared memory (``backend="tensor"``, visible to forked and spawned
+    workers, also for rows written after they started) or
+    :class:`~torchrl.data.LazyMemmapStorage` (``backend="memmap"``, disk-backed).
+    The schema and the number of streams are fixed by the first write, done by
+    :class:`~torchrl_ext.writers.EpisodeWriter`.
+
+    :meth:`get` returns TorchRL transitions for *row* indices, as drawn by the
+    samplers of :mod:`torchrl_ext.samplers`.
+
+    Args:
+        max_size (int): number of rows. Each stream gets ``max_size // num_streams``
+            rows; an episode of ``L`` steps uses ``L + 1`` of them.
+
+    Keyword Args:
+        backend (str): ``"tensor"`` (shared memory, default) or ``"memmap"``.
+        scratch_dir (str or Path, optional): directory of the memmap files.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import TensorDictReplayBuffer
+        >>> from torchrl_ext.storages import EpisodeStorage
+        >>> from torchrl_ext.writers import EpisodeWriter
+        >>> from torchrl_ext.samplers import UniformTransitionSampler
+        >>> rb = TensorDictReplayBuffer(storage=EpisodeStorage(100),
+        ...     writer=EpisodeWriter(), sampler=UniformTransitionSampler(), batch_size=4)
+        >>> step = TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
+        ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
+        ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, batch_size=[2])
+        >>> _ = rb.extend(step)  # one step of 2 envs: two streams
+        >>> len(rb)
+        2
+        >>> rb.sample()["next", "observation"].shape
+        torch.Size([4, 3])
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        backend: Backend = "tensor",
+        scratch_dir: str | Path | None = None,
+    ) -> None:
+        if backend not in ("tensor", "memmap"):
+            raise ValueError(
+                f"EpisodeStorage: backend={backend!r}, expected 'tensor' or 'memmap'."
+            )
+        if int(max_size) < 2:
+            raise ValueError(f"EpisodeStorage: max_size={max_size}, expected at least 2 rows.")
+        Storage.__init__(self, max_size)  # TensorStorage's init expects its own layout
+        self.ndim = 1
+        self.device = torch.device("cpu")
+        self.backend = backend
+        self.scratch_dir = None if scratch_dir is None else str(scratch_dir)
+        self.schema: RowSchema | None = None
+        self.index: EpisodeIndex | None = None
+        self._storage: TensorDictBase | None = None
+        self._last_cursor = None
+        self.__dict__["_storage_keys"] = None
+
+    # ----------------------------------------------------------------- set-up
+    @property
+    def initialized(self) -> bool:  # type: ignore[override]
+        """Whether the first write has fixed the schema and allocated the rows."""
+        return self.schema is not None
+
+    @initialized.setter
+    def initialized(self, value: bool) -> None:  # TensorStorage assigns it
+        pass
+
+    @property
+    def num_streams(self) -> int | None:
+        """Number of streams, fixed by the first write."""
+        return None if self.index is None else self.index.num_streams
+
+    def initialize(self, schema: RowSchema, num_streams: int) -> None:
+        """Allocate ``max_size`` rows for ``schema`` split in ``num_streams`` rings."""
+        stream_capacity = self.max_size // num_streams
+        if stream_capacity < 2:
+            raise ValueError(
+                f"EpisodeStorage: max_size={self.max_size} gives {stream_capacity} rows to "
+                f"each of {num_streams} streams; need at least 2 per stream."
+            )
+        index = EpisodeIndex(num_streams, stream_capacity)
+        if self.backend == "tensor":
+            inner: TensorStorage = LazyTensorStorage(index.num_rows)
+        else:
+            inner = LazyMemmapStorage(index.num_rows, scratch_dir=self.scratch_dir)
+        inner._init(schema.row_template())
+        rows = inner._storage
+        if self.backend == "tensor":
+            rows.share_memory_()
+        index.share_memory_()
+        self.schema, self.index, self._storage = schema, index, rows
+        self._plan_gather()
+
+    def _plan_gather(self) -> None:
+        # (output key, row tensor, read from the next row?) for every output leaf
+        schema, rows = self.schema, self._storage
+        plan = [(k, rows.get(k), False) for k in schema.shared + schema.root_only]
+        plan += [(("next", *k), rows.get(("next", *k)), False) for k in schema.next_only]
+        plan += [(("next", *k), rows.get(k), True) for k in schema.shared]
+        self._gather = plan
+
+    # ----------------------------------------------------------------- writes
+    def write(self, plan: WritePlan, data: TensorDictBase) -> None:
+        """Write ``[K, T]`` steps where ``plan`` says (called by the writer)."""
+        schema, rows = self.schema, self._storage
+        at = plan.rows.reshape(-1)
+        at_next = plan.next_rows.reshape(-1)
+        start = plan.start.reshape(-1)
+        n = at.numel()
+        for key in schema.root_only:
+            rows.get(key).index_copy_(0, at, data.get(key).reshape(n, *schema.leaves[key].shape))
+        for key in schema.next_only:
+            full = ("next", *key)
+            rows.get(full).index_copy_(0, at, data.get(full).reshape(n, *schema.leaves[full].shape))
+        any_start = bool(start.any())
+        at_start = at[start] if any_start else None
+        for key in schema.shared:
+            shape = schema.leaves[key].shape
+            target = rows.get(key)
+            target.index_copy_(0, at_next, data.get(("next", *key)).reshape(n, *shape))
+            if any_start:
+                target.index_copy_(0, at_start, data.get(key).reshape(n, *shape)[start])
+        self._bump_mutation_revision()
+
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        """Not supported: rows are placed by :class:`~torchrl_ext.writers.EpisodeWriter`."""
+        raise TypeError(
+            "EpisodeStorage is written through torchrl_ext.writers.EpisodeWriter "
+            "(rb.extend / rb.add), which places each step in its episode; "
+            "direct assignment (rb[index] = data, RoundRobinWriter) is not supported."
+        )
+
+    # ------------------------------------------------------------------ reads
+    def next_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Physical row following ``rows`` in their streams (ring wrap-around)."""
+        nxt = rows + self.index.num_streams
+        return torch.where(nxt >= self.index.num_rows, nxt - self.index.num_rows, nxt)
+
+    def get(self, index: Any) -> TensorDictBase:
+        """Transitions starting at physical ``index`` rows, in TorchRL layout.
+
+        ``index`` is a LongTensor of rows (as drawn by the samplers), an int, or
+        ``slice(None)`` for every live transition.
+        """
+        self._check_ready("get")
+        if isinstance(index, slice):
+            if index != slice(None):
+                raise ValueError(f"EpisodeStorage.get: slice {index} unsupported; use [:].")
+            index = self.live_transition_rows()
+        elif isinstance(index, int):
+            index = torch.tensor([index])[0]
+        index = torch.as_tensor(index, dtype=torch.int64)
+        flat = index.reshape(-1)
+        nxt = self.next_rows(flat)
+        out = TensorDict({}, batch_size=flat.shape)
+        for key, tensor, from_next in self._gather:
+            out.set(key, tensor.index_select(0, nxt if from_next else flat))
+        return out.reshape(index.shape)
+
+    def live_transition_rows(self) -> torch.Tensor:
+        """Physical rows of every live transition, stream by stream (O(capacity))."""
+        index = self.index
+        lo = index.live_start()
+        parts = []
+        for s in range(index.num_streams):
+            tau = torch.arange(int(lo[s]), int(index.written[s]))
+            stream = torch.full_like(tau, s)
+            _, step, _, length = index.locate(tau, stream)
+            parts.append(index.physical_rows(tau[step < length], stream[step < length]))
+        return torch.cat(parts)
+
+    def __len__(self) -> int:
+        return 0 if self.index is None else self.index.num_transitions()
+
+    def _check_ready(self, where: str) -> None:
+        if self.index is None:
+            raise RuntimeError(
+                f"EpisodeStorage.{where}: the storage is empty (nothing was written yet)."
+            )
+
+    def contains(self, item: Any) -> bool:
+        """Whether physical row ``item`` starts a live transition."""
+        if self.index is None:
+            return False
+        tau, stream = self.index.row_coordinates(torch.as_tensor(item))
+        live = (tau >= self.index.live_start()[stream]) & (tau >= 0)
+        _, step, _, length = self.index.locate(tau.clamp_min(0), stream)
+        return bool((live & (step < length)).all())
+
+    # ---------------------------------------------------- state and persistence
+    def _empty(self) -> None:
+        if self.index is not None:
+            self.index.reset()
+        self._bump_mutation_revision()
+
+    def _meta(self) -> dict[str, Any]:
+        schema = self.schema
+        return {
+            "max_size": self.max_size,
+            "num_streams": self.index.num_streams,
+            "shared": [list(k) for k in schema.shared],
+            "root_only": [list(k) for k in schema.root_only],
+            "next_only": [list(k) for k in schema.next_only],
+            "leaves": [
+                [list(k), list(v.shape), str(v.dtype).removeprefix("torch.")]
+                for k, v in schema.leaves.items()
+            ],
+        }
+
+    def _restore_meta(self, meta: dict[str, Any]) -> None:
+        if meta["max_size"] != self.max_size:
+            raise ValueError(
+                f"EpisodeStorage: checkpoint has max_size={meta['max_size']}, "
+                f"this storage {self.max_size}; build the buffer with the same size."
+            )
+        schema = RowSchema(
+            shared=tuple(tuple(k) for k in meta["shared"]),
+            root_only=tuple(tuple(k) for k in meta["root_only"]),
+            next_only=tuple(tuple(k) for k in meta["next_only"]),
+            leaves={
+                tuple(k): LeafSpec(torch.Size(shape), getattr(torch, dtype))
+                for k, shape, dtype in meta["leaves"]
+            },
+        )
+        if self.schema is None:
+            self.initialize(schema, meta["num_streams"])
+        elif self.schema != schema or self.index.num_streams != meta["num_streams"]:
+            raise ValueError(
+                "EpisodeStorage: the checkpoint's entries or stream count differ from "
+                "this storage's; load into a new, empty buffer."
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.schema is None:
+            return {"meta": None}
+        return {"meta": self._meta(), "rows": self._storage.clone(), "index": self.index.state().clone()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict["meta"] is None:
+            self._empty()
+            return
+        self._restore_meta(state_dict["meta"])
+        self._storage.update_(state_dict["rows"])
+        self.index.load_state(state_dict["index"])
+
+    def dumps(self, path: str | Path) -> None:
+        """Write rows, episode index and schema under ``path``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        meta = None if self.schema is None else self._meta()
+        (path / "meta.json").write_text(json.dumps(meta))
+        if meta is not None:
+            self._storage.memmap(path / "rows")
+            self.index.state().memmap(path / "index")
+
+    def loads(self, path: str | Path) -> None:
+        """Restore what :meth:`dumps` wrote, in place."""
+        path = Path(path)
+        meta = json.loads((path / "meta.json").read_text())
+        if meta is None:
+            self._empty()
+            return
+        self._restore_meta(meta)
+        self._storage.update_(TensorDict.load_memmap(path / "rows"))
+        self.index.load_state(TensorDict.load_memmap(path / "index"))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return Storage.__getstate__(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        Storage.__setstate__(self, state)
+
+    def __repr__(self) -> str:
+        streams = "?" if self.index is None else self.index.num_streams
+        return (
+            f"{type(self).__name__}(max_size={self.max_size}, backend={self.backend!r}, "
+            f"num_streams={streams}, transitions={len(self)})"
+        )
