@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
-import logging
 import os
 import statistics
 import sys
@@ -92,8 +91,8 @@ def probe(key: str, capacity: int) -> dict:
     # warm-up on a tiny instance so one-time costs (lazy imports, first-call
     # caches) are not charged to the buffer
     warm = BY_KEY[key]()
-    warm.build(3200)
-    for c in EpisodeStream(seed=9).chunks_for(3200):
+    warm.build(1_600)
+    for c in EpisodeStream(seed=9).chunks_for(1_600):
         warm.fill(c)
     warm.sample()
     del warm
@@ -119,7 +118,7 @@ def probe(key: str, capacity: int) -> dict:
 if __name__ == "__main__":
     _here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [_here, os.path.dirname(_here)]  # benchmarks/, repo root
-    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
     try:
         out = probe(sys.argv[1], int(sys.argv[2]))
     except Exception as e:  # reported as a row, not a crash

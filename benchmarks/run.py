@@ -1,8 +1,8 @@
 """Side-by-side replay-buffer benchmark: ours vs TorchRL native, SB3, cpprb, floors.
 
-    .venv/bin/python benchmarks/run.py            # full W1 run (1M rows)
-    .venv/bin/python benchmarks/run.py --quick    # smoke run (100k rows, few reps)
-    .venv/bin/python benchmarks/run.py --scale    # also time ours at 10M rows
+    .venv/bin/python benchmarks/run.py              # full W1 run (1M rows; scale up to 10M)
+    .venv/bin/python benchmarks/run.py --quick      # smoke run (100k rows, few reps, no 10M)
+    .venv/bin/python benchmarks/run.py --no-scale   # full run without the 10M-row buffers
 
 Prints markdown tables and writes them to benchmarks/results/latest.md.
 See benchmarks/README.md for the workload and the method.
@@ -14,7 +14,6 @@ import argparse
 import importlib.metadata as md
 import itertools
 import json
-import logging
 import os
 import platform
 import subprocess
@@ -23,13 +22,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]  # benchmarks/, repo root (torchrl_ext)
-logging.getLogger("torchrl").setLevel(logging.WARNING)
+os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")  # silence torchrl INFO lines
 
 import torch  # noqa: E402
 
 from impls import ALL  # noqa: E402
 from measure import hwm_bytes, interleaved, settle  # noqa: E402
-from workload import BATCH, N_ENVS, RAW_BYTES_PER_TRANSITION, EpisodeStream  # noqa: E402
+from workload import BATCH, N_ENVS, RAW_BYTES_PER_TRANSITION, EpisodeStream, chunk_len  # noqa: E402
 
 WRITE_STEPS = 2000  # distinct pre-built one-step writes per impl, cycled (2 episodes)
 
@@ -50,7 +49,7 @@ def fill_streamed(impl, rows: int, seed: int) -> None:
     impl.build(rows)
     left = rows // N_ENVS
     while left:
-        T = min(1000, left)
+        T = min(chunk_len(rows), left)
         impl.fill(stream.chunk(T))
         left -= T
 
@@ -87,15 +86,17 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="100k rows, few repetitions")
-    ap.add_argument("--scale", action="store_true", help="also time ours at 10M rows")
+    ap.add_argument("--scale", action="store_true", help="include 10M rows even with --quick")
+    ap.add_argument("--no-scale", action="store_true", help="skip the 10M-row buffers (~3 GB RSS)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "latest.md"))
     a = ap.parse_args()
 
     torch.set_num_threads(1)
     cap = 100_000 if a.quick else 1_000_000
     small = 10_000
-    s_reps, s_inner = (40, 10) if a.quick else (300, 20)
-    w_reps, w_inner = (40, 20) if a.quick else (300, 20)
+    s_reps, s_inner = (40, 10) if a.quick else (500, 20)
+    w_reps, w_inner = (40, 20) if a.quick else (400, 20)
+    a.big = not a.no_scale and (a.scale or not a.quick)
     t_start = time.perf_counter()
 
     # 3. memory: one fresh subprocess per buffer
@@ -140,7 +141,7 @@ def main() -> None:
     wr = interleaved(writers, w_reps, w_inner)
 
     # 4. scale: sample time vs rows (ours; TorchRL native for reference)
-    scale_sizes = [small, cap] + ([10_000_000] if a.scale else [])
+    scale_sizes = [small, cap] + ([10_000_000] if a.big else [])
     scale_fns, scale_status = {}, {}
     for cls in [c for c in ALL if c.key in ("ours", "torchrl")]:
         for n in scale_sizes:
@@ -159,7 +160,7 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001
                 scale_status[name] = status_of(cls, e)
     log("scale sampling")
-    sc = interleaved(scale_fns, s_reps // 2 if a.scale else s_reps, s_inner)
+    sc = interleaved(scale_fns, s_reps, s_inner)
 
     elapsed = time.perf_counter() - t_start
     out = report(a, cap, mem, status, samp, wr, sc, scale_sizes, scale_status, elapsed)
@@ -213,7 +214,9 @@ def report(a, cap, mem, status, samp, wr, sc, scale_sizes, scale_status, elapsed
           table(["impl", "metric", "value", "us/batch (median)", "us/batch p25-p75", "ours/peer (rate; >1 = ours faster)"], rows),
           "", f"Median over {samp and next(iter(samp.values()))['n']} interleaved blocks of batches; "
           "SB3 returns torch tensors (includes its numpy->torch copy), cpprb returns numpy arrays, "
-          "floors return raw tensors (packed: one [256,44] tensor, no split).", ""]
+          "floors return raw tensors (packed: one [256,44] tensor, no split). "
+          "Random rows from a large buffer miss the CPU caches, so per-field layouts pay ~1 DRAM miss "
+          "per field per row; the packed floor pays ~3 adjacent cache lines per row.", ""]
 
     # 2. writing
     o = wr.get("ours")
@@ -278,8 +281,9 @@ def report(a, cap, mem, status, samp, wr, sc, scale_sizes, scale_status, elapsed
             ])
     L += ["## 4. Sample time vs buffer size", "",
           table(["impl", "rows", "us/batch (median)", "p25-p75", "samples/s", f"time / time@{scale_sizes[0]:,}"], rows),
-          "", "Full buffers; sizes sampled interleaved in the same run."
-          + ("" if a.scale else " 10M rows only with --scale."), ""]
+          "", "Full buffers, filled with the same episode stream; all sizes sampled interleaved with "
+          "each other only, so absolute times differ from table 1 (different cache pressure): "
+          "compare within a table." + ("" if a.big else " 10M rows skipped (--quick / --no-scale)."), ""]
     return "\n".join(L)
 
 

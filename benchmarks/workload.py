@@ -66,15 +66,21 @@ class EpisodeStream:
             "truncated": done.clone(),
         }
 
-    def chunks_for(self, n_rows: int, max_T: int = EP_LEN) -> list[dict[str, torch.Tensor]]:
+    def chunks_for(self, n_rows: int) -> list[dict[str, torch.Tensor]]:
         """Chunks totalling exactly ``n_rows`` transitions (n_rows % n_envs == 0)."""
         assert n_rows % self.n_envs == 0, n_rows
-        steps, out = n_rows // self.n_envs, []
+        steps, out, max_T = n_rows // self.n_envs, [], chunk_len(n_rows)
         while steps:
             T = min(max_T, steps)
             out.append(self.chunk(T))
             steps -= T
         return out
+
+
+def chunk_len(capacity: int) -> int:
+    """Steps per bulk-fill chunk: one episode, but at most half of what one env's
+    share of the capacity holds (per-env ring storages reject larger writes)."""
+    return max(1, min(EP_LEN, capacity // N_ENVS // 2))
 
 
 def to_td(c: dict[str, torch.Tensor]) -> TensorDict:

@@ -59,6 +59,7 @@ autodoc_default_options = {
     "members": True,
     "member-order": "bysource",
     "show-inheritance": True,
+    # Undocumented public members (enum values, interface overrides) are listed too.
     "undoc-members": True,
 }
 # Type hints go into the parameter descriptions, not the signature; this keeps

@@ -7,12 +7,15 @@ assembles them.
 """
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.episodes import EpisodeIndex
+from torchrl_ext.loader import ReplayDataset, make_loader
 from torchrl_ext.samplers import UniformTransitionSampler
 from torchrl_ext.storages import EpisodeStorage
 from torchrl_ext.writers import EpisodeWriter
 
 __all__ = [
     "make_replay_buffer",
+    "make_loader",
+    "ReplayDataset",
     "EpisodeIndex",
     "EpisodeStorage",
     "EpisodeWriter",

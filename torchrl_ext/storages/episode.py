@@ -298,7 +298,10 @@ class EpisodeStorage(TensorStorage):
         self.index.load_state(TensorDict.load_memmap(path / "index"))
 
     def __getstate__(self) -> dict[str, Any]:
-        return Storage.__getstate__(self)
+        state = Storage.__getstate__(self)
+        # the buffers using this storage re-attach themselves when rebuilt
+        state["_attached_entities_list"] = []
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         Storage.__setstate__(self, state)

@@ -1,0 +1,159 @@
+"""Serve a replay buffer to ``torch.utils.data.DataLoader`` worker processes."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+from tensordict import TensorDictBase
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torchrl.data import TensorDictReplayBuffer
+
+from torchrl_ext.storages.episode import EpisodeStorage
+
+__all__ = ["ReplayDataset", "make_loader"]
+
+
+class ReplayDataset(IterableDataset):
+    """An endless (or ``num_batches`` long) stream of ``rb.sample()`` batches.
+
+    Every worker samples from the *whole* buffer: the storage and the episode
+    index live in shared memory (or memmap files), so rows the main process
+    writes after the workers started are visible to them, with fork and spawn
+    alike. Each worker reseeds the buffer's generator from its DataLoader seed,
+    so workers draw different batches and a run is reproducible given the
+    DataLoader's ``generator``.
+
+    Args:
+        rb (TensorDictReplayBuffer): a buffer over an :class:`~torchrl_ext.storages.EpisodeStorage`
+            that already holds data (its rows must exist before workers start).
+
+    Keyword Args:
+        batch_size (int, optional): defaults to the buffer's batch size.
+        num_batches (int, optional): batches per worker; ``None`` for endless.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> from torchrl_ext.loader import ReplayDataset
+        >>> rb = make_replay_buffer(100, seed=0)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
+        ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
+        ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
+        >>> batches = list(ReplayDataset(rb, batch_size=4, num_batches=3))
+        >>> len(batches), batches[0].batch_size
+        (3, torch.Size([4]))
+    """
+
+    def __init__(
+        self,
+        rb: TensorDictReplayBuffer,
+        *,
+        batch_size: int | None = None,
+        num_batches: int | None = None,
+    ) -> None:
+        if not isinstance(rb.storage, EpisodeStorage):
+            raise TypeError(
+                f"ReplayDataset: rb.storage is {type(rb.storage).__name__}, expected "
+                "EpisodeStorage (its rows are shared with worker processes)."
+            )
+        if rb.storage.schema is None:
+            raise ValueError(
+                "ReplayDataset: the buffer is empty; write at least one step before "
+                "starting workers, so its rows exist in shared memory."
+            )
+        batch_size = batch_size if batch_size is not None else rb._batch_size
+        if batch_size is None:
+            raise ValueError("ReplayDataset: batch_size is None and the buffer has none.")
+        self.rb = rb
+        self.batch_size = int(batch_size)
+        self.num_batches = num_batches
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Workers only sample: send the storage, sampler and transform, not the
+        # buffer. (TorchRL's ReplayBuffer pickles its generator state as a
+        # transient tensor that a spawned process cannot open.)
+        rb = self.rb
+        return {
+            "parts": (rb.storage, rb.sampler, rb._transform),
+            "batch_size": self.batch_size,
+            "num_batches": self.num_batches,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        storage, sampler, transform = state["parts"]
+        self.rb = TensorDictReplayBuffer(storage=storage, sampler=sampler, transform=transform)
+        self.batch_size = state["batch_size"]
+        self.num_batches = state["num_batches"]
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        info = get_worker_info()
+        if info is not None:  # a worker process: its own random stream
+            generator = torch.Generator()
+            generator.manual_seed(info.seed)
+            self.rb.set_rng(generator)
+        count = 0
+        while self.num_batches is None or count < self.num_batches:
+            yield self.rb.sample(self.batch_size)
+            count += 1
+
+
+def make_loader(
+    rb: TensorDictReplayBuffer,
+    *,
+    batch_size: int | None = None,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    num_batches: int | None = None,
+    multiprocessing_context: str | None = None,
+    seed: int | None = None,
+    prefetch_factor: int | None = None,
+) -> DataLoader:
+    """A ``DataLoader`` whose workers each sample the whole buffer.
+
+    Args:
+        rb (TensorDictReplayBuffer): buffer over an ``EpisodeStorage``, already written to.
+
+    Keyword Args:
+        batch_size (int, optional): defaults to the buffer's.
+        num_workers (int): worker processes; 0 samples in the main process.
+        pin_memory (bool): pin batches (only useful with a GPU).
+        num_batches (int, optional): batches per worker; ``None`` for endless.
+        multiprocessing_context (str, optional): ``"fork"``, ``"spawn"`` or ``"forkserver"``.
+        seed (int, optional): seeds the per-worker streams (reproducible runs).
+        prefetch_factor (int, optional): batches each worker prepares ahead.
+
+    Returns:
+        a :class:`torch.utils.data.DataLoader` yielding TensorDict batches.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> from torchrl_ext.loader import make_loader
+        >>> rb = make_replay_buffer(100, batch_size=8, seed=0)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
+        ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
+        ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
+        >>> next(iter(make_loader(rb, num_batches=1)))["observation"].shape
+        torch.Size([8, 3])
+    """
+    generator = None
+    if seed is not None:
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+    return DataLoader(
+        ReplayDataset(rb, batch_size=batch_size, num_batches=num_batches),
+        batch_size=None,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        multiprocessing_context=multiprocessing_context if num_workers else None,
+        generator=generator,
+        prefetch_factor=prefetch_factor if num_workers else None,
+        persistent_workers=False,
+        collate_fn=_identity,
+    )
+
+
+def _identity(batch: TensorDictBase) -> TensorDictBase:
+    return batch
