@@ -64,7 +64,7 @@ def make_replay_buffer(
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from torchrl_ext import make_replay_buffer
-        >>> rb = make_replay_buffer(1000, batch_size=32, seed=0)
+        >>> rb = make_replay_buffer(1000, batch_size=8, seed=0)
         >>> step = TensorDict({"observation": torch.randn(8, 4), "action": torch.randn(8, 2),
         ...     "next": {"observation": torch.randn(8, 4), "reward": torch.randn(8, 1),
         ...              "terminated": torch.zeros(8, 1, dtype=torch.bool),
@@ -73,7 +73,7 @@ def make_replay_buffer(
         >>> _ = rb.extend(step)  # one step of 8 envs
         >>> batch = rb.sample()
         >>> batch.batch_size, batch["next", "observation"].shape
-        (torch.Size([32]), torch.Size([32, 4]))
+        (torch.Size([8]), torch.Size([8, 4]))
     """
     generator = torch.Generator()
     generator.manual_seed(int(torch.randint(2**62, ()).item()) if seed is None else seed)

@@ -40,9 +40,9 @@ class ReplayDataset(IterableDataset):
         >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
         ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
         ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
-        >>> batches = list(ReplayDataset(rb, batch_size=4, num_batches=3))
+        >>> batches = list(ReplayDataset(rb, batch_size=2, num_batches=3))
         >>> len(batches), batches[0].batch_size
-        (3, torch.Size([4]))
+        (3, torch.Size([2]))
     """
 
     def __init__(
@@ -131,12 +131,12 @@ def make_loader(
         >>> from tensordict import TensorDict
         >>> from torchrl_ext import make_replay_buffer
         >>> from torchrl_ext.loader import make_loader
-        >>> rb = make_replay_buffer(100, batch_size=8, seed=0)
+        >>> rb = make_replay_buffer(100, batch_size=2, seed=0)
         >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
         ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
         ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
         >>> next(iter(make_loader(rb, num_batches=1)))["observation"].shape
-        torch.Size([8, 3])
+        torch.Size([2, 3])
     """
     generator = None
     if seed is not None:

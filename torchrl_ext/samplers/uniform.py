@@ -30,13 +30,19 @@ def draw_transitions(
         ``(tau, stream)``, both ``[batch_size]``.
 
     Raises:
-        ValueError: the storage holds no transition, or ``batch_size < 1``.
+        ValueError: the storage holds no transition, or ``batch_size`` is not in
+            ``[1, number of live transitions]``.
     """
     index = storage.index
-    if index is None or len(storage) == 0:
+    available = len(storage)
+    if available == 0:
         raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
-    if batch_size < 1:
-        raise ValueError(f"cannot sample: batch_size={batch_size}, expected >= 1.")
+    if not 1 <= batch_size <= available:
+        raise ValueError(
+            f"cannot sample: batch_size={batch_size}, but the buffer holds {available} "
+            f"transitions; expected 1 <= batch_size <= {available} (wait until "
+            "len(rb) >= batch_size, e.g. with a collector's init_random_frames)."
+        )
     lo = index.live_start()  # [S]
     ends = (index.written - lo).cumsum(0)  # [S] cumulative live rows
     total = int(ends[-1])
@@ -75,14 +81,14 @@ class UniformTransitionSampler(Sampler):
         >>> import torch
         >>> from torchrl_ext import make_replay_buffer
         >>> from tensordict import TensorDict
-        >>> rb = make_replay_buffer(100, batch_size=8, seed=0)
+        >>> rb = make_replay_buffer(100, batch_size=3, seed=0)
         >>> td = TensorDict({"observation": torch.randn(4, 2), "action": torch.randn(4, 1),
         ...     "next": {"observation": torch.randn(4, 2), "reward": torch.zeros(4, 1),
         ...              "done": torch.ones(4, 1, dtype=torch.bool)}}, [4])
         >>> _ = rb.extend(td)  # four one-step episodes in four streams
         >>> sample = rb.sample()
         >>> sample["index"].shape, bool(sample["next", "done"].all())
-        (torch.Size([8]), True)
+        (torch.Size([3]), True)
     """
 
     def __init__(self, *, generator: torch.Generator | None = None) -> None:

@@ -53,7 +53,7 @@ class EpisodeStorage(TensorStorage):
         >>> from torchrl_ext.writers import EpisodeWriter
         >>> from torchrl_ext.samplers import UniformTransitionSampler
         >>> rb = TensorDictReplayBuffer(storage=EpisodeStorage(100),
-        ...     writer=EpisodeWriter(), sampler=UniformTransitionSampler(), batch_size=4)
+        ...     writer=EpisodeWriter(), sampler=UniformTransitionSampler(), batch_size=2)
         >>> step = TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
         ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
         ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, batch_size=[2])
@@ -61,7 +61,7 @@ class EpisodeStorage(TensorStorage):
         >>> len(rb)
         2
         >>> rb.sample()["next", "observation"].shape
-        torch.Size([4, 3])
+        torch.Size([2, 3])
     """
 
     def __init__(

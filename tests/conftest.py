@@ -1,0 +1,75 @@
+"""Shared test helpers: transition builders and Hypothesis profiles."""
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+from hypothesis import HealthCheck, settings
+from tensordict import TensorDict
+
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("thorough", max_examples=1000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+logging.getLogger("torchrl").setLevel(logging.WARNING)
+
+
+def steps(
+    obs: torch.Tensor,
+    next_obs: torch.Tensor,
+    *,
+    terminated: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
+    reward: torch.Tensor | None = None,
+    action: torch.Tensor | None = None,
+    traj_ids: torch.Tensor | None = None,
+) -> TensorDict:
+    """TorchRL transitions from ``obs`` / ``next_obs`` of shape ``batch + [1]``.
+
+    Action and reward default to the observation value, so every entry of a
+    transition can be traced back to the step that wrote it.
+    """
+    batch = obs.shape[:-1]
+    terminated = torch.zeros(*batch, 1, dtype=torch.bool) if terminated is None else terminated
+    truncated = torch.zeros(*batch, 1, dtype=torch.bool) if truncated is None else truncated
+    out = TensorDict(
+        {
+            "observation": obs,
+            "action": obs.clone() if action is None else action,
+            "next": {
+                "observation": next_obs,
+                "reward": obs.clone() if reward is None else reward,
+                "terminated": terminated,
+                "truncated": truncated,
+                "done": terminated | truncated,
+            },
+        },
+        batch_size=batch,
+    )
+    if traj_ids is not None:
+        out.set(("collector", "traj_ids"), traj_ids)
+    return out
+
+
+def column(values, dtype=torch.float32) -> torch.Tensor:
+    """``[N] -> [N, 1]`` tensor."""
+    return torch.tensor(values, dtype=dtype).unsqueeze(-1)
+
+
+def transitions_of(td) -> list[tuple]:
+    """Sorted (obs, action, reward, next_obs, terminated, truncated) tuples."""
+    return sorted(
+        zip(
+            td["observation"][..., 0].reshape(-1).tolist(),
+            td["action"][..., 0].reshape(-1).tolist(),
+            td["next", "reward"][..., 0].reshape(-1).tolist(),
+            td["next", "observation"][..., 0].reshape(-1).tolist(),
+            td["next", "terminated"][..., 0].reshape(-1).tolist(),
+            td["next", "truncated"][..., 0].reshape(-1).tolist(),
+        )
+    )
