@@ -8,7 +8,6 @@ Build (warnings are errors, as in CI)::
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import sys
 import tomllib
@@ -111,25 +110,6 @@ html_theme_options = {
 DOCUMENTED_MODULES = tuple(
     sorted(p.stem for p in (Path(__file__).parent / "api").glob("torchrl_ext*.rst"))
 )
-
-
-def _module_missing(modname: str) -> bool:
-    """True only if ``modname`` does not exist (import errors are not hidden)."""
-    try:
-        spec = importlib.util.find_spec(modname)
-    except ModuleNotFoundError:
-        return True
-    except Exception:
-        return False  # let automodule report the real import error
-    # An empty directory (a namespace package without __init__.py) counts
-    # as missing too.
-    return spec is None or spec.origin is None
-
-
-# A module that does not exist (yet) has its page left out, rather than
-# failing the build; a module that exists but fails to import still fails it.
-_MISSING_MODULES = [m for m in DOCUMENTED_MODULES if _module_missing(m)]
-exclude_patterns += [f"api/{m}.rst" for m in _MISSING_MODULES]
 
 
 def _exports(modname: str) -> dict[int, Any]:

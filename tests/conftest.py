@@ -4,6 +4,8 @@ from __future__ import annotations
 import logging
 import os
 
+os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")  # torchrl logs every storage init
+
 import torch
 from hypothesis import HealthCheck, settings
 from tensordict import TensorDict
@@ -31,8 +33,8 @@ def steps(
 ) -> TensorDict:
     """TorchRL transitions from ``obs`` / ``next_obs`` of shape ``batch + [1]``.
 
-    Action and reward default to the observation value, so every entry of a
-    transition can be traced back to the step that wrote it.
+    Action and reward default to the observation (its first feature), so every
+    entry of a transition can be traced back to the step that wrote it.
     """
     batch = obs.shape[:-1]
     terminated = torch.zeros(*batch, 1, dtype=torch.bool) if terminated is None else terminated
@@ -43,7 +45,7 @@ def steps(
             "action": obs.clone() if action is None else action,
             "next": {
                 "observation": next_obs,
-                "reward": obs.clone() if reward is None else reward,
+                "reward": obs[..., :1].clone() if reward is None else reward,
                 "terminated": terminated,
                 "truncated": truncated,
                 "done": terminated | truncated,

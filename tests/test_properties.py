@@ -18,12 +18,9 @@ def workloads(draw):
     num_streams = draw(st.integers(1, 3))
     stream_capacity = draw(st.integers(2, 12))
     num_writes = draw(st.integers(1, 12))
-    # every write covers all streams with the same number of steps; a write of
-    # T steps needs at most 2T rows of a stream (one per step, one per ending)
-    max_steps = max(1, min(4, stream_capacity // 2))
-    lengths = draw(
-        st.lists(st.integers(1, max_steps), min_size=num_writes, max_size=num_writes)
-    )
+    # every write covers all streams with the same number of steps, at times
+    # more than a stream's ring holds (the oldest rows of the write are evicted)
+    lengths = draw(st.lists(st.integers(1, 7), min_size=num_writes, max_size=num_writes))
     endings = [
         draw(st.lists(ENDINGS, min_size=num_streams * t, max_size=num_streams * t))
         for t in lengths

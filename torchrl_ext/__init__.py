@@ -5,7 +5,7 @@ Components (:mod:`torchrl_ext.storages`, :mod:`torchrl_ext.writers`,
 :class:`torchrl.data.TensorDictReplayBuffer`; :func:`make_replay_buffer`
 assembles them.
 """
-from torchrl_ext.buffer import make_replay_buffer
+from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
 from torchrl_ext.episodes import EpisodeIndex
 from torchrl_ext.loader import ReplayDataset, make_loader
 from torchrl_ext.samplers import UniformTransitionSampler
@@ -14,6 +14,7 @@ from torchrl_ext.writers import EpisodeWriter
 
 __all__ = [
     "make_replay_buffer",
+    "TransitionReplayBuffer",
     "make_loader",
     "ReplayDataset",
     "EpisodeIndex",

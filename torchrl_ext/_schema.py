@@ -10,10 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
-__all__ = ["RowSchema", "as_key", "key_str"]
+__all__ = ["EntryKeyError", "RowSchema", "as_key", "key_str"]
+
+
+class EntryKeyError(KeyError):
+    """A ``KeyError`` about an entry, shown as written (``KeyError`` shows its repr)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def as_key(key: NestedKey) -> tuple[str, ...]:
@@ -53,12 +59,9 @@ class RowSchema:
     leaves: dict[tuple[str, ...], LeafSpec]
 
     @classmethod
-    def infer(cls, data: TensorDictBase, batch_dims: int) -> RowSchema:
-        """Infer the schema from a batch whose first ``batch_dims`` dims are batch."""
-        leaves = {
-            as_key(k): LeafSpec(v.shape[batch_dims:], v.dtype)
-            for k, v in data.items(include_nested=True, leaves_only=True)
-        }
+    def infer(cls, data: dict[tuple[str, ...], torch.Tensor], batch_dims: int) -> RowSchema:
+        """Infer the schema from entries whose first ``batch_dims`` dims are batch."""
+        leaves = {k: LeafSpec(v.shape[batch_dims:], v.dtype) for k, v in data.items()}
         root = [k for k in leaves if k[0] != "next"]
         nxt = [k[1:] for k in leaves if k[0] == "next"]
         nxt_set = set(nxt)
@@ -86,34 +89,26 @@ class RowSchema:
             self.shared + self.root_only + tuple(("next", *k) for k in self.next_only)
         )
 
-    def row_template(self) -> TensorDict:
-        """A single zero row, used to allocate storage."""
-        out = TensorDict({}, batch_size=[])
-        for key in self.row_keys:
-            spec = self.leaves[key]
-            out.set(key, torch.zeros(spec.shape, dtype=spec.dtype))
-        return out
-
-    def validate(self, data: TensorDictBase, batch_dims: int, where: str) -> None:
-        """Raise if ``data`` does not hold exactly the schema's entries.
+    def validate(
+        self, leaves: dict[tuple[str, ...], torch.Tensor], batch: tuple[int, ...], where: str
+    ) -> None:
+        """Raise if ``leaves`` (batch shape ``batch``) are not exactly the schema's entries.
 
         Raises:
             KeyError: an entry is missing or unexpected.
             ValueError: an entry has another shape.
             TypeError: an entry has another dtype.
         """
-        batch = tuple(data.shape[:batch_dims])
-        seen = 0
-        for key, value in data.items(include_nested=True, leaves_only=True):
-            key = as_key(key)
+        nb = len(batch)
+        for key, value in leaves.items():
             spec = self.leaves.get(key)
             if spec is None:
-                raise KeyError(
+                raise EntryKeyError(
                     f"{where}: unexpected entry {key_str(key)}; the buffer stores "
                     f"{sorted(map(key_str, self.leaves))}. Remove it or start a new buffer "
                     "with it from the first write."
                 )
-            if value.shape[batch_dims:] != spec.shape:
+            if value.shape[nb:] != spec.shape or value.shape[:nb] != batch:
                 raise ValueError(
                     f"{where}: {key_str(key)} has shape {tuple(value.shape)}, expected "
                     f"{batch + tuple(spec.shape)} (batch {batch} + {tuple(spec.shape)} "
@@ -124,8 +119,6 @@ class RowSchema:
                     f"{where}: {key_str(key)} has dtype {value.dtype}, expected "
                     f"{spec.dtype} as in the first write."
                 )
-            seen += 1
-        if seen != len(self.leaves):
-            present = {as_key(k) for k in data.keys(include_nested=True, leaves_only=True)}
-            missing = sorted(key_str(k) for k in self.leaves if k not in present)
-            raise KeyError(f"{where}: missing entries {missing} (stored in every row).")
+        if len(leaves) != len(self.leaves):
+            missing = sorted(key_str(k) for k in self.leaves if k not in leaves)
+            raise EntryKeyError(f"{where}: missing entries {missing} (stored in every row).")

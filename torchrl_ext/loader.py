@@ -30,6 +30,9 @@ class ReplayDataset(IterableDataset):
     Keyword Args:
         batch_size (int, optional): defaults to the buffer's batch size.
         num_batches (int, optional): batches per worker; ``None`` for endless.
+        seed (int, optional): in the main process (``num_workers=0``), reseeds the
+            buffer's generator when iteration starts. Workers are seeded by the
+            DataLoader (see :func:`make_loader`).
 
     Examples:
         >>> import torch
@@ -51,6 +54,7 @@ class ReplayDataset(IterableDataset):
         *,
         batch_size: int | None = None,
         num_batches: int | None = None,
+        seed: int | None = None,
     ) -> None:
         if not isinstance(rb.storage, EpisodeStorage):
             raise TypeError(
@@ -68,6 +72,7 @@ class ReplayDataset(IterableDataset):
         self.rb = rb
         self.batch_size = int(batch_size)
         self.num_batches = num_batches
+        self.seed = seed
 
     def __getstate__(self) -> dict[str, Any]:
         # Workers only sample: send the storage, sampler and transform, not the
@@ -78,6 +83,7 @@ class ReplayDataset(IterableDataset):
             "parts": (rb.storage, rb.sampler, rb._transform),
             "batch_size": self.batch_size,
             "num_batches": self.num_batches,
+            "seed": self.seed,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -85,13 +91,14 @@ class ReplayDataset(IterableDataset):
         self.rb = TensorDictReplayBuffer(storage=storage, sampler=sampler, transform=transform)
         self.batch_size = state["batch_size"]
         self.num_batches = state["num_batches"]
+        self.seed = state["seed"]
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         info = get_worker_info()
-        if info is not None:  # a worker process: its own random stream
-            generator = torch.Generator()
-            generator.manual_seed(info.seed)
-            self.rb.set_rng(generator)
+        if info is not None:  # a worker: its own stream, derived from the loader's seed
+            self.rb.set_rng(torch.Generator().manual_seed(info.seed))
+        elif self.seed is not None:  # in process: reseed the buffer's own generator
+            self.rb.set_rng(torch.Generator().manual_seed(self.seed))
         count = 0
         while self.num_batches is None or count < self.num_batches:
             yield self.rb.sample(self.batch_size)
@@ -120,7 +127,8 @@ def make_loader(
         pin_memory (bool): pin batches (only useful with a GPU).
         num_batches (int, optional): batches per worker; ``None`` for endless.
         multiprocessing_context (str, optional): ``"fork"``, ``"spawn"`` or ``"forkserver"``.
-        seed (int, optional): seeds the per-worker streams (reproducible runs).
+        seed (int, optional): seeds the per-worker streams, or the buffer's generator
+            when ``num_workers=0`` (reproducible runs either way).
         prefetch_factor (int, optional): batches each worker prepares ahead.
 
     Returns:
@@ -143,7 +151,7 @@ def make_loader(
         generator = torch.Generator()
         generator.manual_seed(seed)
     return DataLoader(
-        ReplayDataset(rb, batch_size=batch_size, num_batches=num_batches),
+        ReplayDataset(rb, batch_size=batch_size, num_batches=num_batches, seed=seed),
         batch_size=None,
         num_workers=num_workers,
         pin_memory=pin_memory,

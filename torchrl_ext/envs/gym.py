@@ -107,20 +107,32 @@ class GymVectorAdapter:
         action: Any,
         reward: Any,
         terminated: Any,
-        truncated: Any,
+        truncated: Any | None,
         infos: Mapping[str, Any] | list[dict] | None,
         next_obs: Any,
     ) -> TensorDict:
         """One vector-env step as ``[num_envs]`` TorchRL transitions.
+
+        In LEGACY mode ``truncated`` may be ``None``: ``terminated`` then holds
+        the vector env's ``dones`` and truncation comes from
+        ``infos[i]["TimeLimit.truncated"]``.
 
         Raises:
             ValueError: an input does not have ``num_envs`` rows, or a done env
                 has no final observation in SAME_STEP / LEGACY mode.
         """
         n = self.num_envs
-        terminated = self._column("terminated", terminated, torch.bool)
-        truncated = self._column("truncated", truncated, torch.bool)
-        done = terminated | truncated
+        if truncated is None and self.autoreset_mode is AutoresetMode.LEGACY:
+            # SB3 VecEnv: ``terminated`` holds the dones, truncation is in the infos
+            done = self._column("dones", terminated, torch.bool)
+            truncated = torch.tensor(
+                [[bool(info.get("TimeLimit.truncated", False))] for info in self._infos(infos)]
+            ) & done
+            terminated = done & ~truncated
+        else:
+            terminated = self._column("terminated", terminated, torch.bool)
+            truncated = self._column("truncated", truncated, torch.bool)
+            done = terminated | truncated
         obs_td = self._observation("obs", obs).auto_batch_size_(1)
         next_td = self._observation("next_obs", next_obs).auto_batch_size_(1)
         mode = self.autoreset_mode
@@ -144,9 +156,18 @@ class GymVectorAdapter:
         return out
 
     # ---------------------------------------------------------------- helpers
+    def _infos(self, infos: Any) -> list[dict]:
+        if infos is None or len(infos) != self.num_envs:
+            raise ValueError(
+                f"GymVectorAdapter.step: LEGACY mode needs infos as a list of {self.num_envs} "
+                f"dicts (one per env), got {type(infos).__name__}"
+                f"{'' if infos is None else f' of length {len(infos)}'}."
+            )
+        return list(infos)
+
     def _final_obs(self, infos: Any, i: int) -> Any:
         if self.autoreset_mode is AutoresetMode.LEGACY:
-            info = infos[i] if infos is not None and len(infos) > i else {}
+            info = self._infos(infos)[i]
             if "terminal_observation" not in info:
                 raise ValueError(
                     f"GymVectorAdapter.step: env {i} is done but infos[{i}] has no "

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
@@ -17,7 +18,7 @@ _MAX_ROUNDS = 64
 
 def draw_transitions(
     storage: EpisodeStorage, batch_size: int, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[np.ndarray, np.ndarray]:
     """Draw ``batch_size`` live transitions uniformly, with replacement.
 
     A live row is drawn uniformly over all streams (``tau`` in
@@ -27,7 +28,7 @@ def draw_transitions(
     Such rows are one per episode, so a redraw round is rarely needed.
 
     Returns:
-        ``(tau, stream)``, both ``[batch_size]``.
+        ``(tau, stream)``, numpy int64 arrays of ``[batch_size]``.
 
     Raises:
         ValueError: the storage holds no transition, or ``batch_size`` is not in
@@ -44,21 +45,23 @@ def draw_transitions(
             "len(rb) >= batch_size, e.g. with a collector's init_random_frames)."
         )
     lo = index.live_start()  # [S]
-    ends = (index.written - lo).cumsum(0)  # [S] cumulative live rows
-    total = int(ends[-1])
-    tau = torch.empty(batch_size, dtype=torch.int64)
-    stream = torch.empty(batch_size, dtype=torch.int64)
-    todo = torch.arange(batch_size)
+    live = index.written.numpy() - lo  # [S] live rows per stream
+    ends = live.cumsum()
+    tau = np.empty(batch_size, dtype=np.int64)
+    stream = np.empty(batch_size, dtype=np.int64)
+    todo = np.arange(batch_size)
     for _ in range(_MAX_ROUNDS):
-        u = torch.randint(total, (todo.numel(),), generator=generator)
-        s = torch.searchsorted(ends, u, right=True)
-        t = lo[s] + u - (ends[s] - (index.written[s] - lo[s]))
+        u = torch.randint(int(ends[-1]), (todo.size,), generator=generator).numpy()
+        s = np.searchsorted(ends, u, side="right")
+        t = lo[s] + u - (ends[s] - live[s])
         _, step, _, length = index.locate(t, s)
         ok = step < length
+        if ok.all() and todo.size == batch_size:
+            return t, s
         tau[todo[ok]] = t[ok]
         stream[todo[ok]] = s[ok]
         todo = todo[~ok]
-        if not todo.numel():
+        if not todo.size:
             return tau, stream
     raise RuntimeError("draw_transitions: too many redraws; the episode index is inconsistent.")
 
@@ -100,7 +103,7 @@ class UniformTransitionSampler(Sampler):
 
     def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         tau, stream = draw_transitions(storage, batch_size, self._generator())
-        return storage.index.physical_rows(tau, stream), {}
+        return torch.from_numpy(storage.index.physical_rows(tau, stream)), {}
 
     def _empty(self) -> None:
         pass

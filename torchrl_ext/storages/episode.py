@@ -5,12 +5,14 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.data import LazyMemmapStorage, LazyTensorStorage, Storage, TensorStorage
+from torchrl.data import Storage, TensorStorage
 
 from torchrl_ext._schema import LeafSpec, RowSchema
 from torchrl_ext.episodes import EpisodeIndex, WritePlan
+from torchrl_ext.storages._packed import PackedRows
 
 __all__ = ["EpisodeStorage"]
 
@@ -111,49 +113,26 @@ class EpisodeStorage(TensorStorage):
                 f"EpisodeStorage: max_size={self.max_size} gives {stream_capacity} rows to "
                 f"each of {num_streams} streams; need at least 2 per stream."
             )
-        index = EpisodeIndex(num_streams, stream_capacity)
-        if self.backend == "tensor":
-            inner: TensorStorage = LazyTensorStorage(index.num_rows)
-        else:
-            inner = LazyMemmapStorage(index.num_rows, scratch_dir=self.scratch_dir)
-        inner._init(schema.row_template())
-        rows = inner._storage
-        if self.backend == "tensor":
-            rows.share_memory_()
-        index.share_memory_()
-        self.schema, self.index, self._storage = schema, index, rows
-        self._plan_gather()
-
-    def _plan_gather(self) -> None:
-        # (output key, row tensor, read from the next row?) for every output leaf
-        schema, rows = self.schema, self._storage
-        plan = [(k, rows.get(k), False) for k in schema.shared + schema.root_only]
-        plan += [(("next", *k), rows.get(("next", *k)), False) for k in schema.next_only]
-        plan += [(("next", *k), rows.get(k), True) for k in schema.shared]
-        self._gather = plan
+        index = EpisodeIndex(num_streams, stream_capacity).share_memory_()
+        self.packed = PackedRows(schema, index.num_rows, self.backend, self.scratch_dir)
+        self.schema, self.index, self._storage = schema, index, self.packed.buffers
 
     # ----------------------------------------------------------------- writes
-    def write(self, plan: WritePlan, data: TensorDictBase) -> None:
-        """Write ``[K, T]`` steps where ``plan`` says (called by the writer)."""
-        schema, rows = self.schema, self._storage
-        at = plan.rows.reshape(-1)
-        at_next = plan.next_rows.reshape(-1)
+    def write(self, plan: WritePlan, leaves: dict[tuple[str, ...], torch.Tensor]) -> None:
+        """Write the ``[K, T]`` steps of ``plan``, then publish them in the index.
+
+        Args:
+            plan: rows from :meth:`EpisodeIndex.plan`.
+            leaves: every entry of the steps, ``[K * T, *shape]``.
+        """
         start = plan.start.reshape(-1)
-        n = at.numel()
-        for key in schema.root_only:
-            rows.get(key).index_copy_(0, at, data.get(key).reshape(n, *schema.leaves[key].shape))
-        for key in schema.next_only:
-            full = ("next", *key)
-            rows.get(full).index_copy_(0, at, data.get(full).reshape(n, *schema.leaves[full].shape))
-        any_start = bool(start.any())
-        at_start = at[start] if any_start else None
-        for key in schema.shared:
-            shape = schema.leaves[key].shape
-            target = rows.get(key)
-            target.index_copy_(0, at_next, data.get(("next", *key)).reshape(n, *shape))
-            if any_start:
-                target.index_copy_(0, at_start, data.get(key).reshape(n, *shape)[start])
-        self._bump_mutation_revision()
+        self.packed.write(
+            leaves,
+            torch.from_numpy(plan.rows.reshape(-1)),
+            torch.from_numpy(plan.next_rows.reshape(-1)),
+            torch.from_numpy(start) if start.any() else None,
+        )
+        plan.commit()
 
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         """Not supported: rows are placed by :class:`~torchrl_ext.writers.EpisodeWriter`."""
@@ -164,43 +143,39 @@ class EpisodeStorage(TensorStorage):
         )
 
     # ------------------------------------------------------------------ reads
-    def next_rows(self, rows: torch.Tensor) -> torch.Tensor:
+    def next_rows(self, rows: np.ndarray) -> np.ndarray:
         """Physical row following ``rows`` in their streams (ring wrap-around)."""
         nxt = rows + self.index.num_streams
-        return torch.where(nxt >= self.index.num_rows, nxt - self.index.num_rows, nxt)
+        nxt[nxt >= self.index.num_rows] -= self.index.num_rows
+        return nxt
 
     def get(self, index: Any) -> TensorDictBase:
         """Transitions starting at physical ``index`` rows, in TorchRL layout.
 
-        ``index`` is a LongTensor of rows (as drawn by the samplers), an int, or
-        ``slice(None)`` for every live transition.
+        ``index`` is a LongTensor (or numpy array) of rows as drawn by the
+        samplers, an int, or ``slice(None)`` for every live transition.
         """
         self._check_ready("get")
         if isinstance(index, slice):
             if index != slice(None):
                 raise ValueError(f"EpisodeStorage.get: slice {index} unsupported; use [:].")
             index = self.live_transition_rows()
-        elif isinstance(index, int):
-            index = torch.tensor([index])[0]
-        index = torch.as_tensor(index, dtype=torch.int64)
-        flat = index.reshape(-1)
-        nxt = self.next_rows(flat)
-        out = TensorDict({}, batch_size=flat.shape)
-        for key, tensor, from_next in self._gather:
-            out.set(key, tensor.index_select(0, nxt if from_next else flat))
-        return out.reshape(index.shape)
+        rows = torch.as_tensor(index, dtype=torch.int64)
+        flat = rows.reshape(-1)
+        out = self.packed.gather(flat, torch.from_numpy(self.next_rows(flat.numpy())))
+        return out if rows.ndim == 1 else out.reshape(rows.shape)
 
     def live_transition_rows(self) -> torch.Tensor:
         """Physical rows of every live transition, stream by stream (O(capacity))."""
         index = self.index
-        lo = index.live_start()
+        lo, written = index.live_start(), index.written.numpy()
         parts = []
         for s in range(index.num_streams):
-            tau = torch.arange(int(lo[s]), int(index.written[s]))
-            stream = torch.full_like(tau, s)
+            tau = np.arange(lo[s], written[s])
+            stream = np.full_like(tau, s)
             _, step, _, length = index.locate(tau, stream)
             parts.append(index.physical_rows(tau[step < length], stream[step < length]))
-        return torch.cat(parts)
+        return torch.from_numpy(np.concatenate(parts))
 
     def __len__(self) -> int:
         return 0 if self.index is None else self.index.num_transitions()
@@ -215,9 +190,9 @@ class EpisodeStorage(TensorStorage):
         """Whether physical row ``item`` starts a live transition."""
         if self.index is None:
             return False
-        tau, stream = self.index.row_coordinates(torch.as_tensor(item))
+        tau, stream = self.index.row_coordinates(np.asarray(item))
         live = (tau >= self.index.live_start()[stream]) & (tau >= 0)
-        _, step, _, length = self.index.locate(tau.clamp_min(0), stream)
+        _, step, _, length = self.index.locate(np.maximum(tau, 0), stream)
         return bool((live & (step < length)).all())
 
     # ---------------------------------------------------- state and persistence
@@ -283,7 +258,7 @@ class EpisodeStorage(TensorStorage):
         meta = None if self.schema is None else self._meta()
         (path / "meta.json").write_text(json.dumps(meta))
         if meta is not None:
-            self._storage.memmap(path / "rows")
+            self._storage.memmap(path / "rows", copy_existing=True)
             self.index.state().memmap(path / "index")
 
     def loads(self, path: str | Path) -> None:

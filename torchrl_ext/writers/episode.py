@@ -5,12 +5,14 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.writers import Writer
 
-from torchrl_ext._schema import RowSchema, as_key, key_str
+from torchrl_ext._schema import EntryKeyError, RowSchema, as_key, key_str
 from torchrl_ext.storages.episode import EpisodeStorage
 
 __all__ = ["EpisodeWriter", "DEFAULT_DONE_KEYS"]
@@ -119,79 +121,94 @@ class EpisodeWriter(Writer):
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"{where}: expected a TensorDict, got {type(data).__name__}.")
         storage: EpisodeStorage = self._storage
-        flat = data.ndim == 1 and self.traj_key in _leaf_keys(data)
-        if flat:
-            mask, data = _pop(data, self.mask_key)
-            if mask is not None:
-                data = data[mask]
-            batch_dims, checked = 1, data
-        else:
-            steps, restore = _as_streams_by_time(data)  # [K, T]
-            mask, steps = _pop(steps, self.mask_key)
-            batch_dims, checked = 2, steps
+        leaves = {as_key(k): v for k, v in data.items(include_nested=True, leaves_only=True)}
+        mask = leaves.pop(self.mask_key, None)
+        batch = tuple(data.shape)
+        flat = data.ndim == 1 and self.traj_key in leaves
+        layout = None if flat else _Layout.of(data)
         if storage.schema is None:
-            self._first_write(checked, batch_dims, where, flat)
+            self._first_write(leaves, batch, where, layout)
         else:
-            storage.schema.validate(checked, batch_dims, where)
-        if flat:
-            rows = self._write_fragments(data, where)
+            storage.schema.validate(leaves, batch, where)
+        if layout is None:
+            rows = self._write_fragments(leaves, mask, where)
         else:
-            if steps.shape[0] != storage.num_streams:
+            if layout.streams != storage.num_streams:
                 raise ValueError(
-                    f"{where}: data has {steps.shape[0]} envs (batch {tuple(data.shape)}), "
-                    f"but the buffer holds {storage.num_streams} streams fixed by its first "
-                    "write; the env count cannot change (start a new buffer)."
+                    f"{where}: data has {layout.streams} envs (batch {batch}), but the "
+                    f"buffer holds {storage.num_streams} streams fixed by its first write; "
+                    "the env count cannot change (start a new buffer)."
                 )
-            rows = restore(self._write_streams(steps, mask))
-        self._write_count += int(rows.ge(0).sum())
+            leaves = {k: layout.flatten(v) for k, v in leaves.items()}
+            if mask is not None:
+                mask = layout.flatten(mask.reshape(batch)).numpy().reshape(layout.shape)
+            rows = layout.restore(self._write_streams(leaves, layout.shape, mask))
+        self._write_count += int((rows >= 0).sum())
         self._mark_update_entities(rows)
         return rows
 
-    def _write_streams(self, steps: TensorDictBase, mask: torch.Tensor | None) -> torch.Tensor:
-        # [K, T] steps, stream k = row k; masked-out steps (mask False) are skipped.
+    def _write_streams(
+        self,
+        leaves: dict[tuple[str, ...], torch.Tensor],
+        shape: tuple[int, int],
+        mask: np.ndarray | None,
+    ) -> torch.Tensor:
+        # leaves are [K * T, ...] with stream k at rows k*T .. k*T+T-1, in time order;
+        # steps where mask is False are skipped.
         storage: EpisodeStorage = self._storage
-        K, T = steps.shape
-        streams = torch.arange(K)
-        if mask is None or bool(mask.all()):
-            groups = [(streams, steps, None)]
-        elif T == 1:
-            keep = mask[:, 0]
-            groups = [(streams[keep], steps[keep], keep)]
-        else:  # holes inside the time dim: one stream at a time
-            groups = [
-                (streams[k : k + 1], steps[k][mask[k]].unsqueeze(0), k) for k in range(K)
-            ]
-        rows = torch.full((K, T), -1, dtype=torch.int64)
-        for group, part, where in groups:
-            if not part.numel():
+        K, T = shape
+        done, traj = self._done(leaves, shape), self._traj(leaves, shape)
+        if mask is None or mask.all():
+            return torch.from_numpy(self._write_block(np.arange(K), done, traj, leaves))
+        rows = np.full(shape, -1, dtype=np.int64)
+        # streams with the same number of kept steps could share a plan; holes are
+        # rare (padding, gymnasium reset steps), so keep it simple: T == 1 at once,
+        # otherwise stream by stream.
+        groups = [np.flatnonzero(mask[:, 0])] if T == 1 else [np.array([k]) for k in range(K)]
+        for streams in groups:
+            keep = mask[streams]  # [k, T]
+            if not keep.any():
                 continue
-            plan = storage.index.plan(group, self._done(part), self._traj(part))
-            storage.write(plan, part)
-            if where is None:
-                rows = plan.rows
-            elif T == 1:
-                rows[where] = plan.rows
-            else:
-                rows[where, mask[where]] = plan.rows[0]
-        return rows
+            flat = torch.from_numpy((streams[:, None] * T + np.arange(T))[keep])
+            part = {key: value.index_select(0, flat) for key, value in leaves.items()}
+            n = int(keep.sum()) // streams.size
+            sub_traj = None if traj is None else traj[streams][keep].reshape(-1, n)
+            sub_done = done[streams][keep].reshape(-1, n)
+            placed = self._write_block(streams, sub_done, sub_traj, part)
+            rows[streams[:, None].repeat(n, 1), np.nonzero(keep)[1].reshape(-1, n)] = placed
+        return torch.from_numpy(rows)
 
-    def _write_fragments(self, data: TensorDictBase, where: str) -> torch.Tensor:
+    def _write_fragments(
+        self,
+        leaves: dict[tuple[str, ...], torch.Tensor],
+        mask: torch.Tensor | None,
+        where: str,
+    ) -> torch.Tensor:
         # A flat batch is a sequence of trajectory fragments, each in time order.
         storage: EpisodeStorage = self._storage
         index = storage.index
-        traj = self._traj(data.unsqueeze(0))[0]  # [B]
-        done = self._done(data.unsqueeze(0))[0]
-        cuts = torch.nonzero(traj[1:] != traj[:-1]).view(-1) + 1
-        bounds = [0, *cuts.tolist(), traj.numel()]
-        rows = torch.empty_like(traj)
+        B = next(iter(leaves.values())).shape[0]
+        rows = torch.full((B,), -1, dtype=torch.int64)
+        if mask is not None:
+            kept = torch.nonzero(mask.reshape(B)).view(-1)
+            leaves = {k: v.index_select(0, kept) for k, v in leaves.items()}
+        else:
+            kept = torch.arange(B)
+        n = kept.numel()
+        if not n:
+            return rows
+        traj = self._traj(leaves, (1, n))[0]
+        done = self._done(leaves, (1, n))[0]
+        cuts = np.flatnonzero(traj[1:] != traj[:-1]) + 1
+        bounds = [0, *cuts.tolist(), n]
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             tid = int(traj[lo])
-            match = torch.nonzero(index.stream_traj == tid).view(-1)
-            if match.numel():
+            match = np.flatnonzero(index.stream_traj.numpy() == tid)
+            if match.size:
                 stream = int(match[0])
             else:
-                free = torch.nonzero(~index.is_open).view(-1)
-                if not free.numel():
+                free = np.flatnonzero(~index.is_open.numpy())
+                if not free.size:
                     raise ValueError(
                         f"{where}: trajectory {key_str(self.traj_key)}={tid} starts while all "
                         f"{index.num_streams} streams hold running episodes; raise "
@@ -199,50 +216,83 @@ class EpisodeWriter(Writer):
                         "episodes with a done flag before a new trajectory id."
                     )
                 stream = int(free[0])
-            fragment = data[lo:hi].unsqueeze(0)
-            plan = index.plan(
-                torch.tensor([stream]), done[None, lo:hi], traj[None, lo:hi]
+            part = {k: v[lo:hi] for k, v in leaves.items()}
+            placed = self._write_block(np.array([stream]), done[None, lo:hi], traj[None, lo:hi], part)
+            rows[kept[lo:hi]] = torch.from_numpy(placed[0])
+        return rows
+
+    def _write_block(
+        self,
+        streams: np.ndarray,
+        done: np.ndarray,
+        traj: np.ndarray | None,
+        leaves: dict[tuple[str, ...], torch.Tensor],
+    ) -> np.ndarray:
+        """Plan and write ``[K, T]`` steps (leaves ``[K * T, ...]``); returns their rows.
+
+        A stream's ring holds ``stream_capacity`` rows and ``c`` steps need at most
+        ``2c`` of them, so longer writes go in time chunks of ``stream_capacity // 2``
+        steps: the ring then keeps the newest rows, as any FIFO would.
+        """
+        storage: EpisodeStorage = self._storage
+        K, T = done.shape
+        chunk = max(1, storage.index.stream_capacity // 2)
+        if T <= chunk:
+            plan = storage.index.plan(streams, done, traj)
+            storage.write(plan, leaves)
+            return plan.rows
+        rows = np.empty((K, T), dtype=np.int64)
+        for lo in range(0, T, chunk):
+            hi = min(T, lo + chunk)
+            flat = torch.from_numpy((np.arange(K)[:, None] * T + np.arange(lo, hi)).reshape(-1))
+            part = {key: value.index_select(0, flat) for key, value in leaves.items()}
+            plan = storage.index.plan(
+                streams, done[:, lo:hi], None if traj is None else traj[:, lo:hi]
             )
-            storage.write(plan, fragment)
-            rows[lo:hi] = plan.rows[0]
+            storage.write(plan, part)
+            rows[:, lo:hi] = plan.rows
         return rows
 
     def _first_write(
-        self, data: TensorDictBase, batch_dims: int, where: str, flat: bool
+        self,
+        leaves: dict[tuple[str, ...], torch.Tensor],
+        batch: tuple[int, ...],
+        where: str,
+        layout: _Layout | None,
     ) -> None:
-        keys = _leaf_keys(data)
-        present_done = [k for k in self.done_keys if k in keys]
+        names = sorted(map(key_str, leaves))
+        present_done = [k for k in self.done_keys if k in leaves]
         if not present_done:
-            raise KeyError(
+            raise EntryKeyError(
                 f"{where}: none of the done entries {[key_str(k) for k in self.done_keys]} "
-                f"is in the data (entries: {sorted(map(key_str, keys))}); episodes cannot "
-                "be delimited. Add ('next', 'done') or pass done_keys=."
+                f"is in the data (entries: {names}); episodes cannot be delimited. "
+                "Add ('next', 'done') or pass done_keys=."
             )
-        if self.reward_key not in keys:
-            raise KeyError(
+        if self.reward_key not in leaves:
+            raise EntryKeyError(
                 f"{where}: reward entry {key_str(self.reward_key)} is missing "
-                f"(entries: {sorted(map(key_str, keys))}); pass reward_key= if it has another name."
+                f"(entries: {names}); pass reward_key= if it has another name."
             )
+        nb = len(batch)
         for key in (self.reward_key, *present_done):
-            value = data.get(key)
-            if value.shape[batch_dims:] != (1,):
+            value = leaves[key]
+            if tuple(value.shape) != batch + (1,):
                 raise ValueError(
                     f"{where}: {key_str(key)} has shape {tuple(value.shape)}, expected "
-                    f"{tuple(value.shape[:batch_dims]) + (1,)} (a trailing dim of 1, TorchRL layout)."
+                    f"{batch + (1,)} (the batch {batch} plus a trailing dim of 1, TorchRL layout)."
                 )
         for key in present_done:
-            if data.get(key).dtype != torch.bool:
+            if leaves[key].dtype != torch.bool:
                 raise TypeError(
-                    f"{where}: {key_str(key)} has dtype {data.get(key).dtype}, expected torch.bool."
+                    f"{where}: {key_str(key)} has dtype {leaves[key].dtype}, expected torch.bool."
                 )
-        shared = [k for k in keys if k[0] != "next" and ("next", *k) in keys]
-        if not shared:
-            raise KeyError(
+        if not any(k[0] != "next" and ("next", *k) in leaves for k in leaves):
+            raise EntryKeyError(
                 f"{where}: no observation found: no entry is present both at the root and "
                 "under 'next' (e.g. 'observation' and ('next', 'observation'))."
             )
-        schema = RowSchema.infer(data, batch_dims)
-        if flat:
+        schema = RowSchema.infer(leaves, nb)
+        if layout is None:
             if self.num_streams is None:
                 raise ValueError(
                     f"{where}: a flat batch with {key_str(self.traj_key)} needs the number of "
@@ -250,26 +300,25 @@ class EpisodeWriter(Writer):
                 )
             num_streams = self.num_streams
         else:
-            num_streams = data.shape[0]
+            num_streams = layout.streams
             if self.num_streams is not None and self.num_streams != num_streams:
                 raise ValueError(
-                    f"{where}: data has {num_streams} envs (batch {tuple(data.shape)}), "
+                    f"{where}: data has {num_streams} envs (batch {batch}), "
                     f"expected num_streams={self.num_streams}."
                 )
         self._storage.initialize(schema, num_streams)
 
-    def _done(self, steps: TensorDictBase) -> torch.Tensor:
+    def _done(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray:
         done = None
         for key in self.done_keys:
-            value = steps.get(key, None)
+            value = leaves.get(key)
             if value is not None:
-                value = value.reshape(steps.shape)
                 done = value if done is None else done | value
-        return done
+        return done.reshape(shape).numpy()
 
-    def _traj(self, steps: TensorDictBase) -> torch.Tensor | None:
-        value = steps.get(self.traj_key, None)
-        return None if value is None else value.reshape(steps.shape).long()
+    def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
+        value = leaves.get(self.traj_key)
+        return None if value is None else value.reshape(shape).long().numpy()
 
     # -------------------------------------------------- TorchRL writer contract
     def _mark_update_entities(self, index: torch.Tensor) -> None:
@@ -301,33 +350,45 @@ class EpisodeWriter(Writer):
         )
 
 
-def _leaf_keys(data: TensorDictBase) -> set[tuple[str, ...]]:
-    return {as_key(k) for k in data.keys(include_nested=True, leaves_only=True)}
+class _Layout:
+    """Which batch dims are streams and which is time, and how to flatten.
 
+    ``flatten`` maps an entry to ``[streams * time, ...]`` (stream-major);
+    ``restore`` maps ``[streams, time]`` rows back to the batch shape.
+    """
 
-def _pop(data: TensorDictBase, key: tuple[str, ...]):
-    """Split an optional bool entry off ``data`` (shaped like the batch)."""
-    value = data.get(key, None)
-    if value is None:
-        return None, data
-    return value.reshape(data.shape).bool(), data.exclude(key)
+    def __init__(self, batch: tuple[int, ...], time_first: bool) -> None:
+        self.batch = batch
+        self.time_first = time_first
+        if len(batch) == 0:
+            self.shape = (1, 1)
+        elif len(batch) == 1:
+            self.shape = (1, batch[0]) if time_first else (batch[0], 1)
+        elif len(batch) == 2:
+            self.shape = (batch[1], batch[0]) if time_first else (batch[0], batch[1])
+        else:
+            raise ValueError(
+                f"EpisodeWriter: batch shape {batch} has {len(batch)} dims, expected "
+                "[], [num_envs], [num_envs, time] or a flat batch with trajectory ids; "
+                "reshape to [num_envs, time] first."
+            )
+        self.streams = self.shape[0]
 
+    @classmethod
+    def of(cls, data: TensorDictBase) -> _Layout:
+        return cls(tuple(data.shape), bool(data.ndim) and data.names[0] == "time")
 
-def _as_streams_by_time(data: TensorDictBase):
-    """View ``data`` as ``[streams, time]``; also return how to map rows back."""
-    names = data.names if data.ndim else []
-    if data.ndim == 0:
-        return data.reshape(1, 1), lambda rows: rows[0, 0]
-    if data.ndim == 1:
-        if names[0] == "time":
-            return data.unsqueeze(0), lambda rows: rows[0]
-        return data.unsqueeze(1), lambda rows: rows[:, 0]
-    if data.ndim == 2:
-        if names[0] == "time":
-            return data.transpose(0, 1), lambda rows: rows.transpose(0, 1)
-        return data, lambda rows: rows
-    raise ValueError(
-        f"EpisodeWriter: batch shape {tuple(data.shape)} has {data.ndim} dims, expected "
-        "[], [num_envs], [num_envs, time] or a flat batch with trajectory ids; "
-        "reshape to [num_envs, time] first."
-    )
+    def flatten(self, value: torch.Tensor) -> torch.Tensor:
+        nb = len(self.batch)
+        if nb == 1 and not self.time_first:
+            return value  # [N, ...] is already stream-major with T == 1
+        if nb == 2 and self.time_first:
+            value = value.transpose(0, 1)
+        return value.reshape(self.shape[0] * self.shape[1], *value.shape[nb:])
+
+    def restore(self, rows: torch.Tensor) -> torch.Tensor:
+        if len(self.batch) == 0:
+            return rows[0, 0]
+        if len(self.batch) == 1:
+            return rows[0] if self.time_first else rows[:, 0]
+        return rows.transpose(0, 1) if self.time_first else rows

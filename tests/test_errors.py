@@ -1,0 +1,215 @@
+"""Every bad input gets a clear error naming the entry, what came and what was expected."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+from conftest import column, steps
+from torchrl_ext import EpisodeStorage, EpisodeWriter, make_replay_buffer
+from torchrl_ext.envs import GymVectorAdapter
+from torchrl_ext.loader import ReplayDataset
+
+
+def step_of(n=2):
+    return steps(torch.zeros(n, 3), torch.ones(n, 3))
+
+
+@pytest.fixture
+def rb():
+    buffer = make_replay_buffer(64, seed=0)
+    buffer.extend(step_of())
+    return buffer
+
+
+def test_missing_entry(rb):
+    bad = step_of().exclude("action")
+    with pytest.raises(KeyError, match=re.escape("missing entries [\"'action'\"]")):
+        rb.extend(bad)
+
+
+def test_unexpected_entry(rb):
+    bad = step_of()
+    bad.set("extra", torch.zeros(2))
+    with pytest.raises(KeyError, match="unexpected entry 'extra'; the buffer stores"):
+        rb.extend(bad)
+
+
+def test_wrong_shape_names_entry_and_expected_shape(rb):
+    bad = steps(torch.zeros(2, 4), torch.ones(2, 4))
+    with pytest.raises(ValueError, match=re.escape("'observation' has shape (2, 4), expected (2, 3)")):
+        rb.extend(bad)
+
+
+def test_wrong_dtype(rb):
+    bad = steps(torch.zeros(2, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match="'observation' has dtype torch.float64, expected torch.float32"):
+        rb.extend(bad)
+
+
+def test_env_count_change(rb):
+    with pytest.raises(ValueError, match=r"data has 3 envs .* holds 2 streams .* cannot change"):
+        rb.extend(step_of(3))
+
+
+def test_reward_of_wrong_shape():
+    bad = step_of()
+    bad.set(("next", "reward"), torch.zeros(2))
+    with pytest.raises(ValueError, match=re.escape("('next', 'reward') has shape (2,), expected (2, 1)")):
+        make_replay_buffer(64).extend(bad)
+
+
+def test_done_of_wrong_dtype():
+    bad = step_of()
+    bad.set(("next", "done"), torch.zeros(2, 1))
+    with pytest.raises(TypeError, match=re.escape("('next', 'done') has dtype torch.float32, expected torch.bool")):
+        make_replay_buffer(64).extend(bad)
+
+
+def test_no_done_entry():
+    bad = step_of().exclude(("next", "done"), ("next", "terminated"), ("next", "truncated"))
+    with pytest.raises(KeyError, match="none of the done entries"):
+        make_replay_buffer(64).extend(bad)
+
+
+def test_no_reward_entry():
+    bad = step_of().exclude(("next", "reward"))
+    with pytest.raises(KeyError, match=re.escape("reward entry ('next', 'reward') is missing")):
+        make_replay_buffer(64).extend(bad)
+
+
+def test_no_observation():
+    bad = step_of().exclude(("next", "observation"))
+    with pytest.raises(KeyError, match="no observation found"):
+        make_replay_buffer(64).extend(bad)
+
+
+def test_observation_and_next_observation_disagree():
+    bad = steps(torch.zeros(2, 3), torch.ones(2, 4))
+    with pytest.raises(ValueError, match="an observation and its next observation must match"):
+        make_replay_buffer(64).extend(bad)
+
+
+def test_three_batch_dims():
+    with pytest.raises(ValueError, match=r"batch shape \(2, 2, 2\) has 3 dims"):
+        make_replay_buffer(64).extend(steps(torch.zeros(2, 2, 2, 1), torch.ones(2, 2, 2, 1)))
+
+
+def test_not_a_tensordict(rb):
+    with pytest.raises(TypeError, match="expected a TensorDict, got dict"):
+        rb.writer.extend({"observation": torch.zeros(2)})
+
+
+def test_flat_trajectories_need_num_streams():
+    td = steps(column([0.0, 1.0]), column([1.0, 2.0]), traj_ids=torch.tensor([4, 4]))
+    with pytest.raises(ValueError, match=r"needs the number of envs: build EpisodeWriter\(num_streams=...\)"):
+        make_replay_buffer(64).extend(td)
+
+
+def test_flat_trajectories_beyond_stream_count():
+    rb = make_replay_buffer(64, num_streams=1)
+    td = steps(column([0.0, 10.0]), column([1.0, 11.0]), traj_ids=torch.tensor([4, 5]))
+    with pytest.raises(ValueError, match="trajectory \\('collector', 'traj_ids'\\)=5 starts while all 1 streams"):
+        rb.extend(td)
+
+
+def test_num_streams_disagrees_with_data():
+    with pytest.raises(ValueError, match="data has 2 envs .*expected num_streams=3"):
+        make_replay_buffer(64, num_streams=3).extend(step_of())
+
+
+def test_sample_empty_buffer():
+    with pytest.raises(ValueError, match="holds no transition yet"):
+        make_replay_buffer(64, batch_size=4).sample()
+
+
+def test_batch_larger_than_valid_rows(rb):
+    with pytest.raises(ValueError, match=r"batch_size=3, but the buffer holds 2 transitions"):
+        rb.sample(3)
+
+
+def test_storage_too_small_for_streams():
+    with pytest.raises(ValueError, match="gives 1 rows to each of 2 streams"):
+        make_replay_buffer(3).extend(step_of())
+
+
+def test_storage_arguments():
+    with pytest.raises(ValueError, match="backend='disk', expected 'tensor' or 'memmap'"):
+        EpisodeStorage(10, backend="disk")
+    with pytest.raises(ValueError, match="max_size=1, expected at least 2 rows"):
+        EpisodeStorage(1)
+
+
+def test_writer_needs_episode_storage():
+    with pytest.raises(TypeError, match="EpisodeWriter needs an EpisodeStorage, got LazyTensorStorage"):
+        TensorDictReplayBuffer(storage=LazyTensorStorage(10), writer=EpisodeWriter())
+
+
+def test_writer_arguments():
+    with pytest.raises(ValueError, match="num_streams=0, expected >= 1"):
+        EpisodeWriter(num_streams=0)
+
+
+def test_direct_assignment_is_refused(rb):
+    with pytest.raises(TypeError, match="written through torchrl_ext.writers.EpisodeWriter"):
+        rb[0] = step_of()[0]
+
+
+def test_get_before_any_write():
+    with pytest.raises(RuntimeError, match="nothing was written yet"):
+        EpisodeStorage(10).get(torch.tensor([0]))
+
+
+def test_checkpoint_into_buffer_of_other_size(rb, tmp_path):
+    rb.dumps(tmp_path)
+    with pytest.raises(ValueError, match="checkpoint has max_size=64, this storage 32"):
+        make_replay_buffer(32).loads(tmp_path)
+
+
+def test_dataset_of_empty_buffer():
+    with pytest.raises(ValueError, match="the buffer is empty; write at least one step"):
+        ReplayDataset(make_replay_buffer(8, batch_size=2))
+
+
+def test_adapter_wrong_rows():
+    adapter = GymVectorAdapter(2)
+    with pytest.raises(ValueError, match=re.escape("action has shape (3,), expected (2, ...)")):
+        adapter.step(np.zeros((2, 3)), np.zeros(3), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), {}, np.zeros((2, 3)))
+    with pytest.raises(ValueError, match=re.escape("reward has shape (2, 1), expected (2,)")):
+        adapter.step(np.zeros((2, 3)), np.zeros(2), np.zeros((2, 1)), np.zeros(2, bool), np.zeros(2, bool), {}, np.zeros((2, 3)))
+
+
+def test_adapter_unknown_mode():
+    with pytest.raises(ValueError, match="autoreset_mode='Sometimes', expected one of"):
+        GymVectorAdapter(2, autoreset_mode="Sometimes")
+
+
+def test_adapter_same_step_without_final_obs():
+    adapter = GymVectorAdapter(2, autoreset_mode="SameStep")
+    done = np.array([True, False])
+    with pytest.raises(ValueError, match=re.escape("env 0 is done but infos['final_obs'][0] is missing")):
+        adapter.step(np.zeros((2, 3)), np.zeros(2), np.zeros(2), done, ~done, {}, np.zeros((2, 3)))
+
+
+def test_adapter_legacy_without_terminal_observation():
+    adapter = GymVectorAdapter(2, autoreset_mode="Legacy")
+    done = np.array([False, True])
+    with pytest.raises(ValueError, match="env 1 is done but infos\\[1\\] has no 'terminal_observation'"):
+        adapter.step(np.zeros((2, 3)), np.zeros(2), np.zeros(2), done, np.zeros(2, bool), [{}, {}], np.zeros((2, 3)))
+
+
+def test_nested_entries_are_named_in_full(rb):
+    bad = step_of()
+    bad.set(("next", "info"), TensorDict({"x": torch.zeros(2)}, [2]))
+    with pytest.raises(KeyError, match=re.escape("unexpected entry ('next', 'info', 'x')")):
+        rb.extend(bad)
+
+
+def test_adapter_legacy_infos_must_be_a_list_per_env():
+    adapter = GymVectorAdapter(2, autoreset_mode="Legacy")
+    with pytest.raises(ValueError, match="LEGACY mode needs infos as a list of 2 dicts"):
+        adapter.step(np.zeros((2, 3)), np.zeros(2), np.zeros(2), np.zeros(2, bool), None, {}, np.zeros((2, 3)))
