@@ -58,6 +58,7 @@ class EpisodeIndex:
         "episode_count",  # [S] episodes ever opened per stream
         "stream_traj",  # [S] trajectory id of the stream's last step (-1: none)
         "row_episode",  # [S * C] per-stream episode number of each row (-1: unwritten)
+        "row_is_step",  # [S * C] the row holds a published transition (1 byte a row)
         "episode_start",  # [S, E] tau of each episode's step 0
         "episode_length",  # [S, E] steps written per episode
     )
@@ -77,6 +78,8 @@ class EpisodeIndex:
         self.episode_count = torch.zeros(S, dtype=torch.int64)
         self.stream_traj = torch.full((S,), -1, dtype=torch.int64)
         self.row_episode = torch.full((S * C,), -1, dtype=torch.int64)
+        # the sampler's validity test reads this, not the 8x larger row_episode
+        self.row_is_step = torch.zeros(S * C, dtype=torch.bool)
         self.episode_start = torch.zeros(S, E, dtype=torch.int64)
         self.episode_length = torch.zeros(S, E, dtype=torch.int64)
         self._bind()
@@ -260,6 +263,10 @@ class EpisodeIndex:
         v = self._np
         v["row_episode"][plan.rows] = plan.episode
         v["row_episode"][plan.next_rows] = plan.episode
+        # next rows first: a step's next row is the following step's row when
+        # the episode continues, and then it is a transition
+        v["row_is_step"][plan.next_rows] = False
+        v["row_is_step"][plan.rows] = True
         v["episode_start_flat"][plan.start_slots] = plan.start_tau
         v["episode_length_flat"][plan.length_slots] = plan.lengths
         v["episode_count"][plan.streams] = plan.episode[:, -1] + 1
@@ -272,6 +279,7 @@ class EpisodeIndex:
         """Forget every row (``rb.empty()``)."""
         for name in ("written", "is_open", "episode_count", "episode_start", "episode_length"):
             getattr(self, name).zero_()
+        self.row_is_step.zero_()
         self.stream_traj.fill_(-1)
         self.row_episode.fill_(-1)
 

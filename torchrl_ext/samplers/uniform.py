@@ -35,7 +35,36 @@ def draw_transitions(
             ``[1, number of live transitions]``.
     """
     index = storage.index
-    available = len(storage)
+    if index is None:
+        raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
+    lo = index.live_start()  # [S]
+    live = index._np["written"] - lo  # [S] live rows per stream
+    ends = live.cumsum()
+    # Each live final-observation row follows a live transition of its episode,
+    # except in a stream's oldest episode: so at least (rows - S) / 2 are
+    # transitions, and the exact count is only needed near that bound.
+    if batch_size < 1 or batch_size > (int(ends[-1]) - index.num_streams) // 2:
+        _check_batch_size(batch_size, len(storage))
+    is_step = index._np["row_is_step"]
+    tau = np.empty(batch_size, dtype=np.int64)
+    stream = np.empty(batch_size, dtype=np.int64)
+    todo = np.arange(batch_size)
+    for _ in range(_MAX_ROUNDS):
+        u = torch.randint(int(ends[-1]), (todo.size,), generator=generator).numpy()
+        s = np.searchsorted(ends, u, side="right")
+        t = lo[s] + u - (ends[s] - live[s])
+        ok = is_step[index.physical_rows(t, s)]
+        if todo.size == batch_size and ok.all():
+            return t, s
+        tau[todo[ok]] = t[ok]
+        stream[todo[ok]] = s[ok]
+        todo = todo[~ok]
+        if not todo.size:
+            return tau, stream
+    raise RuntimeError("draw_transitions: too many redraws; the episode index is inconsistent.")
+
+
+def _check_batch_size(batch_size: int, available: int) -> None:
     if available == 0:
         raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
     if not 1 <= batch_size <= available:
@@ -44,26 +73,6 @@ def draw_transitions(
             f"transitions; expected 1 <= batch_size <= {available} (wait until "
             "len(rb) >= batch_size, e.g. with a collector's init_random_frames)."
         )
-    lo = index.live_start()  # [S]
-    live = index.written.numpy() - lo  # [S] live rows per stream
-    ends = live.cumsum()
-    tau = np.empty(batch_size, dtype=np.int64)
-    stream = np.empty(batch_size, dtype=np.int64)
-    todo = np.arange(batch_size)
-    for _ in range(_MAX_ROUNDS):
-        u = torch.randint(int(ends[-1]), (todo.size,), generator=generator).numpy()
-        s = np.searchsorted(ends, u, side="right")
-        t = lo[s] + u - (ends[s] - live[s])
-        _, step, _, length = index.locate(t, s)
-        ok = step < length
-        if ok.all() and todo.size == batch_size:
-            return t, s
-        tau[todo[ok]] = t[ok]
-        stream[todo[ok]] = s[ok]
-        todo = todo[~ok]
-        if not todo.size:
-            return tau, stream
-    raise RuntimeError("draw_transitions: too many redraws; the episode index is inconsistent.")
 
 
 class UniformTransitionSampler(Sampler):

@@ -142,8 +142,9 @@ class EpisodeWriter(Writer):
             leaves = {k: layout.flatten(v) for k, v in leaves.items()}
             if mask is not None:
                 mask = layout.flatten(mask.reshape(batch)).numpy().reshape(layout.shape)
-            rows = layout.restore(self._write_streams(leaves, layout.shape, mask))
-        self._write_count += int((rows >= 0).sum())
+            placed = self._write_streams(leaves, layout.shape, mask)
+            rows = layout.restore(torch.from_numpy(placed))
+        self._write_count += int((rows >= 0).sum()) if layout is None else int((placed >= 0).sum())
         self._mark_update_entities(rows)
         return rows
 
@@ -152,14 +153,14 @@ class EpisodeWriter(Writer):
         leaves: dict[tuple[str, ...], torch.Tensor],
         shape: tuple[int, int],
         mask: np.ndarray | None,
-    ) -> torch.Tensor:
+    ) -> np.ndarray:
         # leaves are [K * T, ...] with stream k at rows k*T .. k*T+T-1, in time order;
         # steps where mask is False are skipped.
         storage: EpisodeStorage = self._storage
         K, T = shape
         done, traj = self._done(leaves, shape), self._traj(leaves, shape)
         if mask is None or mask.all():
-            return torch.from_numpy(self._write_block(np.arange(K), done, traj, leaves))
+            return self._write_block(np.arange(K), done, traj, leaves)
         rows = np.full(shape, -1, dtype=np.int64)
         # streams with the same number of kept steps could share a plan; holes are
         # rare (padding, gymnasium reset steps), so keep it simple: T == 1 at once,
@@ -176,7 +177,7 @@ class EpisodeWriter(Writer):
             sub_done = done[streams][keep].reshape(-1, n)
             placed = self._write_block(streams, sub_done, sub_traj, part)
             rows[streams[:, None].repeat(n, 1), np.nonzero(keep)[1].reshape(-1, n)] = placed
-        return torch.from_numpy(rows)
+        return rows
 
     def _write_fragments(
         self,
