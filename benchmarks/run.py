@@ -26,6 +26,7 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")  # silence torchrl INFO lin
 
 import torch  # noqa: E402
 
+import pixels  # noqa: E402
 from impls import ALL  # noqa: E402
 from measure import hwm_bytes, interleaved, settle  # noqa: E402
 from workload import BATCH, N_ENVS, RAW_BYTES_PER_TRANSITION, EpisodeStream, chunk_len  # noqa: E402
@@ -162,8 +163,13 @@ def main() -> None:
     log("scale sampling")
     sc = interleaved(scale_fns, s_reps, s_inner)
 
+    # 5. pixels memory (W2), fresh subprocesses
+    log("pixels memory (W2)")
+    pixels_table = pixels.report(4_000 if a.quick else 20_000)
+
     elapsed = time.perf_counter() - t_start
     out = report(a, cap, mem, status, samp, wr, sc, scale_sizes, scale_status, elapsed)
+    out += "\n\n" + pixels_table
     print(out)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
