@@ -9,10 +9,12 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
-from torchrl.envs.transforms import Transform
+from torchrl.envs.transforms import Compose, Transform
 
+from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
 from torchrl_ext.storages.episode import Backend, EpisodeStorage
+from torchrl_ext.transforms.nstep import NStepTransform
 from torchrl_ext.writers.episode import DEFAULT_DONE_KEYS, EpisodeWriter
 
 __all__ = ["TransitionReplayBuffer", "make_replay_buffer"]
@@ -25,9 +27,10 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
     dicts through pytrees and handle prefetch, sample units and priorities on
     every call: about 50 µs each way, more than the episode-aware writer and
     sampler themselves spend. When none of those features is in use (no
-    transform, no prefetch, no sample unit, no pinning, no priority entry in
-    the data) this buffer calls the writer, sampler and storage directly, under
-    the same locks; otherwise it defers to TorchRL's implementation. Results
+    prefetch, no sample unit, no pinning, no priority entry in the data, only
+    sample-time transforms such as :class:`~torchrl_ext.transforms.NStepTransform`)
+    this buffer calls the writer, sampler, storage and transforms directly,
+    under the same locks; otherwise it defers to TorchRL's implementation. Results
     are identical: same rows written, same indices drawn, same ``"index"``
     and info entries in the sample. A per-call ``batch_size`` that differs
     from the constructor's is accepted without TorchRL's warning.
@@ -55,10 +58,12 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             not self._prefetch
             and self._sample_unit is None
             and not self._pin_memory
-            and (self._transform is None or len(self._transform) == 0)
             and not self._writer.tracks_generations
             and getattr(self, "_sample_dependency", None) is None
         )
+
+    def _transforms(self) -> list:
+        return [] if self._transform is None else list(self._transform)
 
     def extend(
         self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
@@ -67,6 +72,8 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         if (
             not isinstance(tensordicts, TensorDictBase)
             or not self._lean()
+            # a transform with an inverse (write-time) part needs TorchRL's path
+            or not all(getattr(t, "_sample_time_only", False) for t in self._transforms())
             or self.priority_key in tensordicts.keys(include_nested=True)
         ):
             return super().extend(tensordicts, update_priority=update_priority)
@@ -93,8 +100,12 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             index, info = self._sampler.sample(self._storage, batch_size)
             info["index"] = index
             data = self._storage.get(index)
+        for transform in self._transforms():
+            data = transform(data)
         for key, value in info.items():
-            if value.ndim < data.ndim:
+            if isinstance(value, tuple):  # (rows, steps) of windows, as TorchRL stacks it
+                value = torch.stack(value, -1)
+            elif value.ndim < data.ndim:
                 value = value.expand(data.shape)
             data.set(key, value)
         return (data, info) if return_info else data
@@ -110,9 +121,11 @@ def make_replay_buffer(
     num_streams: int | None = None,
     sampler: Sampler | None = None,
     transform: Transform | None = None,
+    n_step: int | None = None,
+    gamma: float = 0.99,
     done_keys: Sequence[NestedKey] = DEFAULT_DONE_KEYS,
     seed: int | None = None,
-) -> TensorDictReplayBuffer:
+) -> TransitionReplayBuffer:
     """Build a replay buffer over an episode-aware storage.
 
     Equivalent to::
@@ -137,6 +150,10 @@ def make_replay_buffer(
         num_streams (int, optional): number of envs; inferred from the first write.
         sampler (Sampler, optional): defaults to :class:`~torchrl_ext.samplers.UniformTransitionSampler`.
         transform (Transform, optional): sample-time transform.
+        n_step (int, optional): serve n-step transitions: wraps the sampler in
+            :class:`~torchrl_ext.samplers.NStepSampler` and appends
+            :class:`~torchrl_ext.transforms.NStepTransform` (``gamma``).
+        gamma (float): discount of the n-step returns. Defaults to ``0.99``.
         done_keys (sequence of NestedKey): entries ending an episode.
         seed (int, optional): seeds the buffer's ``torch.Generator`` (checkpointed
             by ``rb.dumps``). Without it, a generator is seeded from torch's global RNG.
@@ -162,10 +179,15 @@ def make_replay_buffer(
     """
     generator = torch.Generator()
     generator.manual_seed(int(torch.randint(2**62, ()).item()) if seed is None else seed)
+    sampler = sampler if sampler is not None else UniformTransitionSampler()
+    if n_step is not None:
+        sampler = NStepSampler(n_step, base=sampler)
+        nstep = NStepTransform(gamma)
+        transform = nstep if transform is None else Compose(nstep, transform)
     return TransitionReplayBuffer(
         storage=EpisodeStorage(capacity, backend=backend, scratch_dir=scratch_dir),
         writer=EpisodeWriter(num_streams=num_streams, done_keys=done_keys),
-        sampler=sampler if sampler is not None else UniformTransitionSampler(),
+        sampler=sampler,
         transform=transform,
         batch_size=batch_size,
         generator=generator,

@@ -136,6 +136,47 @@ class PackedRows:
             nodes[path[:-1]][path[-1]] = TensorDict._new_unsafe(nodes[path], batch_size=batch)
         return TensorDict._new_unsafe(nodes[()], batch_size=batch)
 
+    def gather_windows(
+        self, rows: torch.Tensor, window_rows: torch.Tensor, after_rows: torch.Tensor
+    ) -> TensorDictBase:
+        """Windows of steps: ``[B]`` transitions from ``rows`` to ``after_rows``.
+
+        Args:
+            rows: ``[B]`` first row of each window (its observation and action).
+            window_rows: ``[B, W]`` rows of the window's steps (padding repeats a
+                valid row; the caller masks it).
+            after_rows: ``[B]`` row after each window's last step (its observation
+                is the window's next observation).
+
+        Returns:
+            a ``[B]`` TensorDict: observation and root-only entries at ``rows``,
+            ``("next", obs)`` at ``after_rows``, and under ``"n_step"`` a
+            ``[B, W]`` TensorDict of the next-only entries (reward, done flags...)
+            of every window step.
+        """
+        B, W = window_rows.shape
+        batch = torch.Size([B])
+        first = self._rows.index_select(0, rows)
+        after = self._rows.index_select(0, after_rows)
+        step_lo = self.step[0].lo if self.step else self.row_bytes
+        # the padded step span: its width is a multiple of every itemsize
+        steps = self._rows[:, step_lo:].index_select(0, window_rows.reshape(-1))
+        root: dict[str, Any] = {}
+        nxt: dict[str, Any] = {}
+        window: dict[str, Any] = {}
+        for c in self.obs:
+            _put(root, c.key, _typed(first, c, c.lo, batch))
+            _put(nxt, c.key, _typed(after, c, c.lo, batch))
+        for c in self.step:
+            if c.key[0] == "next":  # next-only entry: the whole window
+                piece = steps[:, c.lo - step_lo : c.hi - step_lo].view(c.dtype)
+                _put(window, c.key[1:], piece.reshape(B, W, *c.shape))
+            else:
+                _put(root, c.key, _typed(first, c, c.lo, batch))
+        root["next"] = _tree(nxt, batch)
+        root["n_step"] = _tree(window, torch.Size([B, W]))
+        return _tree(root, batch)
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         for name in ("_rows", "_obs_view", "_step_view", "_entries", "_paths"):
@@ -161,3 +202,22 @@ def _bytes(
             value = value.reshape(n, c.width).contiguous()
         parts.append(value.view(torch.uint8))
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+
+
+def _typed(block: torch.Tensor, c: _Column, lo: int, batch: torch.Size) -> torch.Tensor:
+    piece = block[:, lo : lo + (c.hi - c.lo)].view(c.dtype)
+    return piece if piece.shape[1:] == c.shape else piece.view(batch[0], *c.shape)
+
+
+def _put(tree: dict[str, Any], key: tuple[str, ...], value: torch.Tensor) -> None:
+    for part in key[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[key[-1]] = value
+
+
+def _tree(tree: dict[str, Any], batch: torch.Size) -> TensorDictBase:
+    """Nested dicts of fresh tensors to a TensorDict, without per-entry checks."""
+    return TensorDict._new_unsafe(
+        {k: _tree(v, batch) if isinstance(v, dict) else v for k, v in tree.items()},
+        batch_size=batch,
+    )

@@ -156,6 +156,8 @@ class EpisodeStorage(TensorStorage):
         samplers, an int, or ``slice(None)`` for every live transition.
         """
         self._check_ready("get")
+        if isinstance(index, tuple):
+            return self.get_windows(*index)
         if isinstance(index, slice):
             if index != slice(None):
                 raise ValueError(f"EpisodeStorage.get: slice {index} unsupported; use [:].")
@@ -164,6 +166,44 @@ class EpisodeStorage(TensorStorage):
         flat = rows.reshape(-1)
         out = self.packed.gather(flat, torch.from_numpy(self.next_rows(flat.numpy())))
         return out if rows.ndim == 1 else out.reshape(rows.shape)
+
+    def window_steps(self, rows: torch.Tensor, n: int) -> torch.Tensor:
+        """Steps of the window of at most ``n`` steps starting at each of ``rows``.
+
+        ``min(n, steps of the episode from the row on)``: a window stops at its
+        episode's end, and, in an episode still being written, at its last
+        written step. Rows are live transitions (as drawn by a sampler).
+        """
+        tau, stream = self.index.row_coordinates(rows.numpy())
+        _, step, _, length = self.index.locate(tau, stream)
+        return torch.from_numpy(np.minimum(length - step, n))
+
+    def get_windows(self, rows: torch.Tensor, steps: torch.Tensor) -> TensorDictBase:
+        """Windows of ``steps`` transitions starting at ``rows`` (see :meth:`window_steps`).
+
+        Returns a ``[B]`` TensorDict with the first step's observation and
+        action, ``("next", obs)`` = the observation after the window's last step
+        (the true final observation when the window ends its episode),
+        ``"steps_to_next_obs"`` ``[B, 1]``, and under ``"n_step"`` a ``[B, W]``
+        TensorDict (``W = max(steps)``) of each window step's next-only entries
+        (reward, done flags) with ``"mask"`` marking the steps inside the window.
+        :class:`~torchrl_ext.transforms.NStepTransform` reduces it.
+        """
+        rows_np, steps_np = rows.numpy(), steps.numpy()
+        width = int(steps_np.max())
+        tau, stream = self.index.row_coordinates(rows_np)
+        offsets = np.arange(width)
+        mask = offsets < steps_np[:, None]  # [B, W]
+        # padding reads the first step again; the mask hides it
+        window_tau = tau[:, None] + np.where(mask, offsets, 0)
+        window_rows = self.index.physical_rows(window_tau, stream[:, None])
+        after_rows = self.index.physical_rows(tau + steps_np, stream)
+        out = self.packed.gather_windows(
+            rows, torch.from_numpy(window_rows), torch.from_numpy(after_rows)
+        )
+        out.set(("n_step", "mask"), torch.from_numpy(mask))
+        out.set("steps_to_next_obs", steps.reshape(-1, 1))
+        return out
 
     def live_transition_rows(self) -> torch.Tensor:
         """Physical rows of every live transition, stream by stream (O(capacity))."""

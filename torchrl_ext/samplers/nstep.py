@@ -1,0 +1,108 @@
+"""n-step windows: a base sampler picks start transitions, windows run to n steps."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torchrl.data.replay_buffers.samplers import Sampler
+
+from torchrl_ext.samplers.uniform import UniformTransitionSampler
+from torchrl_ext.storages.episode import EpisodeStorage
+
+__all__ = ["NStepSampler"]
+
+
+class NStepSampler(Sampler):
+    """Windows of up to ``n`` steps, starting at transitions drawn by ``base``.
+
+    For a start step ``t`` the window has ``k = min(n, steps left in its episode)``
+    steps: it stops at the episode's end (terminated or truncated) and, for an
+    episode still being written, at its last written step. Every step of every
+    episode can start a window, the last ``n - 1`` included. Windows never
+    cross streams, episodes or overwritten rows (they run forward from a live
+    row, and newer rows of the same stream are never overwritten first).
+
+    The sample's index is the tuple ``(rows, k)``; the storage reads the windows
+    (:meth:`~torchrl_ext.storages.EpisodeStorage.get_windows`) and
+    :class:`~torchrl_ext.transforms.NStepTransform` computes the returns. In
+    the sample, ``"index"`` is ``[B, 2]`` (row, k): pass it to
+    ``rb.update_priority`` as is.
+
+    Args:
+        n (int): maximum window length. An attribute: it can change between samples.
+
+    Keyword Args:
+        base (Sampler, optional): chooses the start transitions. Defaults to
+            :class:`~torchrl_ext.samplers.UniformTransitionSampler`; a
+            :class:`~torchrl_ext.samplers.PrioritizedTransitionSampler` gives
+            prioritized n-step replay (Rainbow).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import TransitionReplayBuffer, EpisodeStorage, EpisodeWriter
+        >>> from torchrl_ext.samplers import NStepSampler
+        >>> from torchrl_ext.transforms import NStepTransform
+        >>> rb = TransitionReplayBuffer(storage=EpisodeStorage(32), writer=EpisodeWriter(),
+        ...     sampler=NStepSampler(3), transform=NStepTransform(gamma=0.9), batch_size=2)
+        >>> done = torch.tensor([[False, True]]).unsqueeze(-1)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 2, 1), "action": torch.zeros(1, 2, 1),
+        ...     "next": {"observation": torch.ones(1, 2, 1), "reward": torch.ones(1, 2, 1),
+        ...              "done": done, "terminated": done.clone()}}, [1, 2]))
+        >>> batch = rb.sample()
+        >>> sorted(batch["steps_to_next_obs"].view(-1).tolist())  # windows stop at the episode end
+        [1, 2]
+    """
+
+    def __init__(self, n: int = 3, *, base: Sampler | None = None) -> None:
+        super().__init__()
+        if int(n) < 1:
+            raise ValueError(f"NStepSampler: n={n}, expected an integer >= 1.")
+        self.n = int(n)
+        self.base = base if base is not None else UniformTransitionSampler()
+
+    # the buffer's generator (rb.set_rng) reaches the base sampler
+    @property
+    def _rng(self) -> torch.Generator | None:
+        return self.base._rng
+
+    @_rng.setter
+    def _rng(self, generator: torch.Generator | None) -> None:
+        if "base" in self.__dict__:
+            self.base._rng = generator
+
+    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[tuple, dict]:
+        rows, info = self.base.sample(storage, batch_size)
+        return (rows, storage.window_steps(rows, self.n)), info
+
+    def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
+        self.base.update_priority(index, priority, storage=storage)
+
+    def mark_update(self, index: Any, *, storage: Any = None) -> None:
+        self.base.mark_update(index, storage=storage)
+
+    def extend(self, index: Any) -> None:
+        self.base.extend(index)
+
+    def add(self, index: Any) -> None:
+        self.base.add(index)
+
+    def _empty(self) -> None:
+        self.base._empty()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "base": self.base.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.n = int(state_dict["n"])
+        self.base.load_state_dict(state_dict["base"])
+
+    def dumps(self, path: str | Path) -> None:
+        self.base.dumps(path)
+
+    def loads(self, path: str | Path) -> None:
+        self.base.loads(path)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n={self.n}, base={self.base!r})"

@@ -1,0 +1,54 @@
+"""Pure tensor functions for sample-time return computations."""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["nstep_return"]
+
+
+def nstep_return(
+    rewards: torch.Tensor,
+    mask: torch.Tensor,
+    terminated: torch.Tensor,
+    gamma: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """n-step return and bootstrap discount of windows cut at episode ends.
+
+    For a window of ``k`` steps starting at step ``t`` (``k = min(n, steps left
+    in the episode)``, the steps with ``mask`` set):
+
+    * ``return = sum_{i<k} gamma**i * r_{t+i}``
+    * ``discount = gamma**k * (1 - terminated_{t+k-1})``
+
+    so that ``target = return + discount * V(o_{t+k})``, where ``o_{t+k}`` is
+    the observation after the window's last step (the true final observation
+    when the window reaches its episode's end). A terminated window does not
+    bootstrap; a truncated one does. A window of one step is the usual TD(0)
+    target.
+
+    Args:
+        rewards (torch.Tensor): ``[B, W]`` (or ``[B, W, 1]``) rewards of each window step.
+        mask (torch.Tensor): ``[B, W]`` bool, the step is inside its window; the
+            set entries of a row are a prefix (``k`` leading steps, ``k >= 1``).
+        terminated (torch.Tensor): ``[B]`` (or ``[B, 1]``) bool, the window's last
+            step terminated its episode.
+        gamma (float): discount factor.
+
+    Returns:
+        ``(return, discount)``, both ``[B, 1]`` with the dtype of ``rewards``.
+
+    Examples:
+        >>> r = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+        >>> mask = torch.tensor([[True, True, True], [True, True, False]])
+        >>> ret, disc = nstep_return(r, mask, torch.tensor([False, True]), gamma=0.5)
+        >>> ret.view(-1).tolist(), disc.view(-1).tolist()
+        ([1.75, 1.5], [0.125, 0.0])
+    """
+    if rewards.dim() == 3:
+        rewards = rewards.squeeze(-1)
+    width = rewards.shape[-1]
+    powers = gamma ** torch.arange(width, dtype=rewards.dtype)  # [W]
+    ret = (rewards * powers * mask).sum(-1, keepdim=True)
+    k = mask.sum(-1, keepdim=True).to(rewards.dtype)
+    alive = 1.0 - terminated.reshape(-1, 1).to(rewards.dtype)
+    return ret, gamma**k * alive

@@ -1,0 +1,117 @@
+"""Sample-time n-step transform over windows read by NStepSampler."""
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torchrl.envs.transforms import Transform
+
+from torchrl_ext._schema import as_key
+from torchrl_ext.transforms.functional import nstep_return
+
+__all__ = ["NStepTransform"]
+
+
+class NStepTransform(Transform):
+    """Turn sampled windows into n-step transitions in TorchRL's layout.
+
+    Reads what :class:`~torchrl_ext.samplers.NStepSampler` makes the storage
+    return: the ``"n_step"`` ``[B, W]`` entries of each window step and its
+    ``"mask"``, and writes
+
+    * ``("next", "reward")``: ``sum_{i<k} gamma**i r_{t+i}`` (see
+      :func:`~torchrl_ext.transforms.functional.nstep_return`);
+    * every other next-only entry (``("next", "terminated")``, ``"truncated"``,
+      ``"done"``...): its value at the window's last step;
+    * ``discount_key`` (default ``"discount"``): ``gamma**k * (1 - terminated)``.
+
+    ``("next", obs)`` already is the observation after the window and
+    ``"steps_to_next_obs"`` its length ``k``, which TorchRL's value estimators
+    and ``DQNLoss`` read to discount the bootstrap by ``gamma**k``. ``gamma``
+    is an attribute, so it can change between samples.
+
+    Args:
+        gamma (float): discount factor.
+
+    Keyword Args:
+        reward_key (NestedKey): defaults to ``("next", "reward")``.
+        terminated_key (NestedKey): defaults to ``("next", "terminated")``; a
+            window without it is treated as never terminating.
+        discount_key (NestedKey, optional): where to write the bootstrap
+            discount; ``None`` to skip. Defaults to ``"discount"``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(64, batch_size=4, n_step=3, gamma=0.5, seed=0)
+        >>> r = torch.ones(1, 4, 1)
+        >>> term = torch.tensor([[False, False, False, True]]).unsqueeze(-1)
+        >>> _ = rb.extend(TensorDict({"observation": torch.arange(4.).view(1, 4, 1),
+        ...     "action": torch.zeros(1, 4, 1),
+        ...     "next": {"observation": torch.arange(1., 5.).view(1, 4, 1), "reward": r,
+        ...              "terminated": term, "done": term.clone()}}, [1, 4]))
+        >>> seen = {}  # step -> (n-step return, bootstrap discount)
+        >>> for _ in range(20):
+        ...     b = rb.sample(4)
+        ...     seen.update(zip(b["observation"].view(-1).tolist(),
+        ...                     zip(b["next", "reward"].view(-1).tolist(), b["discount"].view(-1).tolist())))
+        >>> [seen[t] for t in (0.0, 1.0, 2.0, 3.0)]  # the terminal at step 3 cuts the bootstrap
+        [(1.75, 0.125), (1.75, 0.0), (1.5, 0.0), (1.0, 0.0)]
+    """
+
+    _sample_time_only = True  # no inverse: TransitionReplayBuffer.extend skips it
+
+    def __init__(
+        self,
+        gamma: float,
+        *,
+        reward_key: NestedKey = ("next", "reward"),
+        terminated_key: NestedKey = ("next", "terminated"),
+        discount_key: NestedKey | None = "discount",
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= float(gamma) <= 1.0:
+            raise ValueError(f"NStepTransform: gamma={gamma}, expected a value in [0, 1].")
+        self.gamma = float(gamma)
+        for name, key in (("reward_key", reward_key), ("terminated_key", terminated_key)):
+            if as_key(key)[0] != "next" or len(as_key(key)) < 2:
+                raise ValueError(
+                    f"NStepTransform: {name}={key!r}, expected a key under 'next' "
+                    "(a per-step entry such as ('next', 'reward'))."
+                )
+        self.reward_key = as_key(reward_key)
+        self.terminated_key = as_key(terminated_key)
+        self.discount_key = None if discount_key is None else as_key(discount_key)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        window = tensordict.get("n_step", None)
+        if window is None:
+            raise KeyError(
+                "NStepTransform: the batch has no 'n_step' windows; sample with "
+                "torchrl_ext.samplers.NStepSampler (make_replay_buffer(..., n_step=n))."
+            )
+        mask = window.get("mask")
+        last = (mask.sum(-1) - 1).clamp_min(0)  # [B] index of each window's last step
+        arange = torch.arange(mask.shape[0])
+        for key, value in window.items(include_nested=True, leaves_only=True):
+            full = ("next", *((key,) if isinstance(key, str) else key))
+            if full == self.reward_key or full[1:] == ("mask",):
+                continue
+            tensordict.set(full, value[arange, last])
+        terminated = tensordict.get(self.terminated_key, None)
+        if terminated is None:
+            terminated = torch.zeros(mask.shape[0], 1, dtype=torch.bool)
+        rewards = window.get(self.reward_key[1:])  # [B, W, *reward_shape]
+        ret, discount = nstep_return(rewards, mask, terminated, self.gamma)
+        tensordict.set(self.reward_key, ret.reshape(mask.shape[0], *rewards.shape[2:]))
+        if self.discount_key is not None:
+            tensordict.set(self.discount_key, discount)
+        del tensordict["n_step"]
+        return tensordict
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return tensordict
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(gamma={self.gamma})"
