@@ -33,3 +33,28 @@ class LoopReference:
                     action, reward, terminated, truncated = row["step"]
                     out.append((row["obs"], action, reward, nxt["obs"], terminated, truncated))
         return sorted(out)
+
+
+def nstep_reference(rows: list[dict], n: int, gamma: float) -> list[tuple]:
+    """Every n-step window of one stream's kept rows, by walking the rows.
+
+    A window starts at a step row and takes the following step rows of the
+    same episode (an episode ends at a terminated or truncated step), at most
+    ``n`` of them; its next observation is the row after its last step.
+    Returns ``(obs, return, next_obs, terminated, truncated, k, discount)``.
+    """
+    out = []
+    for i, row in enumerate(rows[:-1]):
+        if "step" not in row:
+            continue
+        ret, k, j = 0.0, 0, i
+        while True:
+            _, reward, terminated, truncated = rows[j]["step"]
+            ret += gamma**k * reward
+            k += 1
+            if terminated or truncated or k == n or "step" not in rows[j + 1]:
+                break
+            j += 1
+        discount = gamma**k * (0.0 if terminated else 1.0)
+        out.append((row["obs"], ret, rows[j + 1]["obs"], terminated, truncated, k, discount))
+    return out

@@ -7,13 +7,16 @@ assembles them.
 """
 from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
 from torchrl_ext.episodes import EpisodeIndex
+from torchrl_ext.facades import NStepReplayBatch, NStepReplayStorage
 from torchrl_ext.loader import ReplayDataset, make_loader
-from torchrl_ext.samplers import UniformTransitionSampler
+from torchrl_ext.samplers import PrioritizedTransitionSampler, UniformTransitionSampler
 from torchrl_ext.storages import EpisodeStorage
 from torchrl_ext.writers import EpisodeWriter
 
 __all__ = [
     "make_replay_buffer",
+    "NStepReplayBatch",
+    "NStepReplayStorage",
     "TransitionReplayBuffer",
     "make_loader",
     "ReplayDataset",
@@ -21,5 +24,6 @@ __all__ = [
     "EpisodeStorage",
     "EpisodeWriter",
     "UniformTransitionSampler",
+    "PrioritizedTransitionSampler",
 ]
 __version__ = "0.1.0"

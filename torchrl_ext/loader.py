@@ -1,6 +1,7 @@
 """Serve a replay buffer to ``torch.utils.data.DataLoader`` worker processes."""
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any, Iterator
 
 import torch
@@ -11,6 +12,8 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl_ext.storages.episode import EpisodeStorage
 
 __all__ = ["ReplayDataset", "make_loader"]
+
+_DEFAULT_CONTEXT = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
 
 
 class ReplayDataset(IterableDataset):
@@ -126,7 +129,13 @@ def make_loader(
         num_workers (int): worker processes; 0 samples in the main process.
         pin_memory (bool): pin batches (only useful with a GPU).
         num_batches (int, optional): batches per worker; ``None`` for endless.
-        multiprocessing_context (str, optional): ``"fork"``, ``"spawn"`` or ``"forkserver"``.
+        multiprocessing_context (str, optional): ``"fork"``, ``"spawn"`` or
+            ``"forkserver"``. Defaults to ``"fork"`` where the platform has it:
+            importing torchrl sets the global start method to ``"spawn"``, whose
+            workers spend seconds importing torch and torchrl again. Workers only
+            sample CPU rows from shared memory, which both methods share
+            correctly (spawn is tested too); pass ``"spawn"`` if the parent holds
+            state that must not be forked.
         seed (int, optional): seeds the per-worker streams, or the buffer's generator
             when ``num_workers=0`` (reproducible runs either way).
         prefetch_factor (int, optional): batches each worker prepares ahead.
@@ -155,7 +164,7 @@ def make_loader(
         batch_size=None,
         num_workers=num_workers,
         pin_memory=pin_memory,
-        multiprocessing_context=multiprocessing_context if num_workers else None,
+        multiprocessing_context=(multiprocessing_context or _DEFAULT_CONTEXT) if num_workers else None,
         generator=generator,
         prefetch_factor=prefetch_factor if num_workers else None,
         persistent_workers=False,

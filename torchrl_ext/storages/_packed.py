@@ -71,7 +71,8 @@ class PackedRows:
         if backend == "tensor":
             inner: Any = LazyTensorStorage(num_rows)
         else:
-            inner = LazyMemmapStorage(num_rows, scratch_dir=scratch_dir)
+            # a directory of an earlier run is reused (its rows are then restored by loads)
+            inner = LazyMemmapStorage(num_rows, scratch_dir=scratch_dir, existsok=True)
         inner._init(template)  # TorchRL allocates the [num_rows, row_bytes] buffer
         self.buffers: TensorDictBase = inner._storage
         if backend == "tensor":

@@ -1,0 +1,239 @@
+"""NStepReplayStorage (rllte API): regression tests for the original's bugs N1-N18."""
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from torchrl_ext import NStepReplayStorage
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+ACT = gym.spaces.Discrete(3)
+
+
+def storage(**kwargs):
+    args = dict(num_envs=1, batch_size=2, num_workers=0, n_step=3, discount=0.5, seed=0)
+    args.update(kwargs)
+    return NStepReplayStorage(OBS, ACT, **args)
+
+
+def play(store, lengths, env=0, num_envs=1, terminated=True, reward=1.0, start=0.0):
+    """Episodes of the given lengths in env ``env``; obs = (global step, env), final obs has -1."""
+    t = start
+    for length in lengths:
+        for i in range(length):
+            obs = np.array([[t, e] for e in range(num_envs)], np.float32)
+            last = i == length - 1
+            nxt = obs + np.array([1.0, 0.0], np.float32)
+            if last:
+                nxt[env] = [-1.0, env]
+            term = np.zeros(num_envs, bool)
+            term[env] = last and terminated
+            trunc = np.zeros(num_envs, bool)
+            trunc[env] = last and not terminated
+            store.add(obs, np.zeros(num_envs, np.int64), np.full(num_envs, reward),
+                      term, trunc, {}, nxt)
+            t += 1
+        store.adapter.reset()  # NEXT_STEP: the next call is a new episode's first step
+    return t
+
+
+def drawn(store, rounds=60):
+    batches = [store.sample() for _ in range(rounds)]
+    return torch.cat([b.observations for b in batches]), batches
+
+
+def test_n1_terminal_cuts_bootstrap():
+    store = storage()
+    play(store, [6])
+    obs, batches = drawn(store)
+    disc = torch.cat([b.discounts for b in batches]).view(-1)
+    steps = obs[:, 0]
+    assert bool((disc[steps >= 3] == 0).all())  # windows reaching the terminal
+    assert bool((disc[steps < 3] == 0.125).all())
+
+
+def test_n2_last_n_minus_1_steps_are_sampled():
+    store = storage()
+    play(store, [6])
+    obs, _ = drawn(store)
+    assert set(obs[:, 0].tolist()) == {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}
+
+
+def test_n3_episode_shorter_than_n():
+    store = storage(n_step=5)
+    play(store, [2])
+    batch = store.sample()
+    assert set(batch.steps.view(-1).tolist()) <= {1, 2}
+
+
+def test_n4_every_env_is_stored():
+    store = storage(num_envs=3)
+    for t in range(4):
+        obs = np.array([[t, e] for e in range(3)], np.float32)
+        store.add(obs, np.zeros(3, np.int64), np.ones(3), np.zeros(3, bool), np.zeros(3, bool), {}, obs + [1, 0])
+    assert len(store) == 12
+    envs = torch.cat([store.sample().observations[:, 1] for _ in range(20)])
+    assert set(envs.tolist()) == {0.0, 1.0, 2.0}
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_n5_true_next_observation_in_every_gymnasium_mode(mode):
+    env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)})
+    store = NStepReplayStorage(env.single_observation_space, env.single_action_space, num_envs=2,
+                               batch_size=64, num_workers=0, n_step=1, autoreset_mode=mode, seed=0)
+    obs, _ = env.reset(seed=0)
+    for _ in range(200):
+        action = env.action_space.sample()
+        nxt, r, te, tr, infos = env.step(action)
+        store.add(obs, action, r, te, tr, infos, nxt)
+        if mode == "Disabled" and (te | tr).any():
+            nxt, _ = env.reset(options={"reset_mask": te | tr})
+        obs = nxt
+    for _ in range(10):
+        b = store.sample()
+        term = b.terminateds.view(-1)
+        final = b.next_observations[term]
+        assert bool(((final[:, 0].abs() > 2.4) | (final[:, 2].abs() > 0.2095)).all())
+
+
+def test_n6_no_files_in_current_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    store = storage()
+    play(store, [5, 5])
+    store.sample()
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(ValueError, match="save_snapshot=True needs snapshot_dir"):
+        storage(save_snapshot=True)
+
+
+def test_n6_snapshot_reopens_in_its_directory(tmp_path):
+    store = storage(save_snapshot=True, snapshot_dir=tmp_path / "snap")
+    play(store, [4, 4])
+    store.save()
+    reopened = storage(save_snapshot=True, snapshot_dir=tmp_path / "snap")
+    assert len(reopened) == len(store) == 8
+    assert torch.equal(reopened.sample().observations, store.sample().observations)
+
+
+def test_n7_length_counts_transitions():
+    store = storage()
+    play(store, [6])
+    assert len(store) == 6
+
+
+def test_n8_uniform_over_transitions_not_episodes():
+    store = storage(n_step=1)
+    play(store, [1, 9])  # one 1-step episode (obs 0), one 9-step episode (obs 1..9)
+    obs, _ = drawn(store, rounds=400)
+    share = float((obs[:, 0] == 0).float().mean())
+    assert 0.05 < share < 0.15  # 1/10 of transitions (per-episode sampling would give 1/2)
+
+
+def test_n9_workers_start_on_python_311():
+    store = storage(num_workers=2)
+    play(store, [5])
+    assert store.sample().observations.shape == (2, 2)
+
+
+def test_n10_sampling_with_one_episode_and_several_workers():
+    store = storage(num_workers=2)
+    play(store, [2])
+    assert store.sample().rewards.shape == (2, 1)
+
+
+def test_n11_worker_batches_cover_the_whole_buffer():
+    store = storage(num_workers=2, batch_size=16, num_envs=2)
+    for t in range(10):
+        obs = np.array([[t, 0], [t, 1]], np.float32)
+        store.add(obs, np.zeros(2, np.int64), np.ones(2), np.zeros(2, bool), np.zeros(2, bool), {}, obs + [1, 0])
+    for _ in range(4):  # every batch, from either worker, holds both envs
+        assert set(store.sample().observations[:, 1].tolist()) == {0.0, 1.0}
+
+
+def test_n12_new_steps_are_seen_within_fetch_every():
+    store = storage(num_workers=2, batch_size=2, fetch_every=2)
+    t = play(store, [3])
+    store.sample()  # workers running
+    play(store, [3], start=t + 100)
+    seen = set()
+    for _ in range(2 * 1 + 4):  # at most prefetch_factor=1 stale batch per worker
+        seen |= set(store.sample().observations[:, 0].tolist())
+    assert max(seen) >= t + 100
+
+
+def test_n13_capacity_is_global_fifo():
+    store = storage(storage_size=12)
+    play(store, [5, 5, 5])  # 18 rows for 12 slots
+    assert 0 < len(store) <= 12
+    obs, _ = drawn(store)
+    assert min(obs[:, 0].tolist()) >= 5  # the oldest episode went first
+
+
+def test_n14_reset_keeps_the_data():
+    store = storage(num_workers=2)
+    play(store, [4])
+    store.sample()
+    store.reset()
+    assert len(store) == 4
+    assert store.sample().observations.shape == (2, 2)
+
+
+def test_n15_bad_input_raises_instead_of_being_swallowed():
+    store = storage()
+    play(store, [2])
+    with pytest.raises(ValueError, match=r"'observation' has shape \(1, 3\), expected \(1, 2\)"):
+        store.add(np.zeros((1, 3), np.float32), np.zeros(1, np.int64), np.ones(1),
+                  np.zeros(1, bool), np.zeros(1, bool), {}, np.zeros((1, 3), np.float32))
+
+
+def test_n16_many_episodes_all_sampleable():
+    store = storage(n_step=1)
+    play(store, [1] * 25)
+    obs, _ = drawn(store, rounds=200)
+    assert set(obs[:, 0].tolist()) == set(float(t) for t in range(25))
+
+
+def test_n17_terminated_and_truncated_are_returned():
+    store = storage(n_step=1, batch_size=1)
+    play(store, [1], terminated=True)
+    play(store, [1], terminated=False, start=1.0)
+    obs, batches = drawn(store, rounds=20)
+    term = torch.cat([b.terminateds for b in batches]).view(-1)
+    trunc = torch.cat([b.truncateds for b in batches]).view(-1)
+    assert bool((term == (obs[:, 0] == 0)).all()) and bool((trunc == (obs[:, 0] == 1)).all())
+
+
+def test_n18_dtypes_are_kept():
+    pixels = gym.spaces.Box(0, 255, (3, 4, 4), np.uint8)
+    store = NStepReplayStorage(pixels, ACT, num_envs=1, batch_size=2, num_workers=0, seed=0)
+    frame = np.zeros((1, 3, 4, 4), np.uint8)
+    for _ in range(3):
+        store.add(frame, np.array([2]), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), {}, frame)
+    batch = store.sample()
+    assert batch.observations.dtype == torch.uint8 and batch.next_observations.dtype == torch.uint8
+    assert batch.actions.dtype == torch.int64
+
+
+def test_dict_observation_space():
+    space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32),
+                             "goal": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    store = NStepReplayStorage(space, ACT, num_envs=1, batch_size=2, num_workers=0, seed=0)
+    obs = {"pos": np.zeros((1, 2), np.float32), "goal": np.ones((1, 2), np.float32)}
+    for _ in range(3):
+        store.add(obs, np.array([0]), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), {}, obs)
+    batch = store.sample()
+    assert set(batch.observations.keys()) == {"pos", "goal"}
+
+
+def test_constructor_errors():
+    with pytest.raises(TypeError, match="observation_space is tuple, expected a gymnasium Space"):
+        NStepReplayStorage((2,), ACT)
+    with pytest.raises(ValueError, match="fetch_every=0, expected >= 1"):
+        storage(fetch_every=0)
+    with pytest.raises(ValueError, match="the storage is empty; add steps before sampling"):
+        storage(num_workers=1).sample()

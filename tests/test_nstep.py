@@ -1,0 +1,140 @@
+"""n-step windows: golden cases and a property against the loop reference."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import steps
+from reference import nstep_reference
+from test_properties import run, workloads
+from torchrl_ext import make_replay_buffer
+from torchrl_ext.transforms import NStepTransform, nstep_return
+
+
+def windows(rb, n, gamma):
+    """Every live transition's n-step window, as reference tuples, sorted."""
+    storage = rb.storage
+    rows = storage.live_transition_rows()
+    batch = NStepTransform(gamma)(storage.get((rows, storage.window_steps(rows, n))))
+    return sorted(
+        zip(
+            batch["observation"][:, 0].tolist(),
+            batch["next", "reward"][:, 0].tolist(),
+            batch["next", "observation"][:, 0].tolist(),
+            batch["next", "terminated"][:, 0].tolist(),
+            batch["next", "truncated"][:, 0].tolist(),
+            batch["steps_to_next_obs"][:, 0].tolist(),
+            batch["discount"][:, 0].tolist(),
+        )
+    )
+
+
+def same(got: list[tuple], expected: list[tuple]) -> bool:
+    """Equal windows, floats compared at float32 precision."""
+    return len(got) == len(expected) and all(
+        g[0] == e[0] and g[2:6] == e[2:6]
+        and math.isclose(g[1], e[1], rel_tol=1e-5, abs_tol=1e-5)
+        and math.isclose(g[6], e[6], rel_tol=1e-5, abs_tol=1e-6)
+        for g, e in zip(got, expected)
+    )
+
+
+def episode(rewards, terminated=False, truncated=False, n=3, gamma=0.5, capacity=64):
+    """One env, one episode of ``len(rewards)`` steps; obs t = t, final obs = 100."""
+    T = len(rewards)
+    obs = torch.arange(T, dtype=torch.float32).view(1, T, 1)
+    nxt = torch.cat([obs[:, 1:], torch.full((1, 1, 1), 100.0)], 1)
+    term = torch.zeros(1, T, 1, dtype=torch.bool)
+    trunc = torch.zeros(1, T, 1, dtype=torch.bool)
+    term[0, -1], trunc[0, -1] = terminated, truncated
+    rb = make_replay_buffer(capacity, n_step=n, gamma=gamma, seed=0)
+    rb.extend(steps(obs, nxt, terminated=term, truncated=trunc,
+                    reward=torch.tensor(rewards, dtype=torch.float32).view(1, T, 1)))
+    return rb
+
+
+def by_step(rb, n, gamma):
+    """step -> (return, next obs, terminated, truncated, k, discount), floats rounded."""
+    return {
+        w[0]: (round(w[1], 5), *w[2:6], round(w[6], 5)) for w in windows(rb, n, gamma)
+    }
+
+
+def test_one_step_final_reward():
+    got = by_step(episode([5.0], terminated=True, n=1), 1, 0.5)
+    assert got == {0.0: (5.0, 100.0, True, False, 1, 0.0)}
+
+
+def test_three_step_mid_episode_return():
+    got = by_step(episode([1.0, 2.0, 4.0, 8.0, 16.0]), 3, 0.5)
+    # 1 + 0.5 * 2 + 0.25 * 4, bootstrapping from obs 3 with 0.5 ** 3
+    assert got[0.0] == (3.0, 3.0, False, False, 3, 0.125)
+
+
+def test_n1_terminal_cuts_bootstrap():
+    got = by_step(episode([1.0] * 6, terminated=True), 3, 0.5)
+    assert got[3.0] == (1.75, 100.0, True, False, 3, 0.0)  # the last full window
+    assert all(w[5] == 0.0 for t, w in got.items() if t >= 3.0)
+    assert got[2.0][5] == 0.125  # a window that ends before the terminal bootstraps
+
+
+def test_truncation_bootstraps_from_true_final_observation():
+    got = by_step(episode([1.0] * 4, truncated=True), 3, 0.5)
+    assert got[3.0] == (1.0, 100.0, False, True, 1, 0.5)
+    assert got[1.0] == (1.75, 100.0, False, True, 3, 0.125)
+
+
+def test_n2_last_steps_of_an_episode_are_windows():
+    got = by_step(episode([1.0] * 6, terminated=True), 3, 0.5)
+    assert sorted(got) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert [got[t][4] for t in (4.0, 5.0)] == [2, 1]
+
+
+def test_n3_episode_shorter_than_n():
+    got = by_step(episode([1.0, 1.0], terminated=True, n=5), 5, 0.5)
+    assert got == {0.0: (1.5, 100.0, True, False, 2, 0.0), 1.0: (1.0, 100.0, True, False, 1, 0.0)}
+
+
+def test_window_stops_at_last_written_step_of_running_episode():
+    rb = make_replay_buffer(64, n_step=3, gamma=0.5, seed=0)
+    rb.extend(steps(torch.tensor([[[0.0], [1.0]]]), torch.tensor([[[1.0], [2.0]]])))
+    got = by_step(rb, 3, 0.5)
+    assert got[0.0][1:] == (2.0, False, False, 2, 0.25)  # bootstraps from the pending obs
+    rb.extend(steps(torch.tensor([[2.0]]), torch.tensor([[3.0]])))
+    assert by_step(rb, 3, 0.5)[0.0][4] == 3  # the window grows as the episode is written
+
+
+def test_n_and_gamma_change_between_samples():
+    rb = episode([1.0] * 6)
+    rb.sampler.n = 1
+    rb.transform[0].gamma = 0.9  # rb.transform is a Compose around NStepTransform
+    batch = rb.sample(4)
+    assert bool((batch["steps_to_next_obs"] == 1).all())
+    assert torch.allclose(batch["discount"], torch.full((4, 1), 0.9))
+
+
+def test_nstep_return_function_rejects_nothing_silently():
+    ret, disc = nstep_return(torch.ones(2, 3, 1), torch.tensor([[True, False, False]] * 2),
+                             torch.tensor([[True], [False]]), 0.9)
+    assert ret.view(-1).tolist() == [1.0, 1.0]
+    assert torch.allclose(disc.view(-1), torch.tensor([0.0, 0.9]))
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1.0])
+def test_gamma_extremes(gamma):
+    got = by_step(episode([1.0, 2.0, 3.0], n=3, gamma=gamma), 3, gamma)
+    assert got[0.0][0] == (1.0 if gamma == 0.0 else 6.0)
+
+
+@given(workloads(), st.integers(1, 4), st.sampled_from([0.5, 0.9, 1.0]))
+def test_windows_match_reference(workload, n, gamma):
+    rb, ref = run(*workload)
+    expected = []
+    for rows in ref.rows:
+        kept = rows[-ref.capacity :]
+        expected += nstep_reference(kept, n, gamma)
+    assert same(windows(rb, n, gamma), sorted(expected))

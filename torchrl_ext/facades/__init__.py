@@ -1,0 +1,4 @@
+"""Facades: the seed APIs people already use, over the same components."""
+from torchrl_ext.facades.nstep import NStepReplayBatch, NStepReplayStorage
+
+__all__ = ["NStepReplayBatch", "NStepReplayStorage"]

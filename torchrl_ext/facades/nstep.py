@@ -1,0 +1,278 @@
+"""rllte's ``NStepReplayStorage`` API over the episode-aware components."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDictBase, tensorclass
+
+from torchrl_ext.buffer import make_replay_buffer
+from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.loader import make_loader
+
+__all__ = ["NStepReplayBatch", "NStepReplayStorage"]
+
+
+@tensorclass
+class NStepReplayBatch:
+    """A batch of n-step transitions (rllte's fields plus the episode facts).
+
+    ``target = rewards + discounts * V(next_observations)``.
+
+    Attributes:
+        observations: ``o_t`` (a TensorDict for dict observation spaces).
+        actions: ``a_t``, in their stored dtype.
+        rewards: ``[B, 1]`` ``sum_{i<k} gamma**i r_{t+i}``.
+        discounts: ``[B, 1]`` ``gamma**k * (1 - terminated)``.
+        next_observations: ``o_{t+k}`` (the true final observation at an episode end).
+        terminateds: ``[B, 1]`` the window's last step terminated its episode.
+        truncateds: ``[B, 1]`` the window's last step truncated its episode.
+        steps: ``[B, 1]`` ``k``, the window length.
+    """
+
+    observations: Any
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    discounts: torch.Tensor
+    next_observations: Any
+    terminateds: torch.Tensor
+    truncateds: torch.Tensor
+    steps: torch.Tensor
+
+
+class NStepReplayStorage:
+    """n-step replay with the constructor and methods of rllte's ``NStepReplayStorage``.
+
+    Every env of a vector env is stored (the original kept env 0 only), the
+    true next observation comes from ``next_observations`` and the gymnasium
+    autoreset mode, terminated and truncated are kept apart, and a window
+    ``t .. t+k-1`` with ``k = min(n_step, steps left in the episode)`` gives
+    ``rewards = sum_{i<k} discount**i r_{t+i}`` and
+    ``discounts = discount**k * (1 - terminated)``: a terminal never
+    bootstraps, and every step of every episode is sampled, uniformly over
+    transitions. See ``SPEC-SEEDS.md`` §1 for the original's behaviour (N1–N18).
+
+    Workers of :attr:`replay_iter` sample the whole buffer from shared memory:
+    no episode files, no shards, new steps visible at once. ``fetch_every``
+    bounds staleness through the DataLoader's prefetch: a worker serves at
+    most ``fetch_every`` samples prepared before a write.
+
+    Args:
+        observation_space (gym.Space): a ``Box`` / ``Discrete`` / ... space, or a
+            ``Dict`` space (its entries become root entries of the stored rows).
+        action_space (gym.Space): the action space (actions keep its dtype).
+        device (str): device of sampled batches. Defaults to ``"cpu"``.
+        storage_size (int): capacity in rows, for all envs together (each
+            episode of ``L`` steps uses ``L + 1``). Defaults to ``1_000_000``.
+        num_envs (int): number of envs of the vector env. Defaults to ``1``.
+        batch_size (int): batch size of :meth:`sample`. Defaults to ``256``.
+        num_workers (int): DataLoader workers of :attr:`replay_iter`; ``0``
+            samples in the caller's process. Defaults to ``4``.
+        pin_memory (bool): pin batches; only applied when CUDA is available.
+        n_step (int): maximum window length. Defaults to ``3``.
+        discount (float): ``gamma``. Defaults to ``0.99``.
+        fetch_every (int): staleness bound of worker samples (see above).
+        save_snapshot (bool): keep the buffer on disk in ``snapshot_dir``: rows
+            are memory-mapped there, :meth:`save` writes a complete checkpoint
+            (rows, episode index, cursors, RNG) beside them, and a new storage
+            with the same ``snapshot_dir`` reopens it.
+
+    Keyword Args:
+        autoreset_mode (AutoresetMode or str): the vector env's autoreset mode.
+            Defaults to gymnasium's default, ``NEXT_STEP``.
+        snapshot_dir (str or Path, optional): directory for ``save_snapshot``.
+            Nothing is ever written to the current directory.
+        seed (int, optional): seeds sampling.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> from torchrl_ext import NStepReplayStorage
+        >>> space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+        >>> storage = NStepReplayStorage(space, gym.spaces.Discrete(2), num_envs=2,
+        ...     batch_size=4, num_workers=0, n_step=3, discount=0.5, seed=0)
+        >>> obs = np.zeros((2, 3), np.float32)
+        >>> for t in range(4):
+        ...     done = np.array([t == 3, False])
+        ...     storage.add(obs, np.array([0, 1]), np.ones(2), done, np.zeros(2, bool), {}, obs + 1)
+        >>> batch = storage.sample()
+        >>> batch.rewards.shape, batch.actions.dtype, len(storage)
+        (torch.Size([4, 1]), torch.int64, 8)
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        device: str = "cpu",
+        storage_size: int = 1_000_000,
+        num_envs: int = 1,
+        batch_size: int = 256,
+        num_workers: int = 4,
+        pin_memory: bool = True,
+        n_step: int = 3,
+        discount: float = 0.99,
+        fetch_every: int = 1000,
+        save_snapshot: bool = False,
+        *,
+        autoreset_mode: AutoresetMode | str | Any = AutoresetMode.NEXT_STEP,
+        snapshot_dir: str | Path | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(observation_space, gym.Space):
+            raise TypeError(
+                f"NStepReplayStorage: observation_space is {type(observation_space).__name__}, "
+                "expected a gymnasium Space."
+            )
+        if not isinstance(action_space, gym.Space):
+            raise TypeError(
+                f"NStepReplayStorage: action_space is {type(action_space).__name__}, "
+                "expected a gymnasium Space."
+            )
+        if save_snapshot and snapshot_dir is None:
+            raise ValueError(
+                "NStepReplayStorage: save_snapshot=True needs snapshot_dir=...; "
+                "nothing is written to the current directory."
+            )
+        if int(fetch_every) < 1:
+            raise ValueError(f"NStepReplayStorage: fetch_every={fetch_every}, expected >= 1.")
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = torch.device(device)
+        self.num_envs = int(num_envs)
+        self.batch_size = int(batch_size)
+        self.num_workers = int(num_workers)
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        self.fetch_every = int(fetch_every)
+        self.save_snapshot = bool(save_snapshot)
+        self.snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
+        self.seed = seed
+        self.adapter = GymVectorAdapter(self.num_envs, autoreset_mode=autoreset_mode)
+        self.rb = make_replay_buffer(
+            storage_size,
+            batch_size=self.batch_size,
+            backend="memmap" if self.save_snapshot else "tensor",
+            scratch_dir=None if self.snapshot_dir is None else self.snapshot_dir / "rows",
+            num_streams=self.num_envs,
+            n_step=n_step,
+            gamma=discount,
+            seed=seed,
+        )
+        if self.save_snapshot and (self.snapshot_dir / "buffer").exists():
+            self.rb.loads(self.snapshot_dir / "buffer")
+        self._iter: Iterator[TensorDictBase] | None = None
+
+    # ------------------------------------------------------------------ seed API
+    def reset(self) -> None:
+        """Restart the sampling workers; the stored data is kept."""
+        self._iter = None
+
+    def add(
+        self,
+        observations: Any,
+        actions: Any,
+        rewards: Any,
+        terminateds: Any,
+        truncateds: Any,
+        infos: dict[str, Any] | list[dict] | None,
+        next_observations: Any,
+    ) -> None:
+        """Add one step of every env (``[num_envs, ...]`` inputs, numpy or torch).
+
+        Raises:
+            ValueError: an input does not have ``num_envs`` rows, or its shape or
+                dtype differs from the first step's (the message names it).
+        """
+        space = self.observation_space
+        self.rb.extend(
+            self.adapter.step(
+                _numpy(observations, space), _numpy(actions, self.action_space), _numpy(rewards),
+                _numpy(terminateds).astype(bool), _numpy(truncateds).astype(bool),
+                infos, _numpy(next_observations, space),
+            )
+        )
+
+    @property
+    def replay_iter(self) -> Iterator[TensorDictBase]:
+        """An iterator over batches from ``num_workers`` DataLoader workers.
+
+        Each worker samples the whole buffer (no shards); rows written later
+        are seen by the workers too.
+        """
+        if self._iter is None:
+            if len(self.rb) == 0:
+                raise ValueError(
+                    "NStepReplayStorage: the storage is empty; add steps before sampling."
+                )
+            loader = make_loader(
+                self.rb,
+                batch_size=self.batch_size,
+                num_workers=self.num_workers,
+                pin_memory=self.pin_memory,
+                prefetch_factor=max(1, min(2, self.fetch_every // self.batch_size)),
+                seed=self.seed,
+            )
+            self._iter = iter(loader)
+        return self._iter
+
+    def sample(self) -> NStepReplayBatch:
+        """A batch of ``batch_size`` n-step transitions on ``device``."""
+        if self.num_workers > 0:
+            data = next(self.replay_iter)
+        else:
+            data = self.rb.sample(self.batch_size)
+        obs_keys = [k for k in data.keys() if k not in ("action", "next", "discount",
+                                                         "steps_to_next_obs", "index", "collector")]
+        observations = _observations(data, obs_keys)
+        return NStepReplayBatch(
+            observations=observations,
+            actions=data["action"],
+            rewards=data["next", "reward"],
+            discounts=data["discount"],
+            next_observations=_observations(data["next"], obs_keys),
+            terminateds=data["next", "terminated"],
+            truncateds=data["next", "truncated"],
+            steps=data["steps_to_next_obs"],
+            batch_size=data.batch_size,
+        ).to(self.device)
+
+    def update(self, *args: Any) -> None:
+        """No-op, as in the original (its training loop passes metrics here)."""
+
+    # ----------------------------------------------------------------- extras
+    def save(self) -> None:
+        """Write the episode index and cursors beside the rows in ``snapshot_dir``."""
+        if not self.save_snapshot:
+            raise ValueError("NStepReplayStorage.save: only with save_snapshot=True.")
+        self.rb.dumps(self.snapshot_dir / "buffer")
+
+    def __len__(self) -> int:
+        """Number of stored transitions."""
+        return len(self.rb)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(transitions={len(self)}, num_envs={self.num_envs}, "
+            f"n_step={self.rb.sampler.n}, batch_size={self.batch_size})"
+        )
+
+
+def _numpy(value: Any, space: gym.Space | None = None) -> Any:
+    """numpy arrays, cast to ``space``'s dtype (numpy arithmetic often gives float64)."""
+    if isinstance(value, dict):
+        spaces = getattr(space, "spaces", {})
+        return {k: _numpy(v, spaces.get(k)) for k, v in value.items()}
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    value = np.asarray(value)
+    dtype = getattr(space, "dtype", None)
+    return value if dtype is None else value.astype(dtype, copy=False)
+
+
+def _observations(data: TensorDictBase, keys: list[str]) -> Any:
+    if keys == ["observation"]:
+        return data["observation"]
+    return data.select(*keys)
