@@ -1,10 +1,13 @@
 """Side-by-side replay-buffer benchmark: ours vs TorchRL native, SB3, cpprb, floors.
 
-    .venv/bin/python benchmarks/run.py              # full W1 run (1M rows; scale up to 10M)
-    .venv/bin/python benchmarks/run.py --quick      # smoke run (100k rows, few reps, no 10M)
+    .venv/bin/python benchmarks/run.py              # full W1 run (1M rows; scale up to 10M), then W2 n-step
+    .venv/bin/python benchmarks/run.py --quick      # smoke run (100k rows, few reps, no 10M; n-step at 20k)
     .venv/bin/python benchmarks/run.py --no-scale   # full run without the 10M-row buffers
+    .venv/bin/python benchmarks/run.py --no-nstep   # skip the W2 n-step tables (nstep.py)
 
-Prints markdown tables and writes them to benchmarks/results/latest.md.
+Prints markdown tables and writes them to benchmarks/results/latest.md; the W2
+n-step tables (``nstep.py``, run in a fresh subprocess after the W1 buffers are
+freed) are appended to the same file.
 See benchmarks/README.md for the workload and the method.
 """
 
@@ -89,9 +92,17 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="100k rows, few repetitions")
     ap.add_argument("--scale", action="store_true", help="include 10M rows even with --quick")
     ap.add_argument("--no-scale", action="store_true", help="skip the 10M-row buffers (~3 GB RSS)")
+    ap.add_argument("--no-nstep", action="store_true", help="skip the W2 n-step tables (nstep.py, ~17 GB RSS)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "latest.md"))
     a = ap.parse_args()
+    run_w1(a)
+    if not a.no_nstep:  # fresh interpreter: the W1 buffers are gone, n-step needs ~17 GB (full)
+        log("W2 n-step (nstep.py)")
+        cmd = [sys.executable, os.path.join(HERE, "nstep.py"), "--out", a.out, "--append"]
+        subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
 
+
+def run_w1(a) -> None:
     torch.set_num_threads(1)
     cap = 100_000 if a.quick else 1_000_000
     small = 10_000

@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchrl.data import TensorDictReplayBuffer
 
+from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.storages.episode import EpisodeStorage
 
 __all__ = ["ReplayDataset", "make_loader"]
@@ -91,7 +92,7 @@ class ReplayDataset(IterableDataset):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         storage, sampler, transform = state["parts"]
-        self.rb = TensorDictReplayBuffer(storage=storage, sampler=sampler, transform=transform)
+        self.rb = TransitionReplayBuffer(storage=storage, sampler=sampler, transform=transform)
         self.batch_size = state["batch_size"]
         self.num_batches = state["num_batches"]
         self.seed = state["seed"]

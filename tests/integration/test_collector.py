@@ -213,3 +213,43 @@ def test_time_first_batches():
     sample = rb.sample()
     assert (sample["next", "step_count"] == sample["step_count"] + 1).all()
     check_continuity(sample, reference)
+
+
+# ----------------------------------------------------------------- n-step
+def brute_force_nstep(env_steps: TensorDictBase, i: int, n: int, gamma: float) -> tuple:
+    """The n-step window of step ``i`` of one env, walking the collector output."""
+    ret, k, j = 0.0, 0, i
+    traj = env_steps["collector", "traj_ids"]
+    while True:
+        ret += gamma**k * float(env_steps["next", "reward"][j])
+        k += 1
+        done = bool(env_steps["next", "done"][j])
+        if done or k == n or j + 1 == env_steps.shape[0] or traj[j + 1] != traj[j]:
+            break
+        j += 1
+    terminated = bool(env_steps["next", "terminated"][j])
+    next_obs = env_steps["next", "observation"][j]
+    return ret, next_obs, terminated, k, gamma**k * (not terminated)
+
+
+def test_nstep_windows_of_collector_batches_match_brute_force():
+    n, gamma = 3, 0.9
+    rb = make_replay_buffer(4096, n_step=n, gamma=gamma, seed=0)
+    reference = per_env_reference(collect_into(rb, total_frames=640, seed=5, max_steps=12))
+    where = {}  # (traj id, step count) -> (env, position)
+    for env, steps in enumerate(reference):
+        for pos, (traj, count) in enumerate(
+            zip(steps["collector", "traj_ids"].tolist(), steps["step_count"].view(-1).tolist())
+        ):
+            where[(traj, count)] = (env, pos)
+    for _ in range(5):
+        batch = rb.sample(128)
+        keys = zip(batch["collector", "traj_ids"].tolist(), batch["step_count"].view(-1).tolist())
+        for b, key in enumerate(keys):
+            env, pos = where[key]
+            ret, next_obs, terminated, k, discount = brute_force_nstep(reference[env], pos, n, gamma)
+            assert int(batch["steps_to_next_obs"][b]) == k
+            assert abs(float(batch["next", "reward"][b]) - ret) < 1e-5
+            assert torch.equal(batch["next", "observation"][b], next_obs)
+            assert bool(batch["next", "terminated"][b]) == terminated
+            assert abs(float(batch["discount"][b]) - discount) < 1e-6

@@ -1,6 +1,7 @@
 """Samplers: choose rows from the episode index, O(batch) per sample."""
 from torchrl_ext.samplers.nstep import NStepSampler
+from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, draw_transitions
 
 __all__ = [
-    "NStepSampler","UniformTransitionSampler", "draw_transitions"]
+    "NStepSampler", "PrioritizedTransitionSampler", "UniformTransitionSampler", "draw_transitions"]

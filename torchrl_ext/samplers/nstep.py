@@ -50,9 +50,11 @@ class NStepSampler(Sampler):
         >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 2, 1), "action": torch.zeros(1, 2, 1),
         ...     "next": {"observation": torch.ones(1, 2, 1), "reward": torch.ones(1, 2, 1),
         ...              "done": done, "terminated": done.clone()}}, [1, 2]))
-        >>> batch = rb.sample()
-        >>> sorted(batch["steps_to_next_obs"].view(-1).tolist())  # windows stop at the episode end
+        >>> rows = rb.storage.live_transition_rows()  # both steps of the episode
+        >>> sorted(rb.storage.window_steps(rows, 3).tolist())  # windows stop at the episode end
         [1, 2]
+        >>> rb.sample()["steps_to_next_obs"].shape
+        torch.Size([2, 1])
     """
 
     def __init__(self, n: int = 3, *, base: Sampler | None = None) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torch.utils.data import get_worker_info
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage
 
 from torchrl_ext._schema import RowSchema
@@ -125,7 +126,7 @@ class PackedRows:
     def gather(self, rows: torch.Tensor, next_rows: torch.Tensor) -> TensorDictBase:
         """Transitions at ``rows`` (next observations from ``next_rows``), ``[B]``."""
         batch = rows.shape
-        blocks = (self._rows.index_select(0, rows), self._rows.index_select(0, next_rows))
+        blocks = (_select(self._rows, rows), _select(self._rows, next_rows))
         nodes: dict[tuple[str, ...], dict[str, Any]] = {path: {} for path in self._paths}
         for parent, name, block, c in self._entries:
             piece = blocks[block][:, c.lo : c.hi].view(c.dtype)
@@ -157,8 +158,8 @@ class PackedRows:
         """
         B, W = window_rows.shape
         batch = torch.Size([B])
-        first = self._rows.index_select(0, rows)
-        after = self._rows.index_select(0, after_rows)
+        first = _select(self._rows, rows)
+        after = _select(self._rows, after_rows)
         step_lo = self.step[0].lo if self.step else self.row_bytes
         # the padded step span: its width is a multiple of every itemsize
         steps = self._rows[:, step_lo:].index_select(0, window_rows.reshape(-1))
@@ -203,6 +204,21 @@ def _bytes(
             value = value.reshape(n, c.width).contiguous()
         parts.append(value.view(torch.uint8))
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+
+
+def _select(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``buffer.index_select(0, index)``; in a DataLoader worker, into shared memory.
+
+    A worker's batch crosses to the main process through shared memory: gathering
+    straight into it saves the copy that pickling would make (as DataLoader's
+    default collate does for the tensors it stacks).
+    """
+    if get_worker_info() is None:
+        return buffer.index_select(0, index)
+    width = buffer.shape[1]
+    storage = torch.UntypedStorage._new_shared(index.numel() * width * buffer.element_size())
+    out = torch.empty(0, dtype=buffer.dtype).set_(storage).view(index.numel(), width)
+    return torch.index_select(buffer, 0, index, out=out)
 
 
 def _typed(block: torch.Tensor, c: _Column, lo: int, batch: torch.Size) -> torch.Tensor:

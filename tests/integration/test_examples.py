@@ -1,0 +1,104 @@
+"""examples/nstep_dqn_cartpole.py: a tiny run, and the n-step target of its loss.
+
+The example is imported by path (``examples/`` is not a package). It imports
+``torchrl.collectors`` inside its own narrow ``warnings.catch_warnings`` (torchrl
+0.14's DeprecationWarning about its weight updaters), so the import below runs
+under this project's ``filterwarnings = error`` unchanged.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+from torchrl.envs import SerialEnv
+
+from torchrl_ext import make_replay_buffer
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nstep_dqn_cartpole.py"
+
+
+@pytest.fixture(scope="module")
+def example():
+    spec = importlib.util.spec_from_file_location("nstep_dqn_cartpole", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def test_tiny_run_prints_stages_and_writes_svg(example, tmp_path, capsys):
+    plot = tmp_path / "curve.svg"
+    threads = torch.get_num_threads()
+    history = example.main(["--frames", "2048", "--stages", "2", "--eval-episodes", "2",
+                            "--seed", "0", "--plot", str(plot)])
+    out = capsys.readouterr().out.splitlines()
+
+    assert torch.get_num_threads() == threads  # main restores torch's thread count
+    assert [f for f, _ in history] == [1024, 2048]
+    assert all(1.0 <= r <= 500.0 for _, r in history)
+    stage_lines = [line.split() for line in out if line.split()[:1] in (["1"], ["2"])]
+    assert [cells[:2] for cells in stage_lines] == [["1", "1024"], ["2", "2048"]]
+    assert out[-1] == f"plot: {plot}"
+
+    root = ET.parse(plot).getroot()  # well-formed XML
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    (polyline,) = root.iter("{http://www.w3.org/2000/svg}polyline")
+    assert len(polyline.get("points").split()) == 2
+    texts = {t.text for t in root.iter("{http://www.w3.org/2000/svg}text")}
+    assert {"env frames", "evaluation return"} <= texts
+
+
+def test_loss_target_is_the_n_step_bootstrap(example):
+    """DQNLoss's target equals ("next","reward") + discount * max_a Q_target(next obs)."""
+    torch.manual_seed(0)
+    env = SerialEnv(2, example.make_env)
+    env.set_seed(0)
+    rb = make_replay_buffer(4_096, n_step=example.N_STEP, gamma=example.GAMMA, seed=0)
+    collector = example.Collector(env, policy=None, frames_per_batch=256, total_frames=512,
+                                  replay_buffer=rb)
+    try:
+        for _ in collector:
+            pass
+    finally:
+        collector.shutdown()
+    batch = rb.sample(512)
+    k = batch["steps_to_next_obs"].view(-1)
+    terminated = batch["next", "terminated"].view(-1)
+    assert (k == 3).any() and (k < 3).any() and terminated.any()  # every case is covered
+
+    actor = example.QValueActor(
+        example.MLP(in_features=4, out_features=2, num_cells=[16]),
+        in_keys=["observation"], spec=env.action_spec,
+    )
+    loss_fn = example.make_loss(actor)
+    example.SoftUpdate(loss_fn, eps=0.995)  # as in the example (else torchrl warns)
+    with torch.no_grad():  # the online net drifts away from the target copy
+        for p in actor.parameters():
+            p.add_(torch.randn_like(p))
+
+    target = loss_fn.value_estimator.value_estimate(
+        batch.clone(), target_params=loss_fn.target_value_network_params
+    ).view(-1)
+    with torch.no_grad(), loss_fn.target_value_network_params.to_module(actor):
+        next_q = actor(batch["next"].select("observation").clone())["action_value"]
+    expected = (
+        batch["next", "reward"].view(-1)
+        + example.GAMMA ** k.double() * (~terminated).double() * next_q.max(-1).values.double()
+    )
+    torch.testing.assert_close(target.double(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        expected, (batch["next", "reward"] + batch["discount"] * next_q.max(-1, keepdim=True).values)
+        .view(-1).double(), rtol=1e-5, atol=1e-5,
+    )
+
+    q = actor(batch.select("observation").clone())["action_value"]
+    chosen = (q * batch["action"].float()).sum(-1)
+    manual = torch.nn.functional.smooth_l1_loss(chosen, expected.float())
+    torch.testing.assert_close(loss_fn(batch.clone())["loss"], manual)
