@@ -138,3 +138,38 @@ def test_windows_match_reference(workload, n, gamma):
         kept = rows[-ref.capacity :]
         expected += nstep_reference(kept, n, gamma)
     assert same(windows(rb, n, gamma), sorted(expected))
+
+
+def test_prioritized_nstep_rainbow_combination():
+    from torchrl_ext.samplers import PrioritizedTransitionSampler
+
+    base = PrioritizedTransitionSampler(alpha=1.0, beta=0.5)
+    rb = make_replay_buffer(64, batch_size=16, n_step=3, gamma=0.5, sampler=base, seed=0)
+    T = 20
+    obs = torch.arange(T, dtype=torch.float32).view(1, T, 1)
+    rb.extend(steps(obs, obs + 1))
+    batch = rb.sample()
+    assert batch["index"].shape == (16, 2)  # (row, steps), as TorchRL stacks the tuple
+    assert batch["priority_weight"].shape == (16,)
+    # step 5 gets almost all the priority mass, through a sample's entries
+    rows = rb.storage.live_transition_rows()  # steps 0..19 of the one stream, in order
+    td_error = torch.full((T,), 1e-3)
+    td_error[5] = 100.0
+    rb.update_priority(torch.stack([rows, torch.ones_like(rows)], -1), td_error)
+    draws = torch.cat([rb.sample()["observation"].view(-1) for _ in range(10)])
+    assert float((draws == 5.0).float().mean()) > 0.9
+    # windows stay n-step windows under prioritized starts
+    batch = rb.sample()
+    expected_k = torch.clamp(T - batch["observation"].view(-1), max=3)
+    assert torch.equal(batch["steps_to_next_obs"].view(-1), expected_k.long())
+    # and a sample's own td errors go back through update_tensordict_priority
+    batch.set("td_error", torch.full((16,), 1e-3))
+    rb.update_tensordict_priority(batch)
+    assert float((torch.cat([rb.sample()["observation"] for _ in range(10)]) == 5.0).float().mean()) < 0.9
+
+
+def test_update_tensordict_priority_needs_the_priority_entry():
+    rb = make_replay_buffer(64, batch_size=2, n_step=3, seed=0)
+    rb.extend(steps(torch.zeros(1, 4, 1), torch.ones(1, 4, 1)))
+    with pytest.raises(KeyError, match="the data has no 'td_error' entry"):
+        rb.update_tensordict_priority(rb.sample())

@@ -82,6 +82,23 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             self._sampler.extend(index)
         return index
 
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Update priorities from a sample's ``"index"`` and ``priority_key`` entries.
+
+        TorchRL's version only acts for its own ``PrioritizedSampler`` class; this
+        one passes the sample's entries to any sampler with priorities, such as
+        :class:`~torchrl_ext.samplers.PrioritizedTransitionSampler`, alone or under
+        an :class:`~torchrl_ext.samplers.NStepSampler` (whose ``[B, 2]`` index it
+        reads as (row, steps)).
+        """
+        priority = data.get(self.priority_key, None)
+        if priority is None:
+            raise KeyError(
+                f"update_tensordict_priority: the data has no {self.priority_key!r} entry "
+                "(the buffer's priority_key); set it, e.g. to the TD errors."
+            )
+        self.update_priority(data.get("index"), priority.reshape(data.shape[0], -1).amax(-1))
+
     def sample(
         self,
         batch_size: int | None = None,

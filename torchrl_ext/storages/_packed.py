@@ -139,7 +139,11 @@ class PackedRows:
         return TensorDict._new_unsafe(nodes[()], batch_size=batch)
 
     def gather_windows(
-        self, rows: torch.Tensor, window_rows: torch.Tensor, after_rows: torch.Tensor
+        self,
+        rows: torch.Tensor,
+        window_rows: torch.Tensor,
+        last_rows: torch.Tensor,
+        after_rows: torch.Tensor,
     ) -> TensorDictBase:
         """Windows of steps: ``[B]`` transitions from ``rows`` to ``after_rows``.
 
@@ -147,14 +151,15 @@ class PackedRows:
             rows: ``[B]`` first row of each window (its observation and action).
             window_rows: ``[B, W]`` rows of the window's steps (padding repeats a
                 valid row; the caller masks it).
+            last_rows: ``[B]`` row of each window's last step.
             after_rows: ``[B]`` row after each window's last step (its observation
                 is the window's next observation).
 
         Returns:
             a ``[B]`` TensorDict: observation and root-only entries at ``rows``,
-            ``("next", obs)`` at ``after_rows``, and under ``"n_step"`` a
-            ``[B, W]`` TensorDict of the next-only entries (reward, done flags...)
-            of every window step.
+            ``("next", obs)`` at ``after_rows``, the next-only entries (done
+            flags...) of the last step under ``"next"``, and under ``"n_step"`` a
+            ``[B, W]`` TensorDict of the next-only entries of every window step.
         """
         B, W = window_rows.shape
         batch = torch.Size([B])
@@ -163,6 +168,7 @@ class PackedRows:
         step_lo = self.step[0].lo if self.step else self.row_bytes
         # the padded step span: its width is a multiple of every itemsize
         steps = self._rows[:, step_lo:].index_select(0, window_rows.reshape(-1))
+        last = self._rows[:, step_lo:].index_select(0, last_rows)
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         window: dict[str, Any] = {}
@@ -170,7 +176,8 @@ class PackedRows:
             _put(root, c.key, _typed(first, c, c.lo, batch))
             _put(nxt, c.key, _typed(after, c, c.lo, batch))
         for c in self.step:
-            if c.key[0] == "next":  # next-only entry: the whole window
+            if c.key[0] == "next":  # next-only entry: at the last step, and the whole window
+                _put(nxt, c.key[1:], _typed(last, c, c.lo - step_lo, batch))
                 piece = steps[:, c.lo - step_lo : c.hi - step_lo].view(c.dtype)
                 _put(window, c.key[1:], piece.reshape(B, W, *c.shape))
             else:

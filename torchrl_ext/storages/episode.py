@@ -183,7 +183,8 @@ class EpisodeStorage(TensorStorage):
 
         Returns a ``[B]`` TensorDict with the first step's observation and
         action, ``("next", obs)`` = the observation after the window's last step
-        (the true final observation when the window ends its episode),
+        (the true final observation when the window ends its episode), the
+        last step's next-only entries (``("next", "terminated")``...),
         ``"steps_to_next_obs"`` ``[B, 1]``, and under ``"n_step"`` a ``[B, W]``
         TensorDict (``W = max(steps)``) of each window step's next-only entries
         (reward, done flags) with ``"mask"`` marking the steps inside the window.
@@ -197,9 +198,13 @@ class EpisodeStorage(TensorStorage):
         # padding reads the first step again; the mask hides it
         window_tau = tau[:, None] + np.where(mask, offsets, 0)
         window_rows = self.index.physical_rows(window_tau, stream[:, None])
+        last_rows = self.index.physical_rows(tau + steps_np - 1, stream)
         after_rows = self.index.physical_rows(tau + steps_np, stream)
         out = self.packed.gather_windows(
-            rows, torch.from_numpy(window_rows), torch.from_numpy(after_rows)
+            rows,
+            torch.from_numpy(window_rows),
+            torch.from_numpy(last_rows),
+            torch.from_numpy(after_rows),
         )
         out.set(("n_step", "mask"), torch.from_numpy(mask))
         out.set("steps_to_next_obs", steps.reshape(-1, 1))

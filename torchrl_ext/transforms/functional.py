@@ -46,9 +46,11 @@ def nstep_return(
     """
     if rewards.dim() == 3:
         rewards = rewards.squeeze(-1)
-    width = rewards.shape[-1]
-    powers = gamma ** torch.arange(width, dtype=rewards.dtype)  # [W]
-    ret = (rewards * powers * mask).sum(-1, keepdim=True)
-    k = mask.sum(-1, keepdim=True).to(rewards.dtype)
-    alive = 1.0 - terminated.reshape(-1, 1).to(rewards.dtype)
-    return ret, gamma**k * alive
+    dtype = rewards.dtype
+    powers = gamma ** torch.arange(rewards.shape[-1], dtype=dtype)  # [W]
+    weights = powers * mask  # [B, W], 0 past the window
+    ret = (rewards * weights).sum(-1, keepdim=True)
+    k = mask.sum(-1, keepdim=True)
+    alive = (~terminated.reshape(-1, 1)).to(dtype)
+    return ret, torch.pow(gamma, k.to(dtype)) * alive
+

@@ -21,9 +21,11 @@ class NStepTransform(Transform):
 
     * ``("next", "reward")``: ``sum_{i<k} gamma**i r_{t+i}`` (see
       :func:`~torchrl_ext.transforms.functional.nstep_return`);
-    * every other next-only entry (``("next", "terminated")``, ``"truncated"``,
-      ``"done"``...): its value at the window's last step;
-    * ``discount_key`` (default ``"discount"``): ``gamma**k * (1 - terminated)``.
+    * ``discount_key`` (default ``"discount"``): ``gamma**k * (1 - terminated)``,
+
+    and drops the windows. The other next-only entries (``("next",
+    "terminated")``, ``"truncated"``, ``"done"``...) already hold their value at
+    the window's last step.
 
     ``("next", obs)`` already is the observation after the window and
     ``"steps_to_next_obs"`` its length ``k``, which TorchRL's value estimators
@@ -91,20 +93,14 @@ class NStepTransform(Transform):
                 "NStepTransform: the batch has no 'n_step' windows; sample with "
                 "torchrl_ext.samplers.NStepSampler (make_replay_buffer(..., n_step=n))."
             )
-        mask = window.get("mask")
-        last = (mask.sum(-1) - 1).clamp_min(0)  # [B] index of each window's last step
-        arange = torch.arange(mask.shape[0])
-        for key, value in window.items(include_nested=True, leaves_only=True):
-            full = ("next", *((key,) if isinstance(key, str) else key))
-            if full == self.reward_key or full[1:] == ("mask",):
-                continue
-            tensordict.set(full, value[arange, last])
+        # the storage already put the last step's done flags under "next"
         terminated = tensordict.get(self.terminated_key, None)
+        mask = window.get("mask")
         if terminated is None:
             terminated = torch.zeros(mask.shape[0], 1, dtype=torch.bool)
         rewards = window.get(self.reward_key[1:])  # [B, W, *reward_shape]
         ret, discount = nstep_return(rewards, mask, terminated, self.gamma)
-        tensordict.set(self.reward_key, ret.reshape(mask.shape[0], *rewards.shape[2:]))
+        tensordict.set(self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))
         if self.discount_key is not None:
             tensordict.set(self.discount_key, discount)
         del tensordict["n_step"]
