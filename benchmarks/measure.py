@@ -19,6 +19,7 @@ import ctypes
 import gc
 import json
 import os
+import subprocess
 import statistics
 import sys
 import time
@@ -78,6 +79,19 @@ def interleaved(fns: dict, reps: int, inner: int, warmup: int = 5) -> dict[str, 
                 f()
             times[n].append((clock() - t0) / inner)
     return {n: quantiles(ts) for n, ts in times.items()}
+
+
+def run_probe(cmd: list[str], key: str, timeout: int = 900) -> dict:
+    """Run a probe in a fresh interpreter; return its ``JSON:`` line, or an error row."""
+    env = {**os.environ, "RL_LOGGING_LEVEL": "WARNING"}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"key": key, "error": "timeout"}
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("JSON:"):
+            return json.loads(line[5:])
+    return {"key": key, "error": (p.stderr.strip().splitlines() or ["no output"])[-1][:100]}
 
 
 def probe(key: str, capacity: int) -> dict:

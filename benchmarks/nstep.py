@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -365,15 +364,9 @@ def probe(key: str, rows: int) -> dict:
 
 
 def mem_probe(key: str, rows: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--probe", key, str(rows)]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired:
-        return {"key": key, "error": "timeout"}
-    for line in p.stdout.splitlines():
-        if line.startswith("JSON:"):
-            return json.loads(line[5:])
-    return {"key": key, "error": (p.stderr.strip().splitlines() or ["no output"])[-1][:100]}
+    from measure import run_probe
+
+    return run_probe([sys.executable, os.path.abspath(__file__), "--probe", key, str(rows)], key, 600)
 
 
 # ---------------------------------------------------------------------- loader
@@ -435,23 +428,7 @@ def loader_rates(rb, train, batches: int, rounds: int) -> dict:
     plain = {"/".join(k) if isinstance(k, tuple) else k: v
              for k, v in rb.sample().items(include_nested=True, leaves_only=True)}
 
-    def plain_rate(num_workers):
-        loader = DataLoader(_PlainBatches(plain), batch_size=None, num_workers=num_workers,
-                            multiprocessing_context="fork", collate_fn=_Td)
-        it = iter(loader)
-        for _ in range(10):
-            train(next(it))
-        t0 = time.perf_counter()
-        for _ in range(batches):
-            train(next(it))
-        dt = time.perf_counter() - t0
-        del it, loader
-        return batches / dt
-
-    def rate(num_workers):
-        loader = make_loader(rb, num_workers=num_workers, seed=0,
-                             multiprocessing_context="fork" if num_workers else None,
-                             prefetch_factor=2 if num_workers else None)
+    def timed(loader):
         it = iter(loader)
         for _ in range(10):  # workers started and warm
             train(next(it))
@@ -459,8 +436,17 @@ def loader_rates(rb, train, batches: int, rounds: int) -> dict:
         for _ in range(batches):
             train(next(it))
         dt = time.perf_counter() - t0
-        del it, loader
+        del it
         return batches / dt
+
+    def plain_rate(num_workers):
+        return timed(DataLoader(_PlainBatches(plain), batch_size=None, num_workers=num_workers,
+                                multiprocessing_context="fork", collate_fn=_Td))
+
+    def rate(num_workers):
+        return timed(make_loader(rb, num_workers=num_workers, seed=0,
+                                 multiprocessing_context="fork" if num_workers else None,
+                                 prefetch_factor=2 if num_workers else None))
 
     def train_only():
         b = rb.sample()

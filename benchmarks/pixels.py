@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -96,11 +95,10 @@ def measure_all(rows: int) -> dict[str, dict]:
     """Run each buffer's probe in a fresh interpreter."""
     out = {}
     here = os.path.dirname(os.path.abspath(__file__))
+    from measure import run_probe
+
     for key in KEYS:
-        proc = subprocess.run([sys.executable, os.path.join(here, "pixels.py"), key, str(rows)],
-                              capture_output=True, text=True, env={**os.environ, "RL_LOGGING_LEVEL": "WARNING"})
-        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("JSON:")]
-        out[key] = json.loads(line[-1][5:]) if line else {"key": key, "error": proc.stderr.strip()[-300:]}
+        out[key] = run_probe([sys.executable, os.path.join(here, "pixels.py"), key, str(rows)], key)
     return out
 
 

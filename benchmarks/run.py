@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as md
 import itertools
-import json
 import os
 import platform
 import subprocess
@@ -31,7 +30,7 @@ import torch  # noqa: E402
 
 import pixels  # noqa: E402
 from impls import ALL  # noqa: E402
-from measure import hwm_bytes, interleaved, settle  # noqa: E402
+from measure import hwm_bytes, interleaved, run_probe, settle  # noqa: E402
 from workload import BATCH, N_ENVS, RAW_BYTES_PER_TRANSITION, EpisodeStream, chunk_len  # noqa: E402
 
 WRITE_STEPS = 2000  # distinct pre-built one-step writes per impl, cycled (2 episodes)
@@ -59,18 +58,9 @@ def fill_streamed(impl, rows: int, seed: int) -> None:
 
 
 def mem_probe(key: str, capacity: int) -> dict:
-    cmd = [sys.executable, os.path.join(HERE, "measure.py"), key, str(capacity)]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        return {"key": key, "error": "timeout"}
-    for line in p.stdout.splitlines():
-        if line.startswith("JSON:"):
-            return json.loads(line[5:])
-    return {"key": key, "error": (p.stderr.strip().splitlines() or ["no output"])[-1][:100]}
+    return run_probe([sys.executable, os.path.join(HERE, "measure.py"), key, str(capacity)], key)
 
 
-# ----------------------------------------------------------------- formatting
 def fmt_int(x: float) -> str:
     return f"{x:,.0f}"
 

@@ -168,8 +168,10 @@ def test_prioritized_nstep_rainbow_combination():
     assert float((torch.cat([rb.sample()["observation"] for _ in range(10)]) == 5.0).float().mean()) < 0.9
 
 
-def test_update_tensordict_priority_needs_the_priority_entry():
+def test_update_tensordict_priority_without_entry_or_priorities_is_a_no_op():
     rb = make_replay_buffer(64, batch_size=2, n_step=3, seed=0)
     rb.extend(steps(torch.zeros(1, 4, 1), torch.ones(1, 4, 1)))
-    with pytest.raises(KeyError, match="the data has no 'td_error' entry"):
-        rb.update_tensordict_priority(rb.sample())
+    batch = rb.sample()
+    rb.update_tensordict_priority(batch)  # no "td_error" entry
+    batch.set("td_error", torch.ones(2))
+    rb.update_tensordict_priority(batch)  # a uniform sampler keeps no priorities

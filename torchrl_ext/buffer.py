@@ -12,6 +12,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
 from torchrl_ext.samplers.nstep import NStepSampler
+from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
 from torchrl_ext.storages.episode import Backend, EpisodeStorage
 from torchrl_ext.transforms.nstep import NStepTransform
@@ -86,17 +87,22 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         """Update priorities from a sample's ``"index"`` and ``priority_key`` entries.
 
         TorchRL's version only acts for its own ``PrioritizedSampler`` class; this
-        one passes the sample's entries to any sampler with priorities, such as
-        :class:`~torchrl_ext.samplers.PrioritizedTransitionSampler`, alone or under
-        an :class:`~torchrl_ext.samplers.NStepSampler` (whose ``[B, 2]`` index it
-        reads as (row, steps)).
+        one passes the entries to a
+        :class:`~torchrl_ext.samplers.PrioritizedTransitionSampler`, alone or
+        under an :class:`~torchrl_ext.samplers.NStepSampler` (whose ``[B, 2]``
+        index it reads as (row, steps)). As in TorchRL, it does nothing when
+        the sampler keeps no priorities or the data has no ``priority_key``
+        entry (``rb.add`` calls it on every write; new rows already got the
+        maximum priority).
         """
+        sampler = self._sampler
+        if isinstance(sampler, NStepSampler):
+            sampler = sampler.base
         priority = data.get(self.priority_key, None)
-        if priority is None:
-            raise KeyError(
-                f"update_tensordict_priority: the data has no {self.priority_key!r} entry "
-                "(the buffer's priority_key); set it, e.g. to the TD errors."
-            )
+        if not isinstance(sampler, PrioritizedTransitionSampler) or priority is None:
+            return
+        if not data.ndim:
+            data, priority = data.unsqueeze(0), priority.reshape(1)
         self.update_priority(data.get("index"), priority.reshape(data.shape[0], -1).amax(-1))
 
     def sample(

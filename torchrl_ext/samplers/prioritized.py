@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
+from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.samplers.uniform import _check_batch_size
 from torchrl_ext.storages.episode import EpisodeStorage
 
@@ -463,8 +464,7 @@ class PrioritizedTransitionSampler(Sampler):
             "max_priority": self.max_priority,
             "tree": None if self._tree is None else self._tree.clone(),
         }
-        if self.generator is not None:
-            state["generator"] = self.generator.get_state()
+        state.update(generator_state(self.generator))
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -486,10 +486,7 @@ class PrioritizedTransitionSampler(Sampler):
         else:
             self._tree = tree.to(torch.float64).clone().share_memory_()
             self._bind()
-        if "generator" in state_dict:
-            if self.generator is None:
-                self.generator = torch.Generator()
-            self.generator.set_state(state_dict["generator"])
+        self.generator = restore_generator(self.generator, state_dict)
 
     def dumps(self, path: str | Path) -> None:
         """Write the tree, the max priority, the parameters and the generator state."""

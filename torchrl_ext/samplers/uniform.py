@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
+from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.storages.episode import EpisodeStorage
 
 __all__ = ["UniformTransitionSampler", "draw_transitions"]
@@ -118,14 +119,10 @@ class UniformTransitionSampler(Sampler):
         pass
 
     def state_dict(self) -> dict[str, Any]:
-        state = {} if self.generator is None else {"generator": self.generator.get_state()}
-        return state
+        return generator_state(self.generator)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if "generator" in state_dict:
-            if self.generator is None:
-                self.generator = torch.Generator()
-            self.generator.set_state(state_dict["generator"])
+        self.generator = restore_generator(self.generator, state_dict)
 
     def dumps(self, path: str | Path) -> None:
         path = Path(path)

@@ -156,7 +156,6 @@ class EpisodeWriter(Writer):
     ) -> np.ndarray:
         # leaves are [K * T, ...] with stream k at rows k*T .. k*T+T-1, in time order;
         # steps where mask is False are skipped.
-        storage: EpisodeStorage = self._storage
         K, T = shape
         done, traj = self._done(leaves, shape), self._traj(leaves, shape)
         if mask is None or mask.all():
