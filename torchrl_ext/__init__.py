@@ -5,7 +5,7 @@ Components (:mod:`torchrl_ext.storages`, :mod:`torchrl_ext.writers`,
 :class:`torchrl.data.TensorDictReplayBuffer`; :func:`make_replay_buffer`
 assembles them.
 """
-from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
+from torchrl_ext.buffer import TransitionReplayBuffer, make_her_replay_buffer, make_replay_buffer
 from torchrl_ext.episodes import EpisodeIndex
 from torchrl_ext.facades import NStepReplayBatch, NStepReplayStorage
 from torchrl_ext.loader import ReplayDataset, make_loader
@@ -15,6 +15,7 @@ from torchrl_ext.writers import EpisodeWriter
 
 __all__ = [
     "make_replay_buffer",
+    "make_her_replay_buffer",
     "NStepReplayBatch",
     "NStepReplayStorage",
     "TransitionReplayBuffer",

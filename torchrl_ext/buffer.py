@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -11,14 +11,16 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
+from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
 from torchrl_ext.storages.episode import Backend, EpisodeStorage
+from torchrl_ext.transforms.hindsight import HindsightTransform
 from torchrl_ext.transforms.nstep import NStepTransform
 from torchrl_ext.writers.episode import DEFAULT_DONE_KEYS, EpisodeWriter
 
-__all__ = ["TransitionReplayBuffer", "make_replay_buffer"]
+__all__ = ["TransitionReplayBuffer", "make_her_replay_buffer", "make_replay_buffer"]
 
 
 class TransitionReplayBuffer(TensorDictReplayBuffer):
@@ -215,3 +217,67 @@ def make_replay_buffer(
         batch_size=batch_size,
         generator=generator,
     )
+
+
+def make_her_replay_buffer(
+    capacity: int,
+    reward_fn: Callable[..., Any],
+    *,
+    strategy: HindsightStrategy | str = HindsightStrategy.FUTURE,
+    num_goals: int = 4,
+    n_step: int = 1,
+    gamma: float = 0.99,
+    goal_key: NestedKey = "desired_goal",
+    achieved_goal_key: NestedKey = "achieved_goal",
+    terminated_fn: Callable[..., Any] | None = None,
+    sampler: Sampler | None = None,
+    **kwargs: Any,
+) -> TransitionReplayBuffer:
+    """A replay buffer relabelling goals in hindsight (HER), optionally n-step.
+
+    ``sampler`` (uniform by default, or prioritized) picks transitions,
+    :class:`~torchrl_ext.samplers.NStepSampler` makes ``n_step`` windows,
+    :class:`~torchrl_ext.samplers.HindsightSampler` picks goals, then
+    :class:`~torchrl_ext.transforms.HindsightTransform` relabels and
+    :class:`~torchrl_ext.transforms.NStepTransform` sums the rewards.
+    Batches hold real rows first, relabelled rows last.
+
+    Args:
+        capacity (int): rows of the storage.
+        reward_fn (callable): batched ``reward_fn(achieved_goal, desired_goal, infos)``.
+
+    Keyword Args:
+        strategy (str): ``"future"``, ``"final"``, ``"episode"`` or ``"random"``.
+        num_goals (int): ``k``; a fraction ``k / (k + 1)`` of each batch is relabelled.
+        n_step (int): window length (1: one-step transitions). Defaults to ``1``.
+        gamma (float): discount of n-step returns. Defaults to ``0.99``.
+        goal_key (NestedKey): defaults to ``"desired_goal"``.
+        achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
+        terminated_fn (callable, optional): recomputes termination of relabelled
+            one-step transitions.
+        sampler (Sampler, optional): picks the transitions.
+        **kwargs: the other keywords of :func:`make_replay_buffer` (``batch_size``,
+            ``backend``, ``seed``...).
+
+    Returns:
+        the assembled :class:`TransitionReplayBuffer`.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext import make_her_replay_buffer
+        >>> rb = make_her_replay_buffer(1000, lambda a, d, i: -(a != d).any(-1).float(),
+        ...     strategy="future", num_goals=4, batch_size=10)
+        >>> rb.sampler.n_virtual(10)
+        8
+    """
+    sampler = HindsightSampler(
+        strategy,
+        num_goals,
+        base=NStepSampler(n_step, base=sampler if sampler is not None else UniformTransitionSampler()),
+    )
+    her = HindsightTransform(
+        reward_fn, goal_key=goal_key, achieved_goal_key=achieved_goal_key,
+        terminated_fn=terminated_fn,
+    )
+    transform = Compose(her, NStepTransform(gamma))
+    return make_replay_buffer(capacity, sampler=sampler, transform=transform, **kwargs)

@@ -1,7 +1,10 @@
 """Samplers: choose rows from the episode index, O(batch) per sample."""
+from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, draw_transitions
 
 __all__ = [
+    "HindsightSampler",
+    "HindsightStrategy",
     "NStepSampler", "PrioritizedTransitionSampler", "UniformTransitionSampler", "draw_transitions"]

@@ -144,6 +144,8 @@ class PackedRows:
         window_rows: torch.Tensor,
         last_rows: torch.Tensor,
         after_rows: torch.Tensor,
+        goal_rows: torch.Tensor | None = None,
+        window_next_rows: torch.Tensor | None = None,
     ) -> TensorDictBase:
         """Windows of steps: ``[B]`` transitions from ``rows`` to ``after_rows``.
 
@@ -160,6 +162,10 @@ class PackedRows:
             ``("next", obs)`` at ``after_rows``, the next-only entries (done
             flags...) of the last step under ``"next"``, and under ``"n_step"`` a
             ``[B, W]`` TensorDict of the next-only entries of every window step.
+            With ``goal_rows`` and ``window_next_rows`` (``[B, W]``, hindsight),
+            also the observation entries at the goal rows under ``"her"``, and
+            each window step's next observation entries in ``"n_step"`` (so
+            rewards can be recomputed for a new goal).
         """
         B, W = window_rows.shape
         batch = torch.Size([B])
@@ -182,6 +188,14 @@ class PackedRows:
                 _put(window, c.key[1:], piece.reshape(B, W, *c.shape))
             else:
                 _put(root, c.key, _typed(first, c, c.lo, batch))
+        if goal_rows is not None:
+            goals = _select(self._rows, goal_rows)
+            seen = _select(self._rows, window_next_rows.reshape(-1))  # [B * W, row bytes]
+            her: dict[str, Any] = {}
+            for c in self.obs:
+                _put(her, c.key, _typed(goals, c, c.lo, batch))
+                _put(window, c.key, _typed(seen, c, c.lo, torch.Size([B * W])).reshape(B, W, *c.shape))
+            root["her"] = _tree(her, batch)
         root["next"] = _tree(nxt, batch)
         root["n_step"] = _tree(window, torch.Size([B, W]))
         return _tree(root, batch)

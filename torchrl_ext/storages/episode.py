@@ -178,7 +178,9 @@ class EpisodeStorage(TensorStorage):
         _, step, _, length = self.index.locate(tau, stream)
         return torch.from_numpy(np.minimum(length - step, n))
 
-    def get_windows(self, rows: torch.Tensor, steps: torch.Tensor) -> TensorDictBase:
+    def get_windows(
+        self, rows: torch.Tensor, steps: torch.Tensor, goal_rows: torch.Tensor | None = None
+    ) -> TensorDictBase:
         """Windows of ``steps`` transitions starting at ``rows`` (see :meth:`window_steps`).
 
         Returns a ``[B]`` TensorDict with the first step's observation and
@@ -189,6 +191,11 @@ class EpisodeStorage(TensorStorage):
         TensorDict (``W = max(steps)``) of each window step's next-only entries
         (reward, done flags) with ``"mask"`` marking the steps inside the window.
         :class:`~torchrl_ext.transforms.NStepTransform` reduces it.
+
+        With ``goal_rows`` (from :class:`~torchrl_ext.samplers.HindsightSampler`,
+        ``-1`` for rows kept real), also ``"her"``: the observation entries at
+        the goal rows and ``"relabel"`` (``goal_rows >= 0``), and in
+        ``"n_step"`` each window step's next observation entries.
         """
         rows_np, steps_np = rows.numpy(), steps.numpy()
         width = int(steps_np.max())
@@ -200,12 +207,21 @@ class EpisodeStorage(TensorStorage):
         window_rows = self.index.physical_rows(window_tau, stream[:, None])
         last_rows = self.index.physical_rows(tau + steps_np - 1, stream)
         after_rows = self.index.physical_rows(tau + steps_np, stream)
+        goals = window_next = None
+        if goal_rows is not None:
+            relabel = goal_rows >= 0
+            goals = torch.where(relabel, goal_rows, rows)  # real rows: any valid row
+            window_next = torch.from_numpy(self.index.physical_rows(window_tau + 1, stream[:, None]))
         out = self.packed.gather_windows(
             rows,
             torch.from_numpy(window_rows),
             torch.from_numpy(last_rows),
             torch.from_numpy(after_rows),
+            goals,
+            window_next,
         )
+        if goal_rows is not None:
+            out.set(("her", "relabel"), relabel)
         out.set(("n_step", "mask"), torch.from_numpy(mask))
         out.set("steps_to_next_obs", steps.reshape(-1, 1))
         return out

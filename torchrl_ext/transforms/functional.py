@@ -1,9 +1,11 @@
 """Pure tensor functions for sample-time return computations."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 
-__all__ = ["nstep_return"]
+__all__ = ["call_reward_fn", "nstep_return"]
 
 
 def nstep_return(
@@ -54,3 +56,34 @@ def nstep_return(
     alive = (~terminated.reshape(-1, 1)).to(dtype)
     return ret, torch.pow(gamma, k.to(dtype)) * alive
 
+
+
+def call_reward_fn(
+    reward_fn: Callable[..., Any],
+    achieved_goal: torch.Tensor,
+    desired_goal: torch.Tensor,
+    infos: Any,
+) -> torch.Tensor:
+    """``reward_fn(achieved_goal, desired_goal, infos)`` on a batch, as ``[n, 1]``.
+
+    ``reward_fn`` is batched: ``achieved_goal`` and ``desired_goal`` are
+    ``[n, *goal_shape]``; ``(n,)`` and ``(n, 1)`` results (tensor or numpy) are
+    both accepted.
+
+    Raises:
+        ValueError: the result has another number of elements.
+
+    Examples:
+        >>> reward = lambda a, d, info: -(torch.linalg.norm(a - d, dim=-1) > 0.05).float()
+        >>> call_reward_fn(reward, torch.zeros(2, 3), torch.tensor([[0.0, 0, 0], [1, 0, 0]]), None)
+        tensor([[-0.],
+                [-1.]])
+    """
+    n = achieved_goal.shape[0]
+    out = torch.as_tensor(reward_fn(achieved_goal, desired_goal, infos))
+    if out.numel() != n or out.dim() > 2 or (out.dim() == 2 and out.shape[1] != 1):
+        raise ValueError(
+            f"reward_fn returned shape {tuple(out.shape)} for {n} goals; expected ({n},) "
+            f"or ({n}, 1): one reward per (achieved_goal, desired_goal) pair."
+        )
+    return out.reshape(n, 1).to(torch.float32)

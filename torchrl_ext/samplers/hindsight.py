@@ -1,0 +1,169 @@
+"""Hindsight goal positions: for part of a batch, a goal reached later in the same episode."""
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torchrl.data.replay_buffers.samplers import Sampler
+
+from torchrl_ext.samplers.nstep import NStepSampler
+from torchrl_ext.samplers.uniform import draw_transitions
+from torchrl_ext.storages.episode import EpisodeStorage
+
+__all__ = ["HindsightSampler", "HindsightStrategy"]
+
+
+class HindsightStrategy(StrEnum):
+    """Where a relabelled transition's goal comes from (Andrychowicz et al., 2017).
+
+    For a transition at step ``i`` of an episode whose steps ``0 .. L-1`` are
+    written (the episode may still run), the goal is the achieved goal after
+    step ``j`` (``("next", achieved_goal)`` of step ``j``) with
+
+    * ``FUTURE``: ``j`` uniform in ``i .. L-1`` (``i`` included);
+    * ``FINAL``: ``j = L - 1``;
+    * ``EPISODE``: ``j`` uniform over the episode's live steps;
+    * ``RANDOM``: any live transition of the buffer.
+    """
+
+    FUTURE = "future"
+    FINAL = "final"
+    EPISODE = "episode"
+    RANDOM = "random"
+
+
+class HindsightSampler(Sampler):
+    """Relabel part of each batch with goals from the same episode.
+
+    The first ``batch_size - n_virtual`` rows stay real, the last ``n_virtual =
+    int(batch_size * num_goals / (num_goals + 1))`` get a goal position chosen
+    by ``strategy`` (the original HER ratio ``1 - 1 / (k + 1)``). Goals never
+    come from another env, another episode or an overwritten row, also when
+    an episode wraps its stream's ring, and an episode still being written is
+    used up to its last written step. Cost is O(batch).
+
+    The sample's index is the tuple ``(rows, steps, goal_rows)`` (``goal_rows``
+    is ``-1`` for real rows; ``steps`` are n-step window lengths when ``base``
+    is an :class:`~torchrl_ext.samplers.NStepSampler`, else ones). The storage
+    reads the observations at the goal rows and
+    :class:`~torchrl_ext.transforms.HindsightTransform` relabels.
+
+    Args:
+        strategy (HindsightStrategy or str): defaults to ``"future"``.
+        num_goals (int): ``k``, virtual goals per real transition. Defaults to 4.
+
+    Keyword Args:
+        base (Sampler, optional): picks the transitions (and windows): a
+            uniform, prioritized or n-step sampler. Defaults to uniform.
+
+    Examples:
+        >>> from torchrl_ext.samplers import HindsightSampler
+        >>> sampler = HindsightSampler("final", num_goals=3)
+        >>> sampler.n_virtual(8)
+        6
+    """
+
+    def __init__(
+        self,
+        strategy: HindsightStrategy | str = HindsightStrategy.FUTURE,
+        num_goals: int = 4,
+        *,
+        base: Sampler | None = None,
+    ) -> None:
+        super().__init__()
+        try:
+            self.strategy = HindsightStrategy(strategy)
+        except ValueError:
+            raise ValueError(
+                f"HindsightSampler: strategy={strategy!r}, expected one of "
+                f"{[s.value for s in HindsightStrategy]}."
+            ) from None
+        if int(num_goals) < 0:
+            raise ValueError(f"HindsightSampler: num_goals={num_goals}, expected >= 0.")
+        self.num_goals = int(num_goals)
+        self.base = base if base is not None else NStepSampler(1)
+
+    @property
+    def _rng(self) -> torch.Generator | None:
+        return self.base._rng
+
+    @_rng.setter
+    def _rng(self, generator: torch.Generator | None) -> None:
+        if "base" in self.__dict__:
+            self.base._rng = generator
+
+    def n_virtual(self, batch_size: int) -> int:
+        """How many rows of a batch are relabelled."""
+        return int(batch_size * self.num_goals / (self.num_goals + 1))
+
+    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[tuple, dict]:
+        index, info = self.base.sample(storage, batch_size)
+        rows, steps = index if isinstance(index, tuple) else (index, torch.ones_like(index))
+        n_virtual = self.n_virtual(batch_size)
+        goal_rows = np.full(batch_size, -1, dtype=np.int64)
+        if n_virtual:
+            virtual = rows[batch_size - n_virtual :].numpy()
+            goal_rows[batch_size - n_virtual :] = self._goal_rows(storage, virtual)
+        return (rows, steps, torch.from_numpy(goal_rows)), info
+
+    def _goal_rows(self, storage: EpisodeStorage, rows: np.ndarray) -> np.ndarray:
+        """Row holding ``("next", achieved_goal)`` of the goal step, per row."""
+        index = storage.index
+        generator = self._rng
+        tau, stream = index.row_coordinates(rows)
+        if self.strategy is HindsightStrategy.RANDOM:
+            g_tau, g_stream = draw_transitions(storage, rows.size, generator)
+            return index.physical_rows(g_tau + 1, g_stream)
+        _, step, start, length = index.locate(tau, stream)
+        last = start + length - 1  # tau of the episode's last written step
+        if self.strategy is HindsightStrategy.FINAL:
+            goal = last
+        else:
+            # FUTURE: i .. L-1; EPISODE: the episode's oldest live step .. L-1
+            lo = tau if self.strategy is HindsightStrategy.FUTURE else np.maximum(
+                start, index.live_start()[stream]
+            )
+            u = torch.rand(rows.size, generator=generator, dtype=torch.float64).numpy()
+            goal = lo + np.minimum((u * (last - lo + 1)).astype(np.int64), last - lo)
+        # the achieved goal after step j is the observation of the row after it
+        return index.physical_rows(goal + 1, stream)
+
+    # ------------------------------------------------------ forwarded to base
+    def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
+        self.base.update_priority(index, priority, storage=storage)
+
+    def mark_update(self, index: Any, *, storage: Any = None) -> None:
+        self.base.mark_update(index, storage=storage)
+
+    def extend(self, index: Any) -> None:
+        self.base.extend(index)
+
+    def add(self, index: Any) -> None:
+        self.base.add(index)
+
+    def _empty(self) -> None:
+        self.base._empty()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy.value, "num_goals": self.num_goals,
+                "base": self.base.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.strategy = HindsightStrategy(state_dict["strategy"])
+        self.num_goals = int(state_dict["num_goals"])
+        self.base.load_state_dict(state_dict["base"])
+
+    def dumps(self, path: str | Path) -> None:
+        self.base.dumps(path)
+
+    def loads(self, path: str | Path) -> None:
+        self.base.loads(path)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(strategy={self.strategy.value!r}, "
+            f"num_goals={self.num_goals}, base={self.base!r})"
+        )

@@ -1,0 +1,140 @@
+"""Sample-time hindsight relabelling of the goals chosen by HindsightSampler."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torchrl.envs.transforms import Transform
+
+from torchrl_ext._schema import as_key
+from torchrl_ext.transforms.functional import call_reward_fn
+
+__all__ = ["HindsightTransform"]
+
+
+class HindsightTransform(Transform):
+    """Write the hindsight goals into the relabelled rows and recompute their rewards.
+
+    Reads what :class:`~torchrl_ext.samplers.HindsightSampler` makes the
+    storage return (``"her"``: the observation entries at each goal row and
+    the ``"relabel"`` mask). For relabelled rows, ``goal = her[achieved_goal_key]``
+    (the achieved goal after the goal step) is written to ``goal_key`` and
+    ``("next", goal_key)``, and the reward of every window step is
+    ``reward_fn(achieved goal after that step, goal, infos)``. Real rows are
+    left as stored. Put it before
+    :class:`~torchrl_ext.transforms.NStepTransform`, which then sums the
+    recomputed rewards (``make_her_replay_buffer`` does).
+
+    Args:
+        reward_fn (callable): batched ``reward_fn(achieved_goal, desired_goal, infos)``
+            returning ``(n,)`` or ``(n, 1)``; ``infos`` is the ``info_key``
+            TensorDict of the relabelled steps, or ``None``.
+
+    Keyword Args:
+        goal_key (NestedKey): the desired goal. Defaults to ``"desired_goal"``.
+        achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
+        reward_key (NestedKey): defaults to ``("next", "reward")``.
+        terminated_fn (callable, optional): ``terminated_fn(achieved_goal,
+            desired_goal, infos) -> (n,)`` bool, recomputing ``("next", "terminated")``
+            (and ``done``) of relabelled one-step transitions; without it they
+            keep their stored flags (as in SB3).
+        info_key (NestedKey, optional): next-only entry holding per-step infos
+            to pass to ``reward_fn``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_her_replay_buffer
+        >>> reward = lambda a, d, info: -(torch.linalg.norm(a - d, dim=-1) > 0.05).float()
+        >>> rb = make_her_replay_buffer(64, reward, strategy="final", num_goals=1, batch_size=4, seed=0)
+        >>> T = 4
+        >>> achieved = torch.arange(T + 1.0).view(1, T + 1, 1).expand(1, T + 1, 2)
+        >>> desired = torch.full((1, T, 2), 9.0)
+        >>> done = torch.tensor([[False, False, False, True]]).unsqueeze(-1)
+        >>> _ = rb.extend(TensorDict({
+        ...     "observation": torch.zeros(1, T, 1), "achieved_goal": achieved[:, :-1],
+        ...     "desired_goal": desired, "action": torch.zeros(1, T, 1),
+        ...     "next": {"observation": torch.zeros(1, T, 1), "achieved_goal": achieved[:, 1:],
+        ...              "desired_goal": desired, "reward": -torch.ones(1, T, 1),
+        ...              "done": done, "terminated": done.clone()}}, [1, T]))
+        >>> batch = rb.sample()  # rows 2, 3 relabelled with the final achieved goal (4, 4)
+        >>> batch["desired_goal"][2:].tolist(), batch["next", "reward"].view(-1)[:2].tolist()
+        ([[4.0, 4.0], [4.0, 4.0]], [-1.0, -1.0])
+    """
+
+    _sample_time_only = True
+
+    def __init__(
+        self,
+        reward_fn: Callable[..., Any],
+        *,
+        goal_key: NestedKey = "desired_goal",
+        achieved_goal_key: NestedKey = "achieved_goal",
+        reward_key: NestedKey = ("next", "reward"),
+        terminated_fn: Callable[..., Any] | None = None,
+        info_key: NestedKey | None = None,
+    ) -> None:
+        super().__init__()
+        if not callable(reward_fn):
+            raise TypeError(
+                f"HindsightTransform: reward_fn is {type(reward_fn).__name__}, expected a "
+                "callable reward_fn(achieved_goal, desired_goal, infos)."
+            )
+        self.reward_fn = reward_fn
+        self.terminated_fn = terminated_fn
+        self.goal_key = as_key(goal_key)
+        self.achieved_goal_key = as_key(achieved_goal_key)
+        self.reward_key = as_key(reward_key)
+        self.info_key = None if info_key is None else as_key(info_key)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        her = tensordict.get("her", None)
+        if her is None:
+            raise KeyError(
+                "HindsightTransform: the batch has no 'her' goals; sample with "
+                "torchrl_ext.samplers.HindsightSampler (make_her_replay_buffer)."
+            )
+        idx = torch.nonzero(her.get("relabel")).view(-1)
+        del tensordict["her"]
+        if not idx.numel():
+            return tensordict
+        goal = her.get(self.achieved_goal_key)[idx]  # [V, *goal]
+        for key in (self.goal_key, ("next", *self.goal_key)):
+            value = tensordict.get(key).clone()
+            value[idx] = goal
+            tensordict.set(key, value)
+        window = tensordict.get("n_step")
+        achieved = window.get(self.achieved_goal_key)[idx]  # [V, W, *goal]
+        V, W = achieved.shape[:2]
+        goals = goal.unsqueeze(1).expand(V, W, *goal.shape[1:]).reshape(V * W, *goal.shape[1:])
+        flat_achieved = achieved.reshape(V * W, *goal.shape[1:])
+        infos = None
+        if self.info_key is not None:
+            infos = window.get(self.info_key[1:])[idx].reshape(V * W)
+        rewards = window.get(self.reward_key[1:]).clone()  # [B, W, *reward]
+        new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos)
+        rewards[idx] = new.view(V, W, *rewards.shape[2:]).to(rewards.dtype)
+        window.set(self.reward_key[1:], rewards)
+        if self.terminated_fn is not None:
+            self._recompute_terminated(tensordict, idx, flat_achieved, goals, infos, W)
+        return tensordict
+
+    def _recompute_terminated(self, td, idx, achieved, goals, infos, width) -> None:
+        if width != 1:
+            raise ValueError(
+                "HindsightTransform: terminated_fn needs one-step transitions; with "
+                f"n-step windows (width {width}) a new termination would cut the window."
+            )
+        term = torch.as_tensor(self.terminated_fn(achieved, goals, infos)).reshape(-1, 1).bool()
+        for key in (("next", "terminated"), ("next", "done")):
+            value = td.get(key, None)
+            if value is None:
+                continue
+            value = value.clone()
+            value[idx] = term if key[1] == "terminated" else term | td.get(("next", "truncated"))[idx]
+            td.set(key, value)
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return tensordict
