@@ -128,13 +128,14 @@ class HindsightTransform(Transform):
                 f"n-step windows (width {width}) a new termination would cut the window."
             )
         term = torch.as_tensor(self.terminated_fn(achieved, goals, infos)).reshape(-1, 1).bool()
-        for key in (("next", "terminated"), ("next", "done")):
+        truncated = td.get(("next", "truncated"), None)
+        done = term if truncated is None else term | truncated[idx]
+        for key, new in ((("next", "terminated"), term), (("next", "done"), done)):
             value = td.get(key, None)
-            if value is None:
-                continue
-            value = value.clone()
-            value[idx] = term if key[1] == "terminated" else term | td.get(("next", "truncated"))[idx]
-            td.set(key, value)
+            if value is not None:
+                value = value.clone()
+                value[idx] = new
+                td.set(key, value)
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         return tensordict

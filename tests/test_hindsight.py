@@ -1,0 +1,196 @@
+"""Hindsight relabelling: goal ranges per strategy, episode/stream/ring bounds, rewards."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from tensordict import TensorDict
+
+from torchrl_ext import make_her_replay_buffer
+from torchrl_ext.samplers import HindsightSampler
+from torchrl_ext.transforms import HindsightTransform
+
+
+def reward(achieved, desired, infos):
+    return -(achieved != desired).any(-1).float()  # (n,), as SB3's compute_reward
+
+
+def goal_code(env, episode, step):
+    """The achieved goal after ``step``: unique per env, episode and step."""
+    return float(env * 10_000 + episode * 100 + step + 1)
+
+
+def episodes_td(env_lengths, episode0=0):
+    """One [num_envs, T] write; env i runs episodes of the given lengths back to back.
+
+    Step k of episode e in env i has observation (i, e, k) and next observation
+    (i, e, k + 1); its next achieved goal is ``goal_code(i, e, k)`` and its own
+    achieved goal the previous step's (-1 at the episode's first step).
+    """
+    T = sum(env_lengths[0])
+    assert all(sum(ls) == T for ls in env_lengths), "equal lengths per env keep the test simple"
+    N = len(env_lengths)
+    obs, next_obs = torch.zeros(N, T, 3), torch.zeros(N, T, 3)
+    ach, next_ach = torch.zeros(N, T, 1), torch.zeros(N, T, 1)
+    done = torch.zeros(N, T, 1, dtype=torch.bool)
+    for i, lengths in enumerate(env_lengths):
+        t = 0
+        for e, L in enumerate(lengths):
+            for k in range(L):
+                obs[i, t] = torch.tensor([i, episode0 + e, k])
+                next_obs[i, t] = torch.tensor([i, episode0 + e, k + 1])
+                ach[i, t] = -1.0 if k == 0 else goal_code(i, episode0 + e, k - 1)
+                next_ach[i, t] = goal_code(i, episode0 + e, k)
+                done[i, t] = k == L - 1
+                t += 1
+    desired = torch.full((N, T, 1), -5.0)
+    return TensorDict({
+        "observation": obs, "achieved_goal": ach, "desired_goal": desired,
+        "action": torch.zeros(N, T, 1),
+        "next": {"observation": next_obs, "achieved_goal": next_ach, "desired_goal": desired,
+                 "reward": -torch.ones(N, T, 1), "done": done, "terminated": done.clone()},
+    }, [N, T])
+
+
+def relabelled(batch, n_virtual):
+    """(env, episode, step, goal) of the relabelled rows (the batch's last rows)."""
+    obs = batch["observation"][-n_virtual:]
+    goals = batch["desired_goal"][-n_virtual:, 0]
+    return [(int(o[0]), int(o[1]), int(o[2]), float(g)) for o, g in zip(obs, goals)]
+
+
+def decode(goal):
+    g = int(goal) - 1
+    return g // 10_000, (g % 10_000) // 100, g % 100
+
+
+@pytest.mark.parametrize("strategy", ["future", "final", "episode"])
+def test_goal_ranges_per_strategy(strategy):
+    rb = make_her_replay_buffer(200, reward, strategy=strategy, num_goals=4, batch_size=20, seed=0)
+    rb.extend(episodes_td([[5, 3, 4], [4, 4, 4]]))
+    lengths = {(0, 0): 5, (0, 1): 3, (0, 2): 4, (1, 0): 4, (1, 1): 4, (1, 2): 4}
+    for _ in range(20):
+        batch = rb.sample()
+        for env, ep, step, goal in relabelled(batch, rb.sampler.n_virtual(20)):
+            g_env, g_ep, g_step = decode(goal)
+            assert (g_env, g_ep) == (env, ep)  # same env, same episode
+            L = lengths[(env, ep)]
+            if strategy == "future":
+                assert step <= g_step <= L - 1  # own next achieved goal included
+            elif strategy == "final":
+                assert g_step == L - 1
+            else:
+                assert 0 <= g_step <= L - 1
+
+
+def test_future_reaches_every_later_step_and_rewards_follow():
+    rb = make_her_replay_buffer(200, reward, strategy="future", num_goals=5, batch_size=6, seed=1)
+    rb.extend(episodes_td([[6]]))
+    seen = set()
+    for _ in range(200):
+        batch = rb.sample()
+        for row, (env, ep, step, goal) in enumerate(relabelled(batch, 5), start=1):
+            seen.add((step, decode(goal)[2]))
+            success = decode(goal)[2] == step  # the goal is reached by this very step
+            assert float(batch["next", "reward"][row]) == (0.0 if success else -1.0)
+            assert float(batch["next", "desired_goal"][row]) == goal
+    assert seen == {(i, j) for i in range(6) for j in range(i, 6)}
+
+
+def test_real_rows_first_and_untouched():
+    rb = make_her_replay_buffer(200, reward, num_goals=3, batch_size=8, seed=0)
+    rb.extend(episodes_td([[8]]))
+    batch = rb.sample()
+    assert rb.sampler.n_virtual(8) == 6
+    assert bool((batch["desired_goal"][:2] == -5.0).all())
+    assert bool((batch["next", "reward"][:2] == -1.0).all())
+
+
+def test_random_strategy_draws_any_live_transition():
+    rb = make_her_replay_buffer(200, reward, strategy="random", num_goals=4, batch_size=15, seed=0)
+    rb.extend(episodes_td([[4, 4], [4, 4]]))
+    goals = {decode(g)[:2] for _ in range(30) for *_, g in relabelled(rb.sample(), 12)}
+    assert goals == {(0, 0), (0, 1), (1, 0), (1, 1)}
+
+
+def test_running_episode_goals_stop_at_last_written_step():
+    rb = make_her_replay_buffer(200, reward, strategy="final", num_goals=1, batch_size=4, seed=0)
+    td = episodes_td([[6]])
+    td["next", "done"][:] = False
+    td["next", "terminated"][:] = False
+    rb.extend(td[:, :4])
+    assert {decode(g)[2] for *_, g in relabelled(rb.sample(), 2)} == {3}
+    rb.extend(td[:, 4:])
+    assert {decode(g)[2] for *_, g in relabelled(rb.sample(), 2)} == {5}
+
+
+@given(st.integers(0, 3), st.sampled_from(["future", "final", "episode"]), st.integers(0, 10**6))
+def test_goals_never_cross_episodes_or_overwritten_rows(writes, strategy, seed):
+    # 2 envs, 9-row rings: episodes wrap the seam and their first rows get evicted
+    rb = make_her_replay_buffer(18, reward, strategy=strategy, num_goals=4, batch_size=5, seed=seed)
+    for w in range(writes + 2):
+        rb.extend(episodes_td([[3, 2], [1, 4]], episode0=2 * w))
+    index = rb.storage.index
+    lo = index.live_start()
+    for _ in range(10):
+        batch = rb.sample()
+        for env, ep, step, goal in relabelled(batch, 4):
+            g_env, g_ep, g_step = decode(goal)
+            assert (g_env, g_ep) == (env, ep)
+            if strategy == "future":
+                assert g_step >= step
+    # the goal rows are live: every goal is the achieved goal of a live transition
+    live = rb.storage.get(slice(None))
+    stored = set(live["next", "achieved_goal"][:, 0].tolist())
+    for _ in range(5):
+        assert {g for *_, g in relabelled(rb.sample(), 4)} <= stored
+    assert lo.shape == (2,)
+
+
+def test_her_with_nstep_recomputes_every_window_reward():
+    rb = make_her_replay_buffer(200, reward, strategy="final", num_goals=1, n_step=3,
+                                gamma=0.5, batch_size=6, seed=0)
+    rb.extend(episodes_td([[6]]))
+    for _ in range(10):
+        batch = rb.sample()
+        for row in range(3, 6):  # relabelled with the final goal (step 5)
+            step = int(batch["observation"][row, 2])
+            k = int(batch["steps_to_next_obs"][row])
+            rewards = [0.0 if step + i == 5 else -1.0 for i in range(k)]
+            expected = sum(0.5**i * r for i, r in enumerate(rewards))
+            assert float(batch["next", "reward"][row]) == pytest.approx(expected)
+
+
+def test_terminated_fn_recomputes_relabelled_termination():
+    def reached(a, d, infos):
+        return (a == d).all(-1)
+
+    rb = make_her_replay_buffer(200, reward, strategy="future", num_goals=5, batch_size=6,
+                                terminated_fn=reached, seed=0)
+    rb.extend(episodes_td([[6]]))
+    for _ in range(10):
+        batch = rb.sample()
+        success = batch["next", "reward"][1:].view(-1) == 0
+        assert torch.equal(batch["next", "terminated"][1:].view(-1), success)
+        assert torch.equal(batch["next", "done"][1:].view(-1), success)
+
+
+def test_reward_fn_shapes_and_errors():
+    for fn in (reward, lambda a, d, i: reward(a, d, i).unsqueeze(-1)):
+        rb = make_her_replay_buffer(100, fn, batch_size=5, seed=0)
+        rb.extend(episodes_td([[5]]))
+        assert rb.sample()["next", "reward"].shape == (5, 1)
+    rb = make_her_replay_buffer(100, lambda a, d, i: torch.zeros(3), batch_size=5, seed=0)
+    rb.extend(episodes_td([[5]]))
+    with pytest.raises(ValueError, match=r"reward_fn returned shape \(3,\) for 4 goals; expected \(4,\) or \(4, 1\)"):
+        rb.sample()
+
+
+def test_argument_errors():
+    with pytest.raises(ValueError, match="strategy='later', expected one of"):
+        HindsightSampler("later")
+    with pytest.raises(ValueError, match="num_goals=-1, expected >= 0"):
+        HindsightSampler(num_goals=-1)
+    with pytest.raises(TypeError, match="reward_fn is int, expected a callable"):
+        HindsightTransform(3)
