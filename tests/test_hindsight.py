@@ -194,3 +194,23 @@ def test_argument_errors():
         HindsightSampler(num_goals=-1)
     with pytest.raises(TypeError, match="reward_fn is int, expected a callable"):
         HindsightTransform(3)
+
+
+def test_her_nstep_and_prioritized_compose():
+    from torchrl_ext.samplers import PrioritizedTransitionSampler
+
+    rb = make_her_replay_buffer(200, reward, strategy="future", num_goals=1, n_step=2,
+                                sampler=PrioritizedTransitionSampler(alpha=1.0), batch_size=8, seed=0)
+    rb.extend(episodes_td([[6, 6]]))
+    batch = rb.sample()
+    assert batch["index"].shape == (8, 3) and batch["priority_weight"].shape == (8,)
+    rows = rb.storage.live_transition_rows()
+    td_error = torch.full((rows.numel(),), 1e-4)
+    td_error[3] = 10.0  # step 3 of the first episode
+    rb.update_priority(rows, td_error)
+    batch.set("td_error", torch.ones(8))
+    rb.update_tensordict_priority(batch)  # the [B, 3] index of a HER sample is accepted
+    rb.update_priority(rows, td_error)
+    draws = torch.cat([rb.sample()["observation"] for _ in range(10)])
+    hits = ((draws[:, 1] == 0) & (draws[:, 2] == 3)).float().mean()
+    assert float(hits) > 0.9

@@ -133,6 +133,15 @@ class HindsightSampler(Sampler):
 
     # ------------------------------------------------------ forwarded to base
     def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
+        """Forward to ``base`` with the rows of a ``(rows, steps, goal_rows)`` index.
+
+        A sample's ``"index"`` is ``[B, 3]`` (TorchRL stacks the tuple); priorities
+        belong to the sampled transitions, whatever their goals.
+        """
+        if isinstance(index, tuple):
+            index = index[0]
+        elif isinstance(index, torch.Tensor) and index.ndim == 2 and index.shape[-1] == 3:
+            index = index[:, 0]
         self.base.update_priority(index, priority, storage=storage)
 
     def mark_update(self, index: Any, *, storage: Any = None) -> None:
