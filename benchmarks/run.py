@@ -4,10 +4,11 @@
     .venv/bin/python benchmarks/run.py --quick      # smoke run (100k rows, few reps, no 10M; n-step at 20k)
     .venv/bin/python benchmarks/run.py --no-scale   # full run without the 10M-row buffers
     .venv/bin/python benchmarks/run.py --no-nstep   # skip the W2 n-step tables (nstep.py)
+    .venv/bin/python benchmarks/run.py --no-her     # skip the W3 HER tables (her.py)
 
 Prints markdown tables and writes them to benchmarks/results/latest.md; the W2
-n-step tables (``nstep.py``, run in a fresh subprocess after the W1 buffers are
-freed) are appended to the same file.
+n-step tables (``nstep.py``) and the W3 HER tables (``her.py``), each run in a
+fresh subprocess after the W1 buffers are freed, are appended to the same file.
 See benchmarks/README.md for the workload and the method.
 """
 
@@ -83,12 +84,17 @@ def main() -> None:
     ap.add_argument("--scale", action="store_true", help="include 10M rows even with --quick")
     ap.add_argument("--no-scale", action="store_true", help="skip the 10M-row buffers (~3 GB RSS)")
     ap.add_argument("--no-nstep", action="store_true", help="skip the W2 n-step tables (nstep.py, ~17 GB RSS)")
+    ap.add_argument("--no-her", action="store_true", help="skip the W3 HER tables (her.py, ~2 min)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "latest.md"))
     a = ap.parse_args()
     run_w1(a)
     if not a.no_nstep:  # fresh interpreter: the W1 buffers are gone, n-step needs ~17 GB (full)
         log("W2 n-step (nstep.py)")
         cmd = [sys.executable, os.path.join(HERE, "nstep.py"), "--out", a.out, "--append"]
+        subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
+    if not a.no_her:  # fresh interpreter as well
+        log("W3 HER (her.py)")
+        cmd = [sys.executable, os.path.join(HERE, "her.py"), "--out", a.out, "--append"]
         subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
 
 
