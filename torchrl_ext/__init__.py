@@ -7,7 +7,7 @@ assembles them.
 """
 from torchrl_ext.buffer import TransitionReplayBuffer, make_her_replay_buffer, make_replay_buffer
 from torchrl_ext.episodes import EpisodeIndex
-from torchrl_ext.facades import NStepReplayBatch, NStepReplayStorage
+from torchrl_ext.facades import HerReplayBatch, HerReplayStorage, NStepReplayBatch, NStepReplayStorage
 from torchrl_ext.loader import ReplayDataset, make_loader
 from torchrl_ext.samplers import PrioritizedTransitionSampler, UniformTransitionSampler
 from torchrl_ext.storages import EpisodeStorage
@@ -16,6 +16,8 @@ from torchrl_ext.writers import EpisodeWriter
 __all__ = [
     "make_replay_buffer",
     "make_her_replay_buffer",
+    "HerReplayBatch",
+    "HerReplayStorage",
     "NStepReplayBatch",
     "NStepReplayStorage",
     "TransitionReplayBuffer",

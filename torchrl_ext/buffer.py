@@ -91,14 +91,15 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         TorchRL's version only acts for its own ``PrioritizedSampler`` class; this
         one passes the entries to a
         :class:`~torchrl_ext.samplers.PrioritizedTransitionSampler`, alone or
-        under an :class:`~torchrl_ext.samplers.NStepSampler` (whose ``[B, 2]``
-        index it reads as (row, steps)). As in TorchRL, it does nothing when
+        under :class:`~torchrl_ext.samplers.NStepSampler` /
+        :class:`~torchrl_ext.samplers.HindsightSampler` (whose ``[B, 2]`` /
+        ``[B, 3]`` indices start with the row). As in TorchRL, it does nothing when
         the sampler keeps no priorities or the data has no ``priority_key``
         entry (``rb.add`` calls it on every write; new rows already got the
         maximum priority).
         """
         sampler = self._sampler
-        if isinstance(sampler, NStepSampler):
+        while isinstance(sampler, (HindsightSampler, NStepSampler)):  # wrappers of a base
             sampler = sampler.base
         priority = data.get(self.priority_key, None)
         if not isinstance(sampler, PrioritizedTransitionSampler) or priority is None:

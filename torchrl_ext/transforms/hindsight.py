@@ -103,7 +103,7 @@ class HindsightTransform(Transform):
         goal = her.get(self.achieved_goal_key)[idx]  # [V, *goal]
         for key in (self.goal_key, ("next", *self.goal_key)):
             value = tensordict.get(key).clone()
-            value[idx] = goal
+            value[idx] = goal.to(value.dtype)  # e.g. int8 achieved, int64 desired goals
             tensordict.set(key, value)
         window = tensordict.get("n_step")
         achieved = window.get(self.achieved_goal_key)[idx]  # [V, W, *goal]

@@ -1,0 +1,366 @@
+"""rllte's ``HerReplayStorage`` API over the episode-aware components."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict, tensorclass
+from tensordict.utils import NestedKey
+from torchrl.envs.transforms import Compose
+
+from torchrl_ext._schema import as_key, key_str
+from torchrl_ext.buffer import make_replay_buffer
+from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.facades.nstep import _numpy
+from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
+from torchrl_ext.samplers.nstep import NStepSampler
+from torchrl_ext.samplers.uniform import UniformTransitionSampler
+from torchrl_ext.transforms.hindsight import HindsightTransform
+from torchrl_ext.transforms.nstep import NStepTransform
+
+__all__ = ["HerReplayBatch", "HerReplayStorage", "goal_match_reward"]
+
+INFO_KEY = ("next", "info")
+
+
+def goal_match_reward(
+    achieved_goal: torch.Tensor, desired_goal: torch.Tensor, infos: Any = None
+) -> torch.Tensor:
+    """The default HER reward: ``0.0`` where ``achieved == desired`` exactly, else ``-1.0``.
+
+    SB3's ``BitFlippingEnv.compute_reward`` semantics, generalised to any goal
+    shape: ``-(achieved != desired).any()`` over the goal dims, float32 ``(n,)``.
+    Continuous goals usually want a tolerance instead, e.g.
+    ``lambda a, d, i: -(torch.linalg.norm(a - d, dim=-1) > 0.05).float()``.
+
+    Examples:
+        >>> goal_match_reward(torch.tensor([[1, 0], [1, 1]]), torch.tensor([[1, 0], [0, 1]]))
+        tensor([ 0., -1.])
+    """
+    n = achieved_goal.shape[0]
+    mismatch = (achieved_goal != desired_goal).reshape(n, -1).any(-1)
+    return torch.where(mismatch, -1.0, 0.0).to(torch.float32)
+
+
+@tensorclass
+class HerReplayBatch:
+    """A batch of (possibly relabelled) one-step transitions, rllte's fields.
+
+    The first ``B - n_virtual`` rows are real, the last ``n_virtual =
+    int(B * k / (k + 1))`` relabelled. Entries keep their stored dtypes.
+
+    Attributes:
+        observations: a TensorDict of the Dict space's entries at ``t``.
+        actions: ``a_t`` (``[B, 1]`` for a ``Discrete`` space, else ``[B, *shape]``).
+        rewards: ``[B, 1]``; ``reward_fn``'s value for relabelled rows.
+        next_observations: a TensorDict of the entries at ``t + 1`` (the true
+            final observation at an episode end).
+        terminateds: ``[B, 1]`` bool.
+        truncateds: ``[B, 1]`` bool.
+    """
+
+    observations: Any
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    next_observations: Any
+    terminateds: torch.Tensor
+    truncateds: torch.Tensor
+
+
+class HerReplayStorage:
+    """Hindsight experience replay with the constructor and methods of rllte's ``HerReplayStorage``.
+
+    Every env of a vector env is stored in its own ring (``storage_size /
+    num_envs`` rows each, rounded *up*: :attr:`capacity_per_env`; an episode
+    of ``L`` steps uses ``L + 1`` rows). Each :meth:`sample` draws
+    ``batch_size`` transitions uniformly among the live ones, in-progress
+    episodes included (usable up to their last written step), and relabels the
+    last ``int(batch_size * k / (k + 1))`` with a goal achieved at a step of
+    the same episode and env, chosen by ``goal_selection_strategy``:
+
+    * ``"future"``: a step ``j >= i`` of the episode (``i`` included);
+    * ``"final"``: the episode's last (written) step;
+    * ``"episode"``: any live step of the episode;
+    * ``"random"``: any live transition of the buffer.
+
+    The goal is the achieved goal *after* step ``j`` (its next observation,
+    the true final observation at an episode end, whatever the autoreset
+    mode). It is written to the goal entry of the observation and next
+    observation, and the reward is recomputed as ``reward_fn(achieved_goal,
+    desired_goal, infos)``. Episodes longer than a ring keep their live steps;
+    goals only come from live rows. See ``SPEC-SEEDS.md`` §2 for the
+    original's behaviour (H1–H12).
+
+    Args:
+        observation_space (gym.spaces.Dict): holds ``goal_key`` and
+            ``achieved_goal_key`` (any other entries too); each entry becomes a
+            root entry of the stored rows and keeps its dtype.
+        action_space (gym.Space): actions are cast to its dtype; ``Discrete``
+            actions may be ``(N,)`` or ``(N, 1)``, ints or floats.
+        device (str): device of sampled batches. Defaults to ``"cpu"``.
+        storage_size (int): capacity in rows, for all envs together. Defaults to ``1_000_000``.
+        num_envs (int): number of envs of the vector env. Defaults to ``1``.
+        batch_size (int): batch size of :meth:`sample`. Defaults to ``1024``.
+        goal_selection_strategy (str): ``"future"`` (default), ``"final"``,
+            ``"episode"`` or ``"random"``.
+        num_goals (int): ``k``, virtual goals per real transition (``0``: no
+            relabelling). Defaults to ``4``.
+        reward_fn (callable, optional): batched ``reward_fn(achieved_goal,
+            desired_goal, infos)`` returning ``(n,)`` or ``(n, 1)``. Defaults to
+            :func:`goal_match_reward`: ``0`` for an exact match, else ``-1``
+            (SB3's bit-flipping reward).
+        copy_info_dict (bool): store the numeric per-env entries of gymnasium's
+            info dict (arrays with a leading ``num_envs`` dim, ``_``-masks
+            excluded; the entries of the first :meth:`add` fix the set, later
+            missing ones are stored as zeros) under ``("next", "info")`` and pass
+            them to ``reward_fn`` as a ``[n]`` TensorDict. When ``False`` (the
+            default) nothing is stored and ``infos`` is ``None``.
+
+    Keyword Args:
+        autoreset_mode (AutoresetMode or str): the vector env's autoreset mode.
+            Defaults to gymnasium's default, ``NEXT_STEP``.
+        terminated_fn (callable, optional): ``terminated_fn(achieved_goal,
+            desired_goal, infos) -> (n,)`` bool recomputing the termination of
+            relabelled rows; without it they keep their stored flags (as in SB3).
+        goal_key (NestedKey): the desired goal entry. Defaults to ``"desired_goal"``.
+        achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
+        seed (int, optional): seeds sampling.
+
+    Raises:
+        TypeError: ``observation_space`` is not a ``Dict`` space.
+        KeyError: a goal key is not in ``observation_space``.
+        ValueError: an unknown strategy, or ``num_goals < 0``.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> from torchrl_ext import HerReplayStorage
+        >>> bits = gym.spaces.MultiBinary(3)
+        >>> space = gym.spaces.Dict(observation=bits, achieved_goal=bits, desired_goal=bits)
+        >>> storage = HerReplayStorage(space, gym.spaces.Discrete(3), storage_size=100,
+        ...     batch_size=3, goal_selection_strategy="final", num_goals=2, seed=0)
+        >>> state, goal = np.zeros((1, 3), np.int8), np.ones((1, 3), np.int8)
+        >>> for t in range(3):  # flip bits 0, 1, 2: the goal is reached at the last step
+        ...     nxt = state.copy(); nxt[0, t] = 1
+        ...     obs = dict(observation=state, achieved_goal=state, desired_goal=goal)
+        ...     next_obs = dict(observation=nxt, achieved_goal=nxt, desired_goal=goal)
+        ...     storage.add(obs, np.array([t]), np.array([-float(t < 2)]), np.array([t == 2]),
+        ...                 np.array([False]), {}, next_obs)
+        ...     state = nxt
+        >>> batch = storage.sample()  # 1 real row, then 2 relabelled with the final achieved goal
+        >>> batch.observations["desired_goal"][1:].tolist()
+        [[1, 1, 1], [1, 1, 1]]
+        >>> batch.actions.shape, batch.actions.dtype, batch.observations["desired_goal"].dtype
+        (torch.Size([3, 1]), torch.int64, torch.int8)
+        >>> len(storage)
+        3
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        device: str = "cpu",
+        storage_size: int = 1_000_000,
+        num_envs: int = 1,
+        batch_size: int = 1024,
+        goal_selection_strategy: str = "future",
+        num_goals: int = 4,
+        reward_fn: Callable[..., Any] | None = None,
+        copy_info_dict: bool = False,
+        *,
+        autoreset_mode: AutoresetMode | str | Any = AutoresetMode.NEXT_STEP,
+        terminated_fn: Callable[..., Any] | None = None,
+        goal_key: NestedKey = "desired_goal",
+        achieved_goal_key: NestedKey = "achieved_goal",
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(observation_space, gym.spaces.Dict):
+            raise TypeError(
+                f"HerReplayStorage: observation_space is {type(observation_space).__name__}, "
+                "expected a gymnasium Dict space with the goal entries."
+            )
+        if not isinstance(action_space, gym.Space):
+            raise TypeError(
+                f"HerReplayStorage: action_space is {type(action_space).__name__}, "
+                "expected a gymnasium Space."
+            )
+        for name, key in (("goal_key", goal_key), ("achieved_goal_key", achieved_goal_key)):
+            _subspace(observation_space, as_key(key), name)
+        try:
+            strategy = HindsightStrategy(goal_selection_strategy)
+        except ValueError:
+            raise ValueError(
+                f"HerReplayStorage: goal_selection_strategy={goal_selection_strategy!r}, "
+                f"expected one of {[s.value for s in HindsightStrategy]}."
+            ) from None
+        if int(num_goals) < 0:
+            raise ValueError(f"HerReplayStorage: num_goals={num_goals}, expected >= 0.")
+        if reward_fn is not None and not callable(reward_fn):
+            raise TypeError(
+                f"HerReplayStorage: reward_fn is {type(reward_fn).__name__}, expected a "
+                "callable reward_fn(achieved_goal, desired_goal, infos)."
+            )
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = torch.device(device)
+        self.num_envs = int(num_envs)
+        if self.num_envs < 1:
+            raise ValueError(f"HerReplayStorage: num_envs={num_envs}, expected >= 1.")
+        self.batch_size = int(batch_size)
+        self.goal_selection_strategy = strategy.value
+        self.num_goals = int(num_goals)
+        self.reward_fn = goal_match_reward if reward_fn is None else reward_fn
+        self.copy_info_dict = bool(copy_info_dict)
+        self.seed = seed
+        # no silent remainder (H12): every env gets ceil(storage_size / num_envs) rows
+        self.capacity_per_env = -(-int(storage_size) // self.num_envs)
+        self.adapter = GymVectorAdapter(self.num_envs, autoreset_mode=autoreset_mode)
+        self._obs_keys = list(observation_space.spaces)
+        self._info_schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
+        self.hindsight = HindsightTransform(
+            self.reward_fn, goal_key=goal_key, achieved_goal_key=achieved_goal_key,
+            terminated_fn=terminated_fn, info_key=INFO_KEY if self.copy_info_dict else None,
+        )
+        self.rb = make_replay_buffer(
+            self.capacity_per_env * self.num_envs,
+            batch_size=self.batch_size,
+            num_streams=self.num_envs,
+            sampler=HindsightSampler(strategy, self.num_goals,
+                                     base=NStepSampler(1, base=UniformTransitionSampler())),
+            transform=Compose(self.hindsight, NStepTransform(1.0)),
+            seed=seed,
+        )
+
+    # ------------------------------------------------------------------ seed API
+    def add(
+        self,
+        observations: Mapping[str, Any],
+        actions: Any,
+        rewards: Any,
+        terminateds: Any,
+        truncateds: Any,
+        infos: Mapping[str, Any] | None,
+        next_observations: Mapping[str, Any],
+    ) -> None:
+        """Add one step of every env (``[num_envs, ...]`` inputs, numpy or torch).
+
+        ``next_observations`` are the vector env's; the adapter takes the true
+        final observation from ``infos`` where the autoreset mode puts it there.
+
+        Raises:
+            ValueError: an input does not have ``num_envs`` rows, or its shape or
+                dtype differs from the first step's (the message names it).
+        """
+        space = self.observation_space
+        step = self.adapter.step(
+            _numpy(observations, space), self._actions(actions), _numpy(rewards),
+            _numpy(terminateds).astype(bool), _numpy(truncateds).astype(bool),
+            infos, _numpy(next_observations, space),
+        )
+        if self.copy_info_dict:
+            info = self._infos(infos)
+            if info is not None:
+                step.set(INFO_KEY, info)
+        self.rb.extend(step)
+
+    def sample(self) -> HerReplayBatch:
+        """A batch of ``batch_size`` transitions on ``device``, relabelled rows last.
+
+        Sampling works as soon as ``len(self) >= batch_size``, before any
+        episode has ended.
+
+        Raises:
+            ValueError: nothing was added yet (or since :meth:`reset`), or fewer
+                transitions than ``batch_size`` are stored.
+        """
+        if len(self.rb) == 0:
+            raise ValueError(
+                "HerReplayStorage: the storage is empty; add steps before sampling."
+            )
+        data = self.rb.sample(self.batch_size)
+        return HerReplayBatch(
+            observations=data.select(*self._obs_keys),
+            actions=data["action"],
+            rewards=data["next", "reward"],
+            next_observations=data["next"].select(*self._obs_keys),
+            terminateds=data["next", "terminated"],
+            truncateds=data["next", "truncated"],
+            batch_size=data.batch_size,
+        ).to(self.device)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """No-op, as in the original (its training loop passes metrics here)."""
+
+    def reset(self) -> None:
+        """Forget every stored step and the episode bookkeeping (in-progress episodes too)."""
+        self.rb.empty()
+        self.adapter.reset()
+
+    def __len__(self) -> int:
+        """Number of stored (live) transitions."""
+        return len(self.rb)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(transitions={len(self)}, num_envs={self.num_envs}, "
+            f"strategy={self.goal_selection_strategy!r}, num_goals={self.num_goals}, "
+            f"batch_size={self.batch_size})"
+        )
+
+    # ---------------------------------------------------------------- helpers
+    def _actions(self, actions: Any) -> np.ndarray:
+        space = self.action_space
+        value = _numpy(actions)
+        dtype = getattr(space, "dtype", None)
+        if dtype is not None and np.issubdtype(dtype, np.integer) and not np.issubdtype(
+            value.dtype, np.integer
+        ):
+            value = np.rint(value)
+        value = value if dtype is None else value.astype(dtype, copy=False)
+        if isinstance(space, gym.spaces.Discrete):
+            value = value.reshape(self.num_envs, 1) if value.size == self.num_envs else value
+        return value
+
+    def _infos(self, infos: Any) -> TensorDict | None:
+        """Numeric per-env entries of a gymnasium info dict, as a ``[num_envs]`` TensorDict."""
+        n = self.num_envs
+        found: dict[str, np.ndarray] = {}
+        if isinstance(infos, Mapping):
+            for key, value in infos.items():
+                if not isinstance(key, str) or key.startswith("_"):
+                    continue
+                if isinstance(value, torch.Tensor):
+                    value = value.detach().cpu().numpy()
+                if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != n:
+                    continue
+                if value.dtype == bool or np.issubdtype(value.dtype, np.number):
+                    found[key] = value
+        if self._info_schema is None:
+            self._info_schema = {k: (v.dtype, v.shape[1:]) for k, v in found.items()}
+            if not self._info_schema:  # nothing to store: reward_fn gets infos=None
+                self.hindsight.info_key = None
+        if not self._info_schema:
+            return None
+        out = {}
+        for key, (dtype, shape) in self._info_schema.items():
+            value = found.get(key)
+            if value is None or value.shape[1:] != shape:
+                value = np.zeros((n, *shape), dtype)
+            out[key] = torch.as_tensor(value.astype(dtype, copy=False))
+        return TensorDict(out, batch_size=[n])
+
+
+def _subspace(space: gym.spaces.Dict, key: tuple[str, ...], name: str) -> gym.Space:
+    current: Any = space
+    for part in key:
+        if not isinstance(current, gym.spaces.Dict) or part not in current.spaces:
+            raise KeyError(
+                f"HerReplayStorage: {name}={key_str(key)} is not an entry of "
+                f"observation_space (entries: {list(space.spaces)})."
+            )
+        current = current.spaces[part]
+    return current
+
