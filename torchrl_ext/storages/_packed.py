@@ -173,8 +173,11 @@ class PackedRows:
         after = _select(self._rows, after_rows)
         step_lo = self.step[0].lo if self.step else self.row_bytes
         # the padded step span: its width is a multiple of every itemsize
-        steps = self._rows[:, step_lo:].index_select(0, window_rows.reshape(-1))
-        last = self._rows[:, step_lo:].index_select(0, last_rows)
+        if W == 1:  # one-step windows: the window is the first row, its next row "after"
+            steps = last = first[:, step_lo:]
+        else:
+            steps = self._rows[:, step_lo:].index_select(0, window_rows.reshape(-1))
+            last = self._rows[:, step_lo:].index_select(0, last_rows)
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         window: dict[str, Any] = {}
@@ -190,7 +193,8 @@ class PackedRows:
                 _put(root, c.key, _typed(first, c, c.lo, batch))
         if goal_rows is not None:
             goals = _select(self._rows, goal_rows)
-            seen = _select(self._rows, window_next_rows.reshape(-1))  # [B * W, row bytes]
+            # each window step's next observation: [B * W, row bytes]
+            seen = after if W == 1 else _select(self._rows, window_next_rows.reshape(-1))
             her: dict[str, Any] = {}
             for c in self.obs:
                 _put(her, c.key, _typed(goals, c, c.lo, batch))
