@@ -95,11 +95,11 @@ class GymVectorAdapter:
                 f"{[m.value for m in AutoresetMode]}."
             ) from None
         self.observation_key = observation_key
-        self._resetting = torch.zeros(self.num_envs, dtype=torch.bool)
+        self._resetting = np.zeros(self.num_envs, dtype=bool)
 
     def reset(self) -> None:
         """Forget the pending reset steps (call after ``env.reset()``)."""
-        self._resetting.zero_()
+        self._resetting[:] = False
 
     def step(
         self,
@@ -121,39 +121,68 @@ class GymVectorAdapter:
             ValueError: an input does not have ``num_envs`` rows, or a done env
                 has no final observation in SAME_STEP / LEGACY mode.
         """
+        entries = self.resolve(obs, action, reward, terminated, truncated, infos, next_obs)
+        return self.to_tensordict(entries, [self.num_envs])
+
+    def resolve(
+        self,
+        obs: Any,
+        action: Any,
+        reward: Any,
+        terminated: Any,
+        truncated: Any | None,
+        infos: Mapping[str, Any] | list[dict] | None,
+        next_obs: Any,
+    ) -> dict[tuple[str, ...], np.ndarray]:
+        """:meth:`step` as numpy entries by TorchRL key (``[num_envs, ...]`` each).
+
+        The entries may share memory with the inputs; :meth:`to_tensordict`
+        turns one step, or steps stacked along a time dim, into a TensorDict.
+        """
         n = self.num_envs
         if truncated is None and self.autoreset_mode is AutoresetMode.LEGACY:
             # SB3 VecEnv: ``terminated`` holds the dones, truncation is in the infos
-            done = self._column("dones", terminated, torch.bool)
-            truncated = torch.tensor(
-                [[bool(info.get("TimeLimit.truncated", False))] for info in self._infos(infos)]
-            ) & done
+            done = self._column("dones", terminated, bool)
+            truncated = done & np.array(
+                [bool(info.get("TimeLimit.truncated", False)) for info in self._infos(infos)]
+            )
             terminated = done & ~truncated
         else:
-            terminated = self._column("terminated", terminated, torch.bool)
-            truncated = self._column("truncated", truncated, torch.bool)
+            terminated = self._column("terminated", terminated, bool)
+            truncated = self._column("truncated", truncated, bool)
             done = terminated | truncated
-        obs_td = self._observation("obs", obs).auto_batch_size_(1)
-        next_td = self._observation("next_obs", next_obs).auto_batch_size_(1)
+        entries = self._flat("obs", obs, ())
+        nxt = self._flat("next_obs", next_obs, ("next",))
         mode = self.autoreset_mode
-        if mode in (AutoresetMode.SAME_STEP, AutoresetMode.LEGACY) and bool(done.any()):
-            next_td = next_td.clone()
-            for i in torch.nonzero(done.view(-1)).view(-1).tolist():
-                next_td[i] = self._observation("final observation", self._final_obs(infos, i), batch=False)
-        out = obs_td.clone(False)
-        out.set("action", self._rows("action", action))
-        nxt = next_td.clone(False)
-        nxt.set("reward", self._column("reward", reward, torch.float32))
-        nxt.set("terminated", terminated)
-        nxt.set("truncated", truncated)
-        nxt.set("done", done)
-        out.set("next", nxt)
-        valid = torch.ones(n, dtype=torch.bool)
+        if mode in (AutoresetMode.SAME_STEP, AutoresetMode.LEGACY) and done.any():
+            nxt = {k: v.copy() for k, v in nxt.items()}
+            for i in np.flatnonzero(done).tolist():
+                final = self._flat("final observation", self._final_obs(infos, i), ("next",), batch=False)
+                for key, value in final.items():
+                    nxt[key][i] = value
+        entries[("action",)] = self._rows("action", action)
+        entries.update(nxt)
+        entries[("next", "reward")] = self._column("reward", reward, np.float32).reshape(n, 1)
+        entries[("next", "terminated")] = terminated.reshape(n, 1)
+        entries[("next", "truncated")] = truncated.reshape(n, 1)
+        entries[("next", "done")] = done.reshape(n, 1)
+        valid = np.ones(n, dtype=bool)
         if mode is AutoresetMode.NEXT_STEP:
             valid = ~self._resetting
-            self._resetting = done.view(-1) & valid
-        out.set(("collector", "mask"), valid)
-        return out
+            self._resetting = done & valid
+        entries[("collector", "mask")] = valid
+        return entries
+
+    @staticmethod
+    def to_tensordict(entries: dict[tuple[str, ...], np.ndarray], batch_size: list[int]) -> TensorDict:
+        """A TensorDict of ``batch_size`` from :meth:`resolve`'s entries."""
+        tree: dict[str, Any] = {}
+        for key, value in entries.items():
+            node = tree
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = torch.from_numpy(np.ascontiguousarray(value))
+        return TensorDict(tree, batch_size=batch_size)
 
     # ---------------------------------------------------------------- helpers
     def _infos(self, infos: Any) -> list[dict]:
@@ -181,38 +210,38 @@ class GymVectorAdapter:
             )
         return infos["final_obs"][i]
 
-    def _rows(self, name: str, value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
-        tensor = torch.as_tensor(np.asarray(value), dtype=dtype)
-        if tensor.ndim == 0 or tensor.shape[0] != self.num_envs:
+    def _rows(self, name: str, value: Any) -> np.ndarray:
+        array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+        if array.ndim == 0 or array.shape[0] != self.num_envs:
             raise ValueError(
-                f"GymVectorAdapter.step: {name} has shape {tuple(tensor.shape)}, expected "
+                f"GymVectorAdapter.step: {name} has shape {tuple(array.shape)}, expected "
                 f"({self.num_envs}, ...) (one row per env)."
             )
-        return tensor
+        return array
 
-    def _column(self, name: str, value: Any, dtype: torch.dtype) -> torch.Tensor:
-        tensor = self._rows(name, value, dtype)
-        if tensor.shape != (self.num_envs,):
+    def _column(self, name: str, value: Any, dtype: Any) -> np.ndarray:
+        array = self._rows(name, value)
+        if array.shape != (self.num_envs,):
             raise ValueError(
-                f"GymVectorAdapter.step: {name} has shape {tuple(tensor.shape)}, "
+                f"GymVectorAdapter.step: {name} has shape {tuple(array.shape)}, "
                 f"expected ({self.num_envs},)."
             )
-        return tensor.unsqueeze(-1)
+        return array.astype(dtype, copy=False)
 
-    def _observation(self, name: str, value: Any, batch: bool = True) -> TensorDict:
-        if isinstance(value, Mapping):
-            return self._entries(name, value, batch)
-        return TensorDict({self.observation_key: self._tensor(name, value, batch)}, [])
-
-    def _entries(self, name: str, value: Mapping, batch: bool) -> TensorDict:
-        # dict observations keep their entries at the root, as TorchRL's GymWrapper does
-        out = TensorDict({}, batch_size=[self.num_envs] if batch else [])
+    def _flat(
+        self, name: str, value: Any, prefix: tuple[str, ...], batch: bool = True
+    ) -> dict[tuple[str, ...], np.ndarray]:
+        """Observation entries by key; dict observations keep their entries at the root."""
+        if not isinstance(value, Mapping):
+            array = self._rows(name, value) if batch else np.asarray(value)
+            return {prefix + (self.observation_key,): array}
+        out: dict[tuple[str, ...], np.ndarray] = {}
         for key, item in value.items():
             if isinstance(item, Mapping):
-                out.set(key, self._entries(f"{name}[{key!r}]", item, batch))
+                sub = self._flat(f"{name}[{key!r}]", item, prefix + (key,), batch)
+                out.update(sub)
+            elif batch:
+                out[prefix + (key,)] = self._rows(f"{name}[{key!r}]", item)
             else:
-                out.set(key, self._tensor(f"{name}[{key!r}]", item, batch))
+                out[prefix + (key,)] = np.asarray(item)
         return out
-
-    def _tensor(self, name: str, value: Any, batch: bool) -> torch.Tensor:
-        return self._rows(name, value) if batch else torch.as_tensor(np.asarray(value))

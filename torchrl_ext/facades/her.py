@@ -10,6 +10,7 @@ from tensordict import TensorDict, tensorclass
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Compose
 
+from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext._schema import as_key, key_str
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
@@ -233,6 +234,7 @@ class HerReplayStorage:
             transform=Compose(self.hindsight, NStepTransform(1.0)),
             seed=seed,
         )
+        self._batcher = StepBatcher(self.rb, self.adapter, chunk=ADD_CHUNK)
 
     # ------------------------------------------------------------------ seed API
     def add(
@@ -255,15 +257,19 @@ class HerReplayStorage:
                 dtype differs from the first step's (the message names it).
         """
         space = self.observation_space
-        step = self.adapter.step(
+        args = (
             _numpy(observations, space), self._actions(actions), _numpy(rewards),
             _numpy(terminateds).astype(bool), _numpy(truncateds).astype(bool),
             infos, _numpy(next_observations, space),
         )
-        if self.copy_info_dict:
-            info = self._infos(infos)
-            if info is not None:
-                step.set(INFO_KEY, info)
+        if not self.copy_info_dict:
+            self._batcher.add(*args)  # written in chunks, flushed before any read
+            return
+        self._batcher.flush()
+        step = self.adapter.step(*args)
+        info = self._infos(infos)
+        if info is not None:
+            step.set(INFO_KEY, info)
         self.rb.extend(step)
 
     def sample(self) -> HerReplayBatch:
@@ -276,6 +282,7 @@ class HerReplayStorage:
             ValueError: nothing was added yet (or since :meth:`reset`), or fewer
                 transitions than ``batch_size`` are stored.
         """
+        self._batcher.flush()
         if len(self.rb) == 0:
             raise ValueError(
                 "HerReplayStorage: the storage is empty; add steps before sampling."
@@ -296,11 +303,13 @@ class HerReplayStorage:
 
     def reset(self) -> None:
         """Forget every stored step and the episode bookkeeping (in-progress episodes too)."""
+        self._batcher.clear()
         self.rb.empty()
         self.adapter.reset()
 
     def __len__(self) -> int:
         """Number of stored (live) transitions."""
+        self._batcher.flush()
         return len(self.rb)
 
     def __repr__(self) -> str:

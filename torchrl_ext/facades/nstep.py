@@ -11,6 +11,7 @@ from tensordict import TensorDictBase, tensorclass
 
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext.loader import make_loader
 
 __all__ = ["NStepReplayBatch", "NStepReplayStorage"]
@@ -163,11 +164,14 @@ class NStepReplayStorage:
         )
         if self.save_snapshot and (self.snapshot_dir / "buffer").exists():
             self.rb.loads(self.snapshot_dir / "buffer")
+        # workers see added steps once written: at most min(ADD_CHUNK, fetch_every) held
+        self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every))
         self._iter: Iterator[TensorDictBase] | None = None
 
     # ------------------------------------------------------------------ seed API
     def reset(self) -> None:
         """Restart the sampling workers; the stored data is kept."""
+        self._batcher.flush()
         self._iter = None
 
     def add(
@@ -187,12 +191,10 @@ class NStepReplayStorage:
                 dtype differs from the first step's (the message names it).
         """
         space = self.observation_space
-        self.rb.extend(
-            self.adapter.step(
-                _numpy(observations, space), _numpy(actions, self.action_space), _numpy(rewards),
-                _numpy(terminateds).astype(bool), _numpy(truncateds).astype(bool),
-                infos, _numpy(next_observations, space),
-            )
+        self._batcher.add(  # written in chunks, flushed before any read
+            _numpy(observations, space), _numpy(actions, self.action_space), _numpy(rewards),
+            _numpy(terminateds).astype(bool), _numpy(truncateds).astype(bool),
+            infos, _numpy(next_observations, space),
         )
 
     @property
@@ -202,6 +204,7 @@ class NStepReplayStorage:
         Each worker samples the whole buffer (no shards); rows written later
         are seen by the workers too.
         """
+        self._batcher.flush()
         if self._iter is None:
             if len(self.rb) == 0:
                 raise ValueError(
@@ -223,6 +226,7 @@ class NStepReplayStorage:
         if self.num_workers > 0:
             data = next(self.replay_iter)
         else:
+            self._batcher.flush()
             data = self.rb.sample(self.batch_size)
         obs_keys = [k for k in data.keys() if k not in ("action", "next", "discount",
                                                          "steps_to_next_obs", "index", "collector")]
@@ -247,10 +251,12 @@ class NStepReplayStorage:
         """Write the episode index and cursors beside the rows in ``snapshot_dir``."""
         if not self.save_snapshot:
             raise ValueError("NStepReplayStorage.save: only with save_snapshot=True.")
+        self._batcher.flush()
         self.rb.dumps(self.snapshot_dir / "buffer")
 
     def __len__(self) -> int:
         """Number of stored transitions."""
+        self._batcher.flush()
         return len(self.rb)
 
     def __repr__(self) -> str:

@@ -227,6 +227,8 @@ def _bytes(
         value = leaves[prefix + c.key]
         if value.dim() != 2 or not value.is_contiguous():
             value = value.reshape(n, c.width).contiguous()
+        if value.stride(-1) != 1:  # a size-1 dim may carry any stride, e.g. numpy's x[:, None]
+            value = value.clone(memory_format=torch.contiguous_format)
         parts.append(value.view(torch.uint8))
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 

@@ -1,0 +1,67 @@
+"""Facade writes in ``[num_envs, T]`` chunks: one buffer write per ``T`` env steps."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from torchrl.data import TensorDictReplayBuffer
+
+from torchrl_ext.envs.gym import GymVectorAdapter
+
+__all__ = ["ADD_CHUNK", "StepBatcher"]
+
+#: steps a facade holds before writing them (one write costs about as much as one step)
+ADD_CHUNK = 64
+
+
+class StepBatcher:
+    """Hold vector-env steps as numpy and write them ``chunk`` at a time.
+
+    A buffer write costs about as much for one step as for a chunk of them, so
+    facades whose API adds one step per call batch steps here. The facade
+    calls :meth:`flush` before anything reads the buffer (``sample``,
+    ``len``...), so reads always see every added step. A step whose entries
+    differ in shape or dtype from the stored ones (or the very first step) is
+    written at once, so a bad input raises at the ``add`` that brought it,
+    with the writer's message naming the entry.
+
+    Args:
+        rb: the buffer (its writer takes ``[num_envs, T]`` data with a mask).
+        adapter: resolves each step's autoreset semantics.
+        chunk: steps held before a write.
+    """
+
+    def __init__(self, rb: TensorDictReplayBuffer, adapter: GymVectorAdapter, chunk: int) -> None:
+        self.rb = rb
+        self.adapter = adapter
+        self.chunk = max(1, int(chunk))
+        self._pending: list[dict[tuple[str, ...], np.ndarray]] = []
+        self._specs: dict[tuple[str, ...], tuple] | None = None
+
+    def add(self, *step: Any) -> None:
+        entries = self.adapter.resolve(*step)
+        specs = {k: (v.shape, v.dtype) for k, v in entries.items()}
+        if self._specs is None or specs != self._specs:
+            self.flush()
+            self.rb.extend(self.adapter.to_tensordict(entries, [self.adapter.num_envs]))
+            self._specs = specs  # reached only if the buffer took the step
+            return
+        # copies: the caller may reuse its arrays for the next step
+        self._pending.append({k: np.array(v) for k, v in entries.items()})
+        if len(self._pending) >= self.chunk:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the held steps as one ``[num_envs, T]`` batch."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        stacked = {k: np.stack([p[k] for p in pending], axis=1) for k in pending[0]}
+        self.rb.extend(self.adapter.to_tensordict(stacked, [self.adapter.num_envs, len(pending)]))
+
+    def clear(self) -> None:
+        """Drop held steps (the buffer is being emptied)."""
+        self._pending = []
+
+    def __len__(self) -> int:
+        return len(self._pending)
