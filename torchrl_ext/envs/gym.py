@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -232,7 +233,7 @@ class GymVectorAdapter:
         self, name: str, value: Any, prefix: tuple[str, ...], batch: bool = True
     ) -> dict[tuple[str, ...], np.ndarray]:
         """Observation entries by key; dict observations keep their entries at the root."""
-        if not isinstance(value, Mapping):
+        if isinstance(value, np.ndarray) or not isinstance(value, Mapping):
             array = self._rows(name, value) if batch else np.asarray(value)
             return {prefix + (self.observation_key,): array}
         out: dict[tuple[str, ...], np.ndarray] = {}
