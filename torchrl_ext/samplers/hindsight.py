@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
+from torchrl_ext.samplers._wrapper import RefiningSampler
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.uniform import draw_transitions
 from torchrl_ext.storages.episode import EpisodeStorage
@@ -35,7 +35,7 @@ class HindsightStrategy(StrEnum):
     RANDOM = "random"
 
 
-class HindsightSampler(Sampler):
+class HindsightSampler(RefiningSampler):
     """Relabel part of each batch with goals from the same episode.
 
     The first ``batch_size - n_virtual`` rows stay real, the last ``n_virtual =
@@ -73,7 +73,6 @@ class HindsightSampler(Sampler):
         *,
         base: Sampler | None = None,
     ) -> None:
-        super().__init__()
         try:
             self.strategy = HindsightStrategy(strategy)
         except ValueError:
@@ -83,17 +82,8 @@ class HindsightSampler(Sampler):
             ) from None
         if int(num_goals) < 0:
             raise ValueError(f"HindsightSampler: num_goals={num_goals}, expected >= 0.")
+        super().__init__(base if base is not None else NStepSampler(1))
         self.num_goals = int(num_goals)
-        self.base = base if base is not None else NStepSampler(1)
-
-    @property
-    def _rng(self) -> torch.Generator | None:
-        return self.base._rng
-
-    @_rng.setter
-    def _rng(self, generator: torch.Generator | None) -> None:
-        if "base" in self.__dict__:
-            self.base._rng = generator
 
     def n_virtual(self, batch_size: int) -> int:
         """How many rows of a batch are relabelled."""
@@ -131,31 +121,6 @@ class HindsightSampler(Sampler):
         # the achieved goal after step j is the observation of the row after it
         return index.physical_rows(goal + 1, stream)
 
-    # ------------------------------------------------------ forwarded to base
-    def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
-        """Forward to ``base`` with the rows of a ``(rows, steps, goal_rows)`` index.
-
-        A sample's ``"index"`` is ``[B, 3]`` (TorchRL stacks the tuple); priorities
-        belong to the sampled transitions, whatever their goals.
-        """
-        if isinstance(index, tuple):
-            index = index[0]
-        elif isinstance(index, torch.Tensor) and index.ndim == 2 and index.shape[-1] == 3:
-            index = index[:, 0]
-        self.base.update_priority(index, priority, storage=storage)
-
-    def mark_update(self, index: Any, *, storage: Any = None) -> None:
-        self.base.mark_update(index, storage=storage)
-
-    def extend(self, index: Any) -> None:
-        self.base.extend(index)
-
-    def add(self, index: Any) -> None:
-        self.base.add(index)
-
-    def _empty(self) -> None:
-        self.base._empty()
-
     def state_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy.value, "num_goals": self.num_goals,
                 "base": self.base.state_dict()}
@@ -164,12 +129,6 @@ class HindsightSampler(Sampler):
         self.strategy = HindsightStrategy(state_dict["strategy"])
         self.num_goals = int(state_dict["num_goals"])
         self.base.load_state_dict(state_dict["base"])
-
-    def dumps(self, path: str | Path) -> None:
-        self.base.dumps(path)
-
-    def loads(self, path: str | Path) -> None:
-        self.base.loads(path)
 
     def __repr__(self) -> str:
         return (

@@ -1,19 +1,18 @@
 """n-step windows: a base sampler picks start transitions, windows run to n steps."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
+from torchrl_ext.samplers._wrapper import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
 from torchrl_ext.storages.episode import EpisodeStorage
 
 __all__ = ["NStepSampler"]
 
 
-class NStepSampler(Sampler):
+class NStepSampler(RefiningSampler):
     """Windows of up to ``n`` steps, starting at transitions drawn by ``base``.
 
     For a start step ``t`` the window has ``k = min(n, steps left in its episode)``
@@ -58,40 +57,14 @@ class NStepSampler(Sampler):
     """
 
     def __init__(self, n: int = 3, *, base: Sampler | None = None) -> None:
-        super().__init__()
         if int(n) < 1:
             raise ValueError(f"NStepSampler: n={n}, expected an integer >= 1.")
+        super().__init__(base if base is not None else UniformTransitionSampler())
         self.n = int(n)
-        self.base = base if base is not None else UniformTransitionSampler()
-
-    # the buffer's generator (rb.set_rng) reaches the base sampler
-    @property
-    def _rng(self) -> torch.Generator | None:
-        return self.base._rng
-
-    @_rng.setter
-    def _rng(self, generator: torch.Generator | None) -> None:
-        if "base" in self.__dict__:
-            self.base._rng = generator
 
     def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[tuple, dict]:
         rows, info = self.base.sample(storage, batch_size)
         return (rows, storage.window_steps(rows, self.n)), info
-
-    def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
-        self.base.update_priority(index, priority, storage=storage)
-
-    def mark_update(self, index: Any, *, storage: Any = None) -> None:
-        self.base.mark_update(index, storage=storage)
-
-    def extend(self, index: Any) -> None:
-        self.base.extend(index)
-
-    def add(self, index: Any) -> None:
-        self.base.add(index)
-
-    def _empty(self) -> None:
-        self.base._empty()
 
     def state_dict(self) -> dict[str, Any]:
         return {"n": self.n, "base": self.base.state_dict()}
@@ -99,12 +72,6 @@ class NStepSampler(Sampler):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.n = int(state_dict["n"])
         self.base.load_state_dict(state_dict["base"])
-
-    def dumps(self, path: str | Path) -> None:
-        self.base.dumps(path)
-
-    def loads(self, path: str | Path) -> None:
-        self.base.loads(path)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, base={self.base!r})"
