@@ -45,7 +45,7 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from measure import hwm_bytes, interleaved, reset_hwm, rss_bytes, run_probe, settle  # noqa: E402
+from measure import hwm_bytes, interleaved, machine_line, measured_fill, run_probe, settle  # noqa: E402
 
 OBS, GOAL, ACT = 25, 3, 4
 ENVS = 8
@@ -371,17 +371,12 @@ def probe(key: str, rows: int) -> dict:
     warm.sample()
     del warm
     impl = IMPLS[key]()
-    settle()
-    rss0 = rss_bytes()
-    hwm_ok = reset_hwm()
-    t0 = time.perf_counter()
-    impl.build(rows)
-    impl.fill(steps)
-    fill_s = time.perf_counter() - t0
-    hwm = hwm_bytes()
-    settle()
-    return {"key": key, "rows": rows, "held_bytes": rss_bytes() - rss0, "fill_s": fill_s,
-            "peak_extra_bytes": (hwm - rss0) if hwm_ok else None}
+
+    def build_and_fill():
+        impl.build(rows)
+        impl.fill(steps)
+
+    return {"key": key, "rows": rows, **measured_fill(build_and_fill)}
 
 
 def mem_probe(key: str, rows: int) -> dict:
@@ -464,13 +459,12 @@ def table(header, rows):
 
 def report(quick, cap, status, samp, checks, crash, wr, lp, fills, mem, elapsed) -> str:
     labels = {c.key: c.label for c in (*IMPLS.values(), Floor)}
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     L = [
         f"# W3 HER benchmark ({'quick' if quick else 'full'})", "",
         f"- dict obs {{observation f32[{OBS}], achieved_goal f32[{GOAL}], desired_goal f32[{GOAL}]}}, action "
         f"f32[{ACT}]; {ENVS} lockstep envs x {EPISODE}-step episodes (time limit); capacity {cap:,}; batch {BATCH}; "
         f"strategy future, k={K}; reward -(||a - d|| > {THRESH})",
-        f"- {cpu}, {os.cpu_count()} CPUs, torch.set_num_threads(1); wall time {elapsed:.0f} s; "
+        f"- {machine_line()}; wall time {elapsed:.0f} s; "
         f"peak RSS {hwm_bytes() / 2**30:.1f} GiB", "",
     ]
     o = samp.get("ours")

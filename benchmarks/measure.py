@@ -94,6 +94,27 @@ def run_probe(cmd: list[str], key: str, timeout: int = 900) -> dict:
     return {"key": key, "error": (p.stderr.strip().splitlines() or ["no output"])[-1][:100]}
 
 
+def measured_fill(build_and_fill) -> dict:
+    """Run ``build_and_fill()``: RSS it leaves held, its peak RSS growth, its time."""
+    settle()
+    rss0 = rss_bytes()
+    hwm_ok = reset_hwm()
+    t0 = time.perf_counter()
+    build_and_fill()
+    fill_s = time.perf_counter() - t0
+    hwm = hwm_bytes()
+    settle()
+    return {"held_bytes": rss_bytes() - rss0, "fill_s": fill_s,
+            "peak_extra_bytes": (hwm - rss0) if hwm_ok else None}
+
+
+def machine_line() -> str:
+    """CPU model and count, for report headers."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")), "?")
+    return f"{cpu}, {os.cpu_count()} CPUs, torch.set_num_threads(1)"
+
+
 def probe(key: str, capacity: int) -> dict:
     """Fill one buffer in this (fresh) process and report its memory cost."""
     import torch
@@ -112,21 +133,13 @@ def probe(key: str, capacity: int) -> dict:
     del warm
     chunks = EpisodeStream(seed=0).chunks_for(capacity)  # source data: in baseline
     impl = BY_KEY[key]()
-    settle()
-    rss0 = rss_bytes()
-    hwm_ok = reset_hwm()
-    t0 = time.perf_counter()
-    impl.build(capacity)
-    for c in chunks:
-        impl.fill(c)
-    fill_s = time.perf_counter() - t0
-    hwm = hwm_bytes()
-    settle()
-    rss1 = rss_bytes()
-    return {
-        "key": key, "capacity": capacity, "held_bytes": rss1 - rss0,
-        "peak_extra_bytes": (hwm - rss0) if hwm_ok else None, "fill_s": fill_s,
-    }
+
+    def build_and_fill():
+        impl.build(capacity)
+        for c in chunks:
+            impl.fill(c)
+
+    return {"key": key, "capacity": capacity, **measured_fill(build_and_fill)}
 
 
 if __name__ == "__main__":

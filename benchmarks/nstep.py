@@ -47,7 +47,7 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from measure import hwm_bytes, interleaved, reset_hwm, rss_bytes, settle  # noqa: E402
+from measure import hwm_bytes, interleaved, machine_line, measured_fill, settle  # noqa: E402
 
 FRAME = (3, 84, 84)
 ACT = 6
@@ -350,17 +350,12 @@ def probe(key: str, rows: int) -> dict:
     del warm
     stream = Stream(seed=0)
     impl = IMPLS[key]()
-    settle()
-    rss0 = rss_bytes()
-    hwm_ok = reset_hwm()
-    t0 = time.perf_counter()
-    impl.build(rows)
-    impl.fill(stream, steps)
-    fill_s = time.perf_counter() - t0
-    hwm = hwm_bytes()
-    settle()
-    return {"key": key, "rows": rows, "held_bytes": rss_bytes() - rss0, "fill_s": fill_s,
-            "peak_extra_bytes": (hwm - rss0) if hwm_ok else None}
+
+    def build_and_fill():
+        impl.build(rows)
+        impl.fill(stream, steps)
+
+    return {"key": key, "rows": rows, **measured_fill(build_and_fill)}
 
 
 def mem_probe(key: str, rows: int) -> dict:
@@ -539,13 +534,12 @@ def run(quick: bool) -> str:
 
 def report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed) -> str:
     labels = {c.key: c.label for c in IMPLS.values()} | {"floor": Floor.label}
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     L = [
         f"# W2 n-step benchmark ({'quick' if quick else 'full'})", "",
         f"- frames uint8{list(FRAME)}, action f32[{ACT}]; {ENVS} envs x {EPISODE}-step episodes "
         f"(staggered, alternately terminated / truncated); n={N}, gamma={GAMMA}, batch {BATCH}; "
         f"capacity {cap:,}, filled with {steps * ENVS:,} transitions ({steps:,} steps x {ENVS} envs)",
-        f"- {cpu}, {os.cpu_count()} CPUs, torch.set_num_threads(1); wall time {elapsed:.0f} s; "
+        f"- {machine_line()}; wall time {elapsed:.0f} s; "
         f"peak RSS {hwm_bytes() / 2**30:.1f} GiB", "",
     ]
     o = samp.get("ours")
