@@ -34,14 +34,14 @@ SEED = 0
 X_LIMIT, THETA_LIMIT = 2.4, 12 * 2 * math.pi / 360
 
 
-def fill_from_gymnasium(num_envs: int = 8, steps: int = 2_000):
+def fill_from_gymnasium(num_envs: int = 8, steps: int = 2_000, n_step: int | None = None):
     """A plain gymnasium training loop; returns the buffer and seconds spent writing."""
     env = gym.make_vec(
         "CartPole-v1", num_envs=num_envs, vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP},
     )
     adapter = GymVectorAdapter(num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-    rb = make_replay_buffer(CAPACITY, batch_size=BATCH, seed=SEED)
+    rb = make_replay_buffer(CAPACITY, batch_size=BATCH, seed=SEED, n_step=n_step)
     env.action_space.seed(SEED)
     obs, _ = env.reset(seed=SEED)
     write_s = 0.0
@@ -96,11 +96,23 @@ def terminal_check(rb) -> str:
     return f"{int(ok.sum())}/{int(terminated.sum())}"
 
 
-def checkpoint_round_trip(rb) -> str:
+def nstep_check(rb) -> str:
+    """n-step windows that end in a termination must not bootstrap (discount 0)."""
+    if "discount" not in rb.sample().keys():
+        return "-"
+    batch = rb.sample()
+    terminated = batch["next", "terminated"].view(-1)
+    ok = (batch["discount"].view(-1)[terminated] == 0).all() and (
+        batch["discount"].view(-1)[~terminated] > 0
+    ).all()
+    return "cut at terminals" if ok else "WRONG"
+
+
+def checkpoint_round_trip(rb, n_step=None) -> str:
     """dumps into a directory, loads into a fresh buffer, compare the next sample."""
     with tempfile.TemporaryDirectory() as tmp:
         rb.dumps(tmp)
-        restored = make_replay_buffer(CAPACITY, batch_size=BATCH)
+        restored = make_replay_buffer(CAPACITY, batch_size=BATCH, n_step=n_step)
         restored.loads(tmp)
     same = len(restored) == len(rb) and (rb.sample() == restored.sample()).all()
     return "same sample" if same else "MISMATCH"
@@ -109,12 +121,13 @@ def checkpoint_round_trip(rb) -> str:
 def main() -> None:
     rows = []
     started = time.perf_counter()
-    for name, fill in [
-        ("gymnasium 8 x CartPole (NextStep)", fill_from_gymnasium),
-        ("Collector SerialEnv(4 x CartPole)", fill_from_collector),
+    for name, fill, n_step in [
+        ("gymnasium 8 x CartPole (NextStep)", fill_from_gymnasium, None),
+        ("Collector SerialEnv(4 x CartPole)", fill_from_collector, None),
+        ("gymnasium 8 x CartPole, n-step 3", fill_from_gymnasium, 3),
     ]:
         print(f"filling: {name} ...", flush=True)
-        rb, write_s = fill()
+        rb, write_s = fill(n_step=n_step) if n_step else fill()
         n = len(rb)
         rows.append(
             (
@@ -124,12 +137,13 @@ def main() -> None:
                 f"{n / write_s:,.0f}",
                 f"{sample_rate(rb):,.0f}",
                 terminal_check(rb),
-                checkpoint_round_trip(rb),
+                nstep_check(rb),
+                checkpoint_round_trip(rb, n_step),
             )
         )
     header = (
         "source", "transitions", "episodes", "writes/s", "samples/s", "terminal obs",
-        "checkpoint",
+        "n-step", "checkpoint",
     )
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
 
@@ -149,7 +163,10 @@ def main() -> None:
         ("samples/s", f"transitions per second drawn by rb.sample() in batches of {BATCH}"),
         ("terminal obs", "terminated transitions whose next observation is the true,"),
         ("", "out-of-bounds terminal state (not the next episode's reset obs)"),
+        ("n-step", "make_replay_buffer(n_step=3): windows ending in a termination get"),
+        ("", "discount 0, all others gamma**k (they bootstrap)"),
         ("checkpoint", "rb.dumps(dir), make_replay_buffer(...).loads(dir), same next sample"),
+        ("more", "examples/nstep_dqn_cartpole.py (n-step DQN), examples/her_bit_flipping.py (HER)"),
     ]
     for label, text in notes:
         print(f"{label:<14}{text}")
