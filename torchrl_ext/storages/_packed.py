@@ -84,15 +84,6 @@ class PackedRows:
         self._rows = self.buffers.get("rows")
         self._obs_view = self._span_view(self.obs)
         self._step_view = self._span_view(self.step)
-        # Read plan, fixed per schema: per output entry (parent path, name,
-        # block: 0 = the rows, 1 = the next rows, column).
-        entries = [(c.key, 0, c) for c in self.obs + self.step]
-        entries += [(("next", *c.key), 1, c) for c in self.obs]
-        self._entries = [(key[:-1], key[-1], block, column) for key, block, column in entries]
-        paths = {()}
-        for parent, *_ in self._entries:
-            paths.update(parent[:d] for d in range(1, len(parent) + 1))
-        self._paths = sorted(paths, key=len, reverse=True)  # children before parents
 
     def _span_view(self, columns: list[_Column]) -> torch.Tensor | None:
         return self._rows[:, columns[0].lo : columns[-1].hi] if columns else None
@@ -126,17 +117,13 @@ class PackedRows:
     def gather(self, rows: torch.Tensor, next_rows: torch.Tensor) -> TensorDictBase:
         """Transitions at ``rows`` (next observations from ``next_rows``), ``[B]``."""
         batch = rows.shape
-        blocks = (_select(self._rows, rows), _select(self._rows, next_rows))
-        nodes: dict[tuple[str, ...], dict[str, Any]] = {path: {} for path in self._paths}
-        for parent, name, block, c in self._entries:
-            piece = blocks[block][:, c.lo : c.hi].view(c.dtype)
-            if piece.shape[1:] != c.shape:
-                piece = piece.view(batch[0], *c.shape)
-            nodes[parent][name] = piece
-        # entries are fresh tensors of the batch size: build without the checks
-        for path in self._paths[:-1]:
-            nodes[path[:-1]][path[-1]] = TensorDict._new_unsafe(nodes[path], batch_size=batch)
-        return TensorDict._new_unsafe(nodes[()], batch_size=batch)
+        first, after = _select(self._rows, rows), _select(self._rows, next_rows)
+        root: dict[str, Any] = {}
+        for c in self.obs + self.step:  # step keys of next-only entries start with "next"
+            _put(root, c.key, _typed(first, c, c.lo, batch))
+        for c in self.obs:
+            _put(root, ("next", *c.key), _typed(after, c, c.lo, batch))
+        return _tree(root, batch)
 
     def gather_windows(
         self,
@@ -206,7 +193,7 @@ class PackedRows:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_rows", "_obs_view", "_step_view", "_entries", "_paths"):
+        for name in ("_rows", "_obs_view", "_step_view"):
             state.pop(name)
         return state
 

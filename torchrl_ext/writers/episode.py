@@ -131,7 +131,8 @@ class EpisodeWriter(Writer):
         else:
             storage.schema.validate(leaves, batch, where)
         if layout is None:
-            rows = self._write_fragments(leaves, mask, where)
+            placed = self._write_fragments(leaves, mask, where)
+            rows = torch.from_numpy(placed)
         else:
             if layout.streams != storage.num_streams:
                 raise ValueError(
@@ -144,7 +145,7 @@ class EpisodeWriter(Writer):
                 mask = layout.flatten(mask.reshape(batch)).numpy().reshape(layout.shape)
             placed = self._write_streams(leaves, layout.shape, mask)
             rows = layout.restore(torch.from_numpy(placed))
-        self._write_count += int((rows >= 0).sum()) if layout is None else int((placed >= 0).sum())
+        self._write_count += int((placed >= 0).sum())  # skipped (masked) steps are -1
         self._mark_update_entities(rows)
         return rows
 
@@ -183,17 +184,18 @@ class EpisodeWriter(Writer):
         leaves: dict[tuple[str, ...], torch.Tensor],
         mask: torch.Tensor | None,
         where: str,
-    ) -> torch.Tensor:
+    ) -> np.ndarray:
         # A flat batch is a sequence of trajectory fragments, each in time order.
         storage: EpisodeStorage = self._storage
         index = storage.index
         B = next(iter(leaves.values())).shape[0]
-        rows = torch.full((B,), -1, dtype=torch.int64)
+        rows = np.full(B, -1, dtype=np.int64)
         if mask is not None:
             kept = torch.nonzero(mask.reshape(B)).view(-1)
             leaves = {k: v.index_select(0, kept) for k, v in leaves.items()}
         else:
             kept = torch.arange(B)
+        kept_np = kept.numpy()
         n = kept.numel()
         if not n:
             return rows
@@ -218,7 +220,7 @@ class EpisodeWriter(Writer):
                 stream = int(free[0])
             part = {k: v[lo:hi] for k, v in leaves.items()}
             placed = self._write_block(np.array([stream]), done[None, lo:hi], traj[None, lo:hi], part)
-            rows[kept[lo:hi]] = torch.from_numpy(placed[0])
+            rows[kept_np[lo:hi]] = placed[0]
         return rows
 
     def _write_block(
