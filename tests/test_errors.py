@@ -213,3 +213,31 @@ def test_adapter_legacy_infos_must_be_a_list_per_env():
     adapter = GymVectorAdapter(2, autoreset_mode="Legacy")
     with pytest.raises(ValueError, match="LEGACY mode needs infos as a list of 2 dicts"):
         adapter.step(np.zeros((2, 3)), np.zeros(2), np.zeros(2), np.zeros(2, bool), None, {}, np.zeros((2, 3)))
+
+
+def test_nstep_components_arguments():
+    from tensordict import TensorDict as TD
+
+    from torchrl_ext.samplers import NStepSampler
+    from torchrl_ext.transforms import HindsightTransform, NStepTransform
+
+    with pytest.raises(ValueError, match=r"NStepSampler: n=0, expected an integer >= 1"):
+        NStepSampler(0)
+    with pytest.raises(ValueError, match=r"NStepTransform: gamma=1.5, expected a value in \[0, 1\]"):
+        NStepTransform(1.5)
+    with pytest.raises(ValueError, match="reward_key='reward', expected a key under 'next'"):
+        NStepTransform(0.9, reward_key="reward")
+    with pytest.raises(KeyError, match="the batch has no 'n_step' windows; sample with"):
+        NStepTransform(0.9)(TD({}, [2]))
+    with pytest.raises(KeyError, match="the batch has no 'her' goals; sample with"):
+        HindsightTransform(lambda a, d, i: a)(TD({}, [2]))
+
+
+def test_nstep_storage_save_without_snapshot():
+    import gymnasium as gym
+
+    from torchrl_ext import NStepReplayStorage
+
+    store = NStepReplayStorage(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), num_workers=0)
+    with pytest.raises(ValueError, match=r"NStepReplayStorage.save: only with save_snapshot=True"):
+        store.save()

@@ -20,6 +20,13 @@ class AutoresetMode(StrEnum):
     the true final observation in ``infos[i]["terminal_observation"]`` (and
     truncation in ``infos[i]["TimeLimit.truncated"]`` when ``truncated`` is not
     given separately).
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> AutoresetMode(gym.vector.AutoresetMode.SAME_STEP.value) is AutoresetMode.SAME_STEP
+        True
+        >>> AutoresetMode("Legacy").value
+        'Legacy'
     """
 
     NEXT_STEP = "NextStep"

@@ -11,7 +11,7 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Compose
 
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext._schema import as_key, key_str
+from torchrl_ext._schema import EntryKeyError, as_key, key_str
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades.nstep import _numpy
@@ -60,6 +60,17 @@ class HerReplayBatch:
             final observation at an episode end).
         terminateds: ``[B, 1]`` bool.
         truncateds: ``[B, 1]`` bool.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> obs = TensorDict({"desired_goal": torch.zeros(2, 3)}, [2])
+        >>> batch = HerReplayBatch(observations=obs, actions=torch.zeros(2, 1),
+        ...     rewards=-torch.ones(2, 1), next_observations=obs.clone(),
+        ...     terminateds=torch.zeros(2, 1, dtype=torch.bool),
+        ...     truncateds=torch.zeros(2, 1, dtype=torch.bool), batch_size=[2])
+        >>> batch.observations["desired_goal"].shape, batch[:1].rewards.shape
+        (torch.Size([2, 3]), torch.Size([1, 1]))
     """
 
     observations: Any
@@ -366,7 +377,7 @@ def _subspace(space: gym.spaces.Dict, key: tuple[str, ...], name: str) -> gym.Sp
     current: Any = space
     for part in key:
         if not isinstance(current, gym.spaces.Dict) or part not in current.spaces:
-            raise KeyError(
+            raise EntryKeyError(
                 f"HerReplayStorage: {name}={key_str(key)} is not an entry of "
                 f"observation_space (entries: {list(space.spaces)})."
             )

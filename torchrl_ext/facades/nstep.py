@@ -32,6 +32,17 @@ class NStepReplayBatch:
         terminateds: ``[B, 1]`` the window's last step terminated its episode.
         truncateds: ``[B, 1]`` the window's last step truncated its episode.
         steps: ``[B, 1]`` ``k``, the window length.
+
+    Examples:
+        >>> import torch
+        >>> ones = torch.ones(2, 1)
+        >>> flags = torch.zeros(2, 1, dtype=torch.bool)
+        >>> batch = NStepReplayBatch(observations=torch.zeros(2, 3), actions=torch.zeros(2, 1),
+        ...     rewards=ones, discounts=0.9 * ones, next_observations=torch.ones(2, 3),
+        ...     terminateds=flags, truncateds=flags, steps=torch.ones(2, 1, dtype=torch.long),
+        ...     batch_size=[2])
+        >>> (batch.rewards + batch.discounts * 10.0).view(-1).tolist()  # TD target with V = 10
+        [10.0, 10.0]
     """
 
     observations: Any

@@ -27,6 +27,12 @@ class HindsightStrategy(StrEnum):
     * ``FINAL``: ``j = L - 1``;
     * ``EPISODE``: ``j`` uniform over the episode's live steps;
     * ``RANDOM``: any live transition of the buffer.
+
+    Examples:
+        >>> HindsightStrategy("future") is HindsightStrategy.FUTURE
+        True
+        >>> [s.value for s in HindsightStrategy]
+        ['future', 'final', 'episode', 'random']
     """
 
     FUTURE = "future"

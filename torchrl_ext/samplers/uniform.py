@@ -34,6 +34,18 @@ def draw_transitions(
     Raises:
         ValueError: the storage holds no transition, or ``batch_size`` is not in
             ``[1, number of live transitions]``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(16, seed=0)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 1), "action": torch.zeros(2, 1),
+        ...     "next": {"observation": torch.ones(2, 1), "reward": torch.ones(2, 1),
+        ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
+        >>> tau, stream = draw_transitions(rb.storage, 2, torch.Generator().manual_seed(0))
+        >>> tau.tolist(), set(stream.tolist()) <= {0, 1}  # step 0 of either stream
+        ([0, 0], True)
     """
     index = storage.index
     if index is None:

@@ -8,7 +8,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext._schema import as_key
+from torchrl_ext._schema import EntryKeyError, as_key
 from torchrl_ext.transforms.functional import call_reward_fn
 
 __all__ = ["HindsightTransform"]
@@ -92,7 +92,7 @@ class HindsightTransform(Transform):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         her = tensordict.get("her", None)
         if her is None:
-            raise KeyError(
+            raise EntryKeyError(
                 "HindsightTransform: the batch has no 'her' goals; sample with "
                 "torchrl_ext.samplers.HindsightSampler (make_her_replay_buffer)."
             )

@@ -6,7 +6,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext._schema import as_key
+from torchrl_ext._schema import EntryKeyError, as_key
 from torchrl_ext.transforms.functional import nstep_return
 
 __all__ = ["NStepTransform"]
@@ -89,7 +89,7 @@ class NStepTransform(Transform):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         window = tensordict.get("n_step", None)
         if window is None:
-            raise KeyError(
+            raise EntryKeyError(
                 "NStepTransform: the batch has no 'n_step' windows; sample with "
                 "torchrl_ext.samplers.NStepSampler (make_replay_buffer(..., n_step=n))."
             )
