@@ -5,10 +5,12 @@
     .venv/bin/python benchmarks/run.py --no-scale   # full run without the 10M-row buffers
     .venv/bin/python benchmarks/run.py --no-nstep   # skip the W2 n-step tables (nstep.py)
     .venv/bin/python benchmarks/run.py --no-her     # skip the W3 HER tables (her.py)
+    .venv/bin/python benchmarks/run.py --no-seq     # skip the W4 sequence tables (sequence.py)
 
 Prints markdown tables and writes them to benchmarks/results/latest.md; the W2
-n-step tables (``nstep.py``) and the W3 HER tables (``her.py``), each run in a
-fresh subprocess after the W1 buffers are freed, are appended to the same file.
+n-step tables (``nstep.py``), the W3 HER tables (``her.py``) and the W4 sequence
+tables (``sequence.py``), each run in a fresh subprocess after the W1 buffers are
+freed, are appended to the same file.
 See benchmarks/README.md for the workload and the method.
 """
 
@@ -85,6 +87,7 @@ def main() -> None:
     ap.add_argument("--no-scale", action="store_true", help="skip the 10M-row buffers (~3 GB RSS)")
     ap.add_argument("--no-nstep", action="store_true", help="skip the W2 n-step tables (nstep.py, ~17 GB RSS)")
     ap.add_argument("--no-her", action="store_true", help="skip the W3 HER tables (her.py, ~2 min)")
+    ap.add_argument("--no-seq", action="store_true", help="skip the W4 sequence tables (sequence.py)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "latest.md"))
     a = ap.parse_args()
     run_w1(a)
@@ -96,6 +99,12 @@ def main() -> None:
         log("W3 HER (her.py)")
         cmd = [sys.executable, os.path.join(HERE, "her.py"), "--out", a.out, "--append"]
         subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
+    if not a.no_seq:  # fresh interpreter as well; 10M rows unless --quick / --no-scale
+        log("W4 sequences (sequence.py)")
+        cmd = [sys.executable, os.path.join(HERE, "sequence.py"), "--out", a.out, "--append"]
+        flags = (["--quick"] if a.quick else []) + (["--scale"] if a.scale else [])
+        flags += ["--no-scale"] if a.no_scale else []
+        subprocess.run(cmd + flags, check=False)
 
 
 def run_w1(a) -> None:

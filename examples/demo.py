@@ -7,10 +7,14 @@ Run with ``make demo`` (or ``.venv/bin/python examples/demo.py``). It
 2. fills another buffer with a TorchRL ``Collector`` over ``SerialEnv(4, CartPole)``
    and ``replay_buffer=rb``;
 3. samples both, checks that terminated transitions carry the true terminal
-   observation, and round-trips each buffer through a checkpoint.
+   observation, and round-trips each buffer through a checkpoint;
+4. runs ``examples/sequence_replay.py --quick``: a collector feeding an
+   ``EpisodeReplayBuffer`` step by step, ``[batch, length]`` sequences for a GRU.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import math
 import tempfile
@@ -23,6 +27,8 @@ from torchrl.envs import GymEnv, SerialEnv
 
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.envs import GymVectorAdapter
+
+import sequence_replay  # examples/sequence_replay.py, next to this script
 
 # torchrl logs storage allocations at INFO level; keep the output to the table
 logging.getLogger("torchrl").setLevel(logging.WARNING)
@@ -170,7 +176,29 @@ def main() -> None:
     ]
     for label, text in notes:
         print(f"{label:<14}{text}")
+    sequence_section()
     print(f"done in {time.perf_counter() - started:.1f} s")
+
+
+def sequence_section() -> None:
+    """Sequences of whole episodes: the quick run of examples/sequence_replay.py, summarized."""
+    print()
+    print("sequences: Collector SerialEnv(4 x CartPole) -> EpisodeReplayBuffer.add_step"
+          "(is_last=...) -> rb.sample() [64, 16] ...", flush=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # its own table: see the script
+        result = sequence_replay.main(["--quick", "--no-plot", "--seed", str(SEED)])
+    rows = [
+        ("stored", f"{result['frames']:,} steps in {result['episodes']:,} episodes "
+                   f"({result['trajectories']:,} collector trajectories)"),
+        ("in-episode", f"{result['sequences_within_episode']:,}/{result['sequences_checked']:,} "
+                       "sampled sequences stay inside one episode"),
+        ("velocity MSE", f"GRU {result['gru_mse']:.4f}  vs  per-step MLP {result['mlp_mse']:.4f} "
+                         f"(mean {result['mean_mse']:.4f}): CartPole velocities from positions"),
+        ("", f"only, held-out episodes ({result['seconds']:.1f} s; full run: "
+             "examples/sequence_replay.py)"),
+    ]
+    for label, text in rows:
+        print(f"{label:<14}{text}")
 
 
 if __name__ == "__main__":

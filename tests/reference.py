@@ -58,3 +58,52 @@ def nstep_reference(rows: list[dict], n: int, gamma: float) -> list[tuple]:
         discount = gamma**k * (0.0 if terminated else 1.0)
         out.append((row["obs"], ret, rows[j + 1]["obs"], terminated, truncated, k, discount))
     return out
+
+
+def sequence_reference(rows: list[dict], capacity: int, length: int | None, pad: bool = False) -> dict:
+    """Every sequence a sequence sampler may serve from one stream's rows.
+
+    ``rows`` is a :class:`LoopReference` stream (all rows ever written) and the
+    stream keeps its last ``capacity`` of them. Walking the rows: an episode
+    opens at a row, takes the following step rows until a terminated or
+    truncated step, and the row after its last step holds its next (final or
+    pending) observation; the next episode opens on the row after that.
+
+    * ``length=L``: every run of ``L`` consecutive steps of one episode whose
+      first step is kept; with ``pad``, also every episode of fewer than ``L``
+      steps whose first row is kept, whole (the caller pads it).
+    * ``length=None``: every complete episode (its last step is terminated or
+      truncated) whose first row is kept, whole.
+
+    Returns ``{sequence: starts_at_step_0}``, a sequence being a tuple of
+    ``(obs, action, reward, next_obs, terminated, truncated)`` steps.
+    """
+    kept_from = max(len(rows) - capacity, 0)
+
+    def transition(r: int) -> tuple:
+        action, reward, terminated, truncated = rows[r]["step"]
+        return (rows[r]["obs"], action, reward, rows[r + 1]["obs"], terminated, truncated)
+
+    out: dict = {}
+    first = 0
+    while first < len(rows):
+        step_rows, j, complete = [], first, False
+        while j < len(rows) and "step" in rows[j]:
+            step_rows.append(j)
+            _, _, terminated, truncated = rows[j]["step"]
+            j += 1
+            if terminated or truncated:
+                complete = True
+                break
+        episode = [transition(r) for r in step_rows]
+        if length is None:
+            if complete and first >= kept_from:
+                out[tuple(episode)] = True
+        else:
+            for a in range(len(episode) - length + 1):
+                if step_rows[a] >= kept_from:
+                    out[tuple(episode[a : a + length])] = a == 0
+            if pad and 0 < len(episode) < length and first >= kept_from:
+                out[tuple(episode)] = True
+        first = j + 1  # row j holds the observation after the episode's last step
+    return out

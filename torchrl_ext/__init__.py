@@ -7,15 +7,30 @@ assembles them.
 """
 from torchrl_ext.buffer import TransitionReplayBuffer, make_her_replay_buffer, make_replay_buffer
 from torchrl_ext.episodes import EpisodeIndex
-from torchrl_ext.facades import HerReplayBatch, HerReplayStorage, NStepReplayBatch, NStepReplayStorage
+from torchrl_ext.facades import (
+    EpisodeDataset,
+    EpisodeReplayBuffer,
+    FIFOEvictor,
+    HerReplayBatch,
+    HerReplayStorage,
+    IndividualFileDataset,
+    NStepReplayBatch,
+    NStepReplayStorage,
+    RingBufferDataset,
+)
 from torchrl_ext.loader import ReplayDataset, make_loader
-from torchrl_ext.samplers import PrioritizedTransitionSampler, UniformTransitionSampler
+from torchrl_ext.samplers import PrioritizedTransitionSampler, SequenceSampler, UniformTransitionSampler
 from torchrl_ext.storages import EpisodeStorage
 from torchrl_ext.writers import EpisodeWriter
 
 __all__ = [
     "make_replay_buffer",
     "make_her_replay_buffer",
+    "EpisodeDataset",
+    "EpisodeReplayBuffer",
+    "FIFOEvictor",
+    "IndividualFileDataset",
+    "RingBufferDataset",
     "HerReplayBatch",
     "HerReplayStorage",
     "NStepReplayBatch",
@@ -28,5 +43,6 @@ __all__ = [
     "EpisodeWriter",
     "UniformTransitionSampler",
     "PrioritizedTransitionSampler",
+    "SequenceSampler",
 ]
 __version__ = "0.1.0"

@@ -4,8 +4,10 @@ Layout (owned here, used by the storage, the writer and every sampler):
 
 * The storage has ``num_streams * stream_capacity`` rows. Stream ``s`` is a ring
   of ``stream_capacity`` rows; its logical time ``tau`` (rows ever written to the
-  stream) maps to the physical row ``(tau % stream_capacity) * num_streams + s``
-  (time-major, like TorchRL's ``ndim=2`` storages).
+  stream) maps to the physical row ``s * stream_capacity + tau % stream_capacity``
+  (stream-major: a stream's consecutive steps are adjacent rows, so a step and
+  its next observation, an n-step window or a sequence are one contiguous
+  read, wrap-around aside).
 * Each row holds one observation. Row ``tau`` of an episode's step also holds the
   step's action and next-only entries (reward, done flags); the next observation
   of that step is the observation of row ``tau + 1``. The row after an episode's
@@ -27,10 +29,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from torchrl_ext._views import NumpyViews
+
 __all__ = ["EpisodeIndex"]
 
 
-class EpisodeIndex:
+class EpisodeIndex(NumpyViews):
     """Per-stream episode bookkeeping for an episode-aware storage.
 
     Updated by :class:`~torchrl_ext.writers.EpisodeWriter` in O(rows written);
@@ -48,11 +52,11 @@ class EpisodeIndex:
     Examples:
         >>> import numpy as np
         >>> index = EpisodeIndex(num_streams=2, stream_capacity=4)
-        >>> index.physical_rows(np.array([0, 5]), np.array([1, 0]))
-        array([1, 2])
+        >>> index.physical_rows(np.array([0, 5]), np.array([1, 0]))  # step 5 wraps to slot 1
+        array([4, 1])
     """
 
-    _TENSORS = (
+    _VIEWED = _TENSORS = (
         "written",  # [S] rows ever written per stream
         "is_open",  # [S] the stream's last episode still runs
         "episode_count",  # [S] episodes ever opened per stream
@@ -85,8 +89,7 @@ class EpisodeIndex:
         self._bind()
 
     def _bind(self) -> None:
-        # numpy views sharing memory with the tensors (re-made after moves)
-        self._np = {name: getattr(self, name).numpy() for name in self._TENSORS}
+        super()._bind()
         self._np["episode_start_flat"] = self._np["episode_start"].reshape(-1)
         self._np["episode_length_flat"] = self._np["episode_length"].reshape(-1)
 
@@ -98,7 +101,7 @@ class EpisodeIndex:
 
     def physical_rows(self, tau: np.ndarray, stream: np.ndarray) -> np.ndarray:
         """Map logical time ``tau`` in ``stream`` to physical rows (ring wrap-around)."""
-        return np.asarray(tau) % self.stream_capacity * self.num_streams + np.asarray(stream)
+        return np.asarray(stream) * self.stream_capacity + np.asarray(tau) % self.stream_capacity
 
     def row_coordinates(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Inverse of :meth:`physical_rows` for live rows: ``(tau, stream)``.
@@ -107,8 +110,8 @@ class EpisodeIndex:
         stream's write cursor.
         """
         rows = np.asarray(rows)
-        stream = rows % self.num_streams
-        slot = rows // self.num_streams
+        stream = rows // self.stream_capacity
+        slot = rows - stream * self.stream_capacity
         last = self._np["written"][stream] - 1
         return last - (last - slot) % self.stream_capacity, stream
 
@@ -241,8 +244,8 @@ class EpisodeIndex:
         return WritePlan(
             index=self,
             streams=streams,
-            rows=(tau % self.stream_capacity * self.num_streams + streams)[:, None],
-            next_rows=((tau + 1) % self.stream_capacity * self.num_streams + streams)[:, None],
+            rows=(streams * self.stream_capacity + tau % self.stream_capacity)[:, None],
+            next_rows=(streams * self.stream_capacity + (tau + 1) % self.stream_capacity)[:, None],
             start=start[:, None],
             episode=episode[:, None],
             start_slots=slot[start],
@@ -298,15 +301,6 @@ class EpisodeIndex:
             getattr(self, name).share_memory_()
         self._bind()
         return self
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state.pop("_np")
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._bind()
 
 
 class WritePlan:

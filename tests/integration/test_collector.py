@@ -90,7 +90,7 @@ def per_env_reference(batches: list[TensorDictBase]) -> list[TensorDictBase]:
 
 def per_stream_stored(rb) -> list[Counter]:
     rows = torch.as_tensor(rb.storage.live_transition_rows())
-    stream = (rows % rb.storage.num_streams).tolist()
+    stream = rb.storage.index.row_coordinates(rows.numpy())[1].tolist()
     out = [Counter() for _ in range(rb.storage.num_streams)]
     for s, t in zip(stream, as_tuples(rb.storage.get(rows))):
         out[s][t] += 1
@@ -191,7 +191,7 @@ def test_flat_batches_with_traj_ids():
     # a trajectory stays on one stream, in one episode
     traj = everything["collector", "traj_ids"]
     rows = torch.as_tensor(rb.storage.live_transition_rows())
-    streams = rows % NUM_ENVS
+    streams = torch.from_numpy(rb.storage.index.row_coordinates(rows.numpy())[1])
     for tid in traj.unique().tolist():
         assert streams[traj == tid].unique().numel() == 1
 

@@ -201,7 +201,7 @@ def make_cartpole(mode: GymMode, max_episode_steps: int) -> gym.vector.VectorEnv
 # ------------------------------------------------------------------ checks
 def per_stream_stored(rb, keys) -> list[Counter]:
     rows = torch.as_tensor(rb.storage.live_transition_rows())
-    stream = rows % rb.storage.num_streams
+    stream = torch.from_numpy(rb.storage.index.row_coordinates(rows.numpy())[1])
     stored = stored_transitions(rb.storage.get(rows), keys)
     out = [Counter() for _ in range(rb.storage.num_streams)]
     for s, t in zip(stream.tolist(), stored):
@@ -221,10 +221,9 @@ def assert_matches_reference(rb, ref: Reference) -> None:
 
 def assert_samples_from_reference(rb, ref: Reference, rounds: int = 4) -> None:
     per_env = [set(env) for env in ref.per_env]
-    S = rb.storage.num_streams
     for _ in range(rounds):
         sample = rb.sample(min(256, len(rb)))
-        streams = (sample["index"] % S).tolist()
+        streams = rb.storage.index.row_coordinates(sample["index"].numpy())[1].tolist()
         for s, t in zip(streams, stored_transitions(sample, ref.keys)):
             assert t in per_env[s]
 

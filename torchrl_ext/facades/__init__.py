@@ -1,5 +1,18 @@
 """Facades: the seed APIs people already use, over the same components."""
+from torchrl_ext.facades.episodic import (
+    EpisodeDataset,
+    EpisodeReplayBuffer,
+    FIFOEvictor,
+    IndividualFileDataset,
+    RingBufferDataset,
+)
 from torchrl_ext.facades.her import HerReplayBatch, HerReplayStorage
 from torchrl_ext.facades.nstep import NStepReplayBatch, NStepReplayStorage
 
-__all__ = ["HerReplayBatch", "HerReplayStorage", "NStepReplayBatch", "NStepReplayStorage"]
+__all__ = [
+    "EpisodeDataset",
+    "EpisodeReplayBuffer",
+    "FIFOEvictor",
+    "IndividualFileDataset",
+    "RingBufferDataset",
+    "HerReplayBatch", "HerReplayStorage", "NStepReplayBatch", "NStepReplayStorage"]

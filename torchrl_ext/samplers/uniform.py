@@ -58,16 +58,30 @@ def draw_transitions(
     # transitions, and the exact count is only needed near that bound.
     if batch_size < 1 or batch_size > (int(ends[-1]) - index.num_streams) // 2:
         _check_batch_size(batch_size, len(storage))
+    return draw_live_steps(index, batch_size, generator)
+
+
+def draw_live_steps(
+    index: Any, count: int, generator: torch.Generator | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` live transitions of a non-empty ``index``, uniform, with replacement.
+
+    :func:`draw_transitions` without its batch-size check (windows and
+    sequences may outnumber the transitions they are drawn from).
+    """
+    lo = index.live_start()  # [S]
+    live = index._np["written"] - lo  # [S] live rows per stream
+    ends = live.cumsum()
     is_step = index._np["row_is_step"]
-    tau = np.empty(batch_size, dtype=np.int64)
-    stream = np.empty(batch_size, dtype=np.int64)
-    todo = np.arange(batch_size)
+    tau = np.empty(count, dtype=np.int64)
+    stream = np.empty(count, dtype=np.int64)
+    todo = np.arange(count)
     for _ in range(_MAX_ROUNDS):
         u = torch.randint(int(ends[-1]), (todo.size,), generator=generator).numpy()
         s = np.searchsorted(ends, u, side="right")
         t = lo[s] + u - (ends[s] - live[s])
         ok = is_step[index.physical_rows(t, s)]
-        if todo.size == batch_size and ok.all():
+        if todo.size == count and ok.all():
             return t, s
         tau[todo[ok]] = t[ok]
         stream[todo[ok]] = s[ok]

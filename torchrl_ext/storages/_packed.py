@@ -125,6 +125,24 @@ class PackedRows:
             _put(root, ("next", *c.key), _typed(after, c, c.lo, batch))
         return _tree(root, batch)
 
+    def gather_sequences(self, rows: torch.Tensor) -> TensorDictBase:
+        """Sequences of consecutive rows: ``[B, L]`` transitions from ``[B, L + 1]`` rows.
+
+        Row ``j + 1`` of a sequence is the next row of row ``j`` (the caller
+        checks), so one gather reads every observation once: step ``j``'s
+        observation is row ``j`` and its next observation row ``j + 1``.
+        Entries are strided views of the gathered block (no copy).
+        """
+        B, L1 = rows.shape
+        block = _select(self._rows, rows.reshape(-1)).view(B, L1, self.row_bytes)
+        first, after = block[:, :-1], block[:, 1:]
+        root: dict[str, Any] = {}
+        for c in self.obs + self.step:
+            _put(root, c.key, _typed_seq(first, c))
+        for c in self.obs:
+            _put(root, ("next", *c.key), _typed_seq(after, c))
+        return _tree(root, torch.Size([B, L1 - 1]))
+
     def gather_windows(
         self,
         rows: torch.Tensor,
@@ -238,6 +256,12 @@ def _select(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def _typed(block: torch.Tensor, c: _Column, lo: int, batch: torch.Size) -> torch.Tensor:
     piece = block[:, lo : lo + (c.hi - c.lo)].view(c.dtype)
     return piece if piece.shape[1:] == c.shape else piece.view(batch[0], *c.shape)
+
+
+def _typed_seq(block: torch.Tensor, c: _Column) -> torch.Tensor:
+    """Entry ``c`` of a ``[B, L, row bytes]`` block, ``[B, L, *shape]``."""
+    piece = block[..., c.lo : c.hi].view(c.dtype)
+    return piece.squeeze(-1) if not c.shape else piece.unflatten(-1, c.shape)
 
 
 def _put(tree: dict[str, Any], key: tuple[str, ...], value: torch.Tensor) -> None:

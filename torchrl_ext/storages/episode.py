@@ -145,8 +145,9 @@ class EpisodeStorage(TensorStorage):
     # ------------------------------------------------------------------ reads
     def next_rows(self, rows: np.ndarray) -> np.ndarray:
         """Physical row following ``rows`` in their streams (ring wrap-around)."""
-        nxt = rows + self.index.num_streams
-        nxt[nxt >= self.index.num_rows] -= self.index.num_rows
+        capacity = self.index.stream_capacity
+        nxt = rows + 1
+        nxt[nxt % capacity == 0] -= capacity  # past the end of its stream's ring
         return nxt
 
     def get(self, index: Any) -> TensorDictBase:
@@ -163,6 +164,12 @@ class EpisodeStorage(TensorStorage):
                 raise ValueError(f"EpisodeStorage.get: slice {index} unsupported; use [:].")
             index = self.live_transition_rows()
         rows = torch.as_tensor(index, dtype=torch.int64)
+        if rows.ndim == 2 and rows.shape[1] > 1:
+            # consecutive rows of one stream (unpadded sequences): one gather
+            r = rows.numpy()
+            if np.array_equal(self.next_rows(r[:, :-1]), r[:, 1:]):
+                after = self.next_rows(r[:, -1:])
+                return self.packed.gather_sequences(torch.from_numpy(np.concatenate([r, after], 1)))
         flat = rows.reshape(-1)
         out = self.packed.gather(flat, torch.from_numpy(self.next_rows(flat.numpy())))
         return out if rows.ndim == 1 else out.reshape(rows.shape)

@@ -1,0 +1,606 @@
+"""The episodic API (``EpisodeReplayBuffer`` + datasets): regression tests B1–B19.
+
+Each ``test_bN_*`` pins the fix of the original's bug BN (``SPEC-SEEDS.md`` §3.10).
+Episodes carry their identity in the data: field ``"x"`` is ``(episode id, step)``.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchrl_ext import EpisodeReplayBuffer, IndividualFileDataset, RingBufferDataset
+from torchrl_ext.facades.episodic import (
+    EpisodeDatasetInfo,
+    Evictor,
+    RandomEvictor,
+    ShortestEpisodeEvictor,
+    VerificationMode,
+)
+
+
+def episode(eid: int, length: int) -> dict[str, torch.Tensor]:
+    steps = torch.arange(length, dtype=torch.float32)
+    return {"x": torch.stack([torch.full_like(steps, eid), steps], -1)}
+
+
+def within_one_episode(batch) -> bool:
+    """Every sequence is consecutive steps of a single episode."""
+    x = batch["x"]
+    same = (x[..., 0] == x[..., :1, 0]).all()
+    consecutive = (x[..., 1:, 1] - x[..., :-1, 1] == 1).all()
+    return bool(same and consecutive)
+
+
+def datasets(tmp_path, capacity, **kwargs):
+    return [
+        RingBufferDataset(capacity, **kwargs),
+        IndividualFileDataset(capacity, directory=tmp_path / "files", **kwargs),
+    ]
+
+
+def draw(dataset, batch_size, sequence_length, batches=1, **kwargs):
+    loader = dataset.get_loader(batch_size, sequence_length, seed=0, **kwargs)
+    it = iter(loader)
+    return torch.cat([next(it) for _ in range(batches)])
+
+
+# ----------------------------------------------------------------- B1: eviction
+@pytest.mark.parametrize("kind", ["ring", "files"])
+def test_b1_eviction_frees_storage_and_only_live_episodes_are_sampled(tmp_path, kind):
+    dataset = datasets(tmp_path, 25)[kind == "files"]
+    for eid in range(5):
+        dataset.add_episode(episode(eid, 10))
+    assert dataset.num_episodes == 2 and dataset.num_timesteps == 20
+    assert dataset.is_full
+    batch = draw(dataset, 256, 5)
+    assert within_one_episode(batch)
+    assert set(batch["x"][:, 0, 0].tolist()) == {3.0, 4.0}  # the newest two
+    if kind == "files":
+        assert len(list((tmp_path / "files").iterdir())) == 2
+
+
+def test_b1_file_dataset_deletes_evicted_files(tmp_path):
+    dataset = IndividualFileDataset(30, directory=tmp_path)
+    for eid in range(6):
+        dataset.add_episode(episode(eid, 10))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert dataset.num_episodes == 3 and len(names) == 3
+    assert [int(n[:7]) for n in names] == [3, 4, 5]
+    assert set(draw(dataset, 200, 1)["x"][:, 0, 0].tolist()) == {3.0, 4.0, 5.0}
+
+
+# -------------------------------------------------- B2, B4, B5, B6: add_step
+def test_b2_single_env_accepts_a_python_bool_done():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    for t in range(3):
+        rb.add_step({"x": torch.tensor([0.0, t])}, t == 2)
+    assert rb.num_episodes == 1 and rb.num_timesteps == 3
+
+
+def test_b4_one_step_episodes_are_closed_not_merged():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    for t, was_done in enumerate([False, True, True, False, False, True]):
+        rb.add_step({"x": torch.tensor([[0.0, t]])}, torch.tensor([was_done]))
+    rb.flush()
+    assert rb.dataset.episode_lengths == [1, 1, 3, 1]
+
+
+def test_b5_single_env_episode_is_stored_at_its_done_step_and_flush_keeps_the_tail():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    rb.add_step({"x": torch.tensor([0.0, 0.0])}, False)
+    rb.add_step({"x": torch.tensor([0.0, 1.0])}, True)
+    assert rb.num_episodes == 1  # stored at once, not one call late
+    rb.add_step({"x": torch.tensor([1.0, 0.0])}, False)
+    rb.add_step({"x": torch.tensor([1.0, 1.0])}, False)
+    assert rb.num_episodes == 1
+    rb.flush()
+    assert rb.dataset.episode_lengths == [2, 2]
+
+
+def test_b5_vector_env_flush_stores_every_running_episode():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    for t in range(4):
+        rb.add_step({"x": torch.tensor([[0.0, t], [1.0, t], [2.0, t]])}, torch.zeros(3, dtype=torch.bool))
+    assert rb.num_episodes == 0
+    rb.flush()
+    assert rb.dataset.episode_lengths == [4, 4, 4]
+
+
+def test_b6_single_env_data_with_equal_leading_sizes_is_not_a_batch():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    # both fields happen to have a leading size of 2: still one env (done is a bool)
+    rb.add_step({"obs": torch.zeros(2), "action": torch.zeros(2)}, False)
+    rb.add_step({"obs": torch.ones(2), "action": torch.ones(2)}, True)
+    assert rb.dataset.episode_lengths == [2]
+    assert rb.dataset.fields["obs"].shape == (2,)
+
+
+def test_b6_scalar_only_steps():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=3, sequence_length=2)
+    for t in range(4):
+        rb.add_step({"reward": torch.tensor(float(t))}, t == 3)
+    batch = rb.sample()
+    assert batch["reward"].shape == (3, 2)
+    assert bool((batch["reward"][:, 1] - batch["reward"][:, 0] == 1).all())
+
+
+def test_is_last_ends_the_episode_at_this_step_for_vector_envs():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    for t in range(3):
+        last = torch.tensor([t == 0, t == 2])
+        rb.add_step({"x": torch.tensor([[0.0, t], [1.0, t]])}, is_last=last)
+    assert rb.dataset.episode_lengths == [1, 3]
+    rb.flush()
+    assert rb.dataset.episode_lengths == [1, 3, 2]
+
+
+# --------------------------------------------------------- B3: last window
+@pytest.mark.parametrize("kind", ["ring", "files"])
+def test_b3_every_step_is_sampled_including_the_last(tmp_path, kind):
+    dataset = datasets(tmp_path, 100)[kind == "files"]
+    dataset.add_episode(episode(0, 10))
+    steps = draw(dataset, 500, 1)["x"][:, 0, 1]
+    assert set(steps.tolist()) == set(map(float, range(10)))
+    starts = draw(dataset, 500, 4)["x"][:, 0, 1]
+    assert set(starts.tolist()) == set(map(float, range(7)))  # 0..6: the last window too
+
+
+# ------------------------------------------------------ B7: whole episodes
+def test_b7_whole_episodes_with_batches_and_variable_lengths():
+    dataset = RingBufferDataset(30)
+    for eid, n in enumerate([3, 7, 5]):
+        dataset.add_episode(episode(eid, n))
+    rb = EpisodeReplayBuffer(dataset, batch_size=16, sequence_length=None, seed=0)
+    assert not rb.is_empty
+    batch = rb.sample()
+    lengths = batch["mask"].sum(-1)
+    assert batch.shape[1] == int(lengths.max())
+    for row, n in zip(batch["x"], lengths.tolist()):
+        assert row[:n, 1].tolist() == list(map(float, range(n)))
+        assert [3, 7, 5][int(row[0, 0])] == n
+
+
+def test_b7_an_episode_as_long_as_the_capacity():
+    dataset = RingBufferDataset(10)
+    dataset.add_episode(episode(0, 4))
+    dataset.add_episode(episode(1, 10))  # evicts episode 0, fills every row
+    assert dataset.episode_lengths == [10]
+    batch = draw(dataset, 200, 3)
+    assert within_one_episode(batch)
+    assert set(batch["x"][:, 0, 1].tolist()) == set(map(float, range(8)))
+
+
+# ----------------------------------------------------------- B8: too long
+def test_b8_an_episode_longer_than_the_capacity_is_a_clear_error():
+    dataset = RingBufferDataset(5)
+    with pytest.raises(ValueError, match=r"an episode of 6 steps does not fit in "
+                       r"RingBufferDataset\(capacity=5\); raise the capacity"):
+        dataset.add_episode(episode(0, 6))
+    assert dataset.num_episodes == 0
+
+
+# ----------------------------------------------------- B9: half precision
+def test_b9_half_precision_stores_float16_and_returns_float32():
+    dataset = RingBufferDataset(20, half_precision=True)
+    dataset.add_episode({**episode(0, 5), "flag": torch.ones(5, dtype=torch.bool)})
+    assert dataset._pool.rows["x"].dtype == torch.float16
+    batch = draw(dataset, 4, 2)
+    assert batch["x"].dtype == torch.float32 and batch["flag"].dtype == torch.bool
+    assert within_one_episode(batch)
+
+
+# ------------------------------------------------------- B10: pin_memory
+def test_b10_pinning_is_off_by_default_and_refused_without_cuda():
+    dataset = RingBufferDataset(20)
+    assert dataset.get_loader(2, 1).pin_memory is False
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="pin_memory=True needs CUDA"):
+            dataset.get_loader(2, 1, pin_memory=True)
+
+
+# ---------------------------------------------------------- B11: extend
+@pytest.mark.parametrize("large", ["ring", "files"])
+def test_b11_extend_with_variable_lengths_any_kind_and_the_new_episode_kept(tmp_path, large):
+    other = datasets(tmp_path, 200)[large == "files"]
+    front = RingBufferDataset(20)
+    front.extend(other, other_batch_size=2, fetch_from_other_every=1)
+    for eid, n in enumerate([6, 9, 4, 7, 5, 8]):
+        front.add_episode(episode(eid, n))
+        newest = front._pool.gather(front._pool.episode_rows(front._slots[-1]).numpy())
+        assert newest["x"][0, 0] == eid  # the incoming episode is stored in the front
+    assert other.num_episodes == 6 and other.num_timesteps == 39
+    assert front.is_full and front.num_timesteps <= 20
+    assert within_one_episode(draw(front, 64, 3))
+
+
+# ---------------------------------------------- B12, B13: worker processes
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_b12_b13_workers_seed_on_this_python_and_each_samples_everything(tmp_path, context):
+    dataset = IndividualFileDataset(1000, directory=tmp_path)
+    for eid in range(3):
+        dataset.add_episode(episode(eid, 20))
+    loader = dataset.get_loader(48, 4, num_workers=2, seed=0, multiprocessing_context=context)
+    it = iter(loader)
+    batches = [next(it) for _ in range(4)]  # alternate between the two workers
+    for batch in batches:
+        assert within_one_episode(batch)
+        assert set(batch["x"][:, 0, 0].tolist()) == {0.0, 1.0, 2.0}  # no shard
+    assert not torch.equal(batches[0]["x"], batches[1]["x"])  # workers differ
+    del it
+
+
+def test_b13_a_single_episode_serves_every_worker(tmp_path):
+    dataset = RingBufferDataset(100)
+    dataset.add_episode(episode(0, 5))
+    it = iter(dataset.get_loader(8, 2, num_workers=2, seed=1))
+    assert all(within_one_episode(next(it)) for _ in range(4))
+
+
+def test_workers_see_episodes_added_after_they_started():
+    dataset = RingBufferDataset(1000)
+    dataset.add_episode(episode(0, 20))
+    it = iter(dataset.get_loader(16, 5, num_workers=2, seed=0))
+    next(it)
+    dataset.add_episode(episode(7, 200))
+    seen = set()
+    for _ in range(40):
+        seen |= set(next(it)["x"][:, 0, 0].tolist())
+        if 7.0 in seen:
+            break
+    assert 7.0 in seen
+
+
+# --------------------------------------------------- B14: files on disk
+def test_b14_directory_is_absolute_reopened_and_temporary_default_removed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dataset = IndividualFileDataset(100, directory="relative")
+    assert dataset.directory == (tmp_path / "relative").resolve()
+    dataset.add_episode(episode(0, 4))
+    dataset.add_episode(episode(1, 6))
+    monkeypatch.chdir("/")
+    reopened = IndividualFileDataset(100, directory=tmp_path / "relative")
+    assert reopened.episode_lengths == [4, 6]
+    assert within_one_episode(draw(reopened, 32, 3))
+    reopened.add_episode(episode(2, 3))
+    names = sorted(p.name[:7] for p in (tmp_path / "relative").iterdir())
+    assert names == ["0000000", "0000001", "0000002"]  # ids continue after reopening
+
+    default = IndividualFileDataset(100)
+    default.add_episode(episode(0, 3))
+    directory = default.directory
+    assert directory.is_absolute() and any(directory.iterdir())
+    del default
+    assert not directory.exists()
+
+
+def test_b14_reopening_a_larger_directory_evicts_to_the_capacity(tmp_path):
+    dataset = IndividualFileDataset(100, directory=tmp_path)
+    for eid in range(4):
+        dataset.add_episode(episode(eid, 10))
+    smaller = IndividualFileDataset(25, directory=tmp_path)
+    assert smaller.episode_lengths == [10, 10]
+    assert sorted(int(p.name[:7]) for p in tmp_path.iterdir()) == [2, 3]
+
+
+def test_file_writes_are_atomic_when_the_process_dies_mid_write(tmp_path):
+    script = textwrap.dedent(f"""
+        import os, torch
+        from torchrl_ext.facades.episodic import IndividualFileDataset, TorchSerialization
+
+        class DiesMidWrite(TorchSerialization):
+            def save(self, episode, file):
+                file.write(b"half an episode")
+                file.flush()
+                os._exit(3)
+
+        dataset = IndividualFileDataset(100, directory={str(tmp_path)!r}, serialization_strategy="pt")
+        dataset.add_episode({{"x": torch.zeros(4, 2)}})
+        dataset.serialization = DiesMidWrite()
+        dataset.add_episode({{"x": torch.ones(5, 2)}})
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert result.returncode == 3, result.stderr.decode()
+    assert any(p.name.endswith(".tmp") for p in tmp_path.iterdir())  # the half-written file
+    reopened = IndividualFileDataset(100, directory=tmp_path, serialization_strategy="pt")
+    assert reopened.episode_lengths == [4]
+    assert [p.name.endswith(".pt") for p in tmp_path.iterdir()] == [True]
+
+
+def test_a_failed_write_leaves_neither_file_nor_episode(tmp_path):
+    class Fails:
+        suffix = ".bin"
+
+        def save(self, episode, file):
+            file.write(b"partial")
+            raise OSError("disk full")
+
+        def load(self, file):
+            raise AssertionError("never read")
+
+    dataset = IndividualFileDataset(100, directory=tmp_path, serialization_strategy=Fails())
+    with pytest.raises(OSError, match="disk full"):
+        dataset.add_episode(episode(0, 3))
+    assert dataset.num_episodes == 0 and dataset.num_timesteps == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("strategy", ["npz", "pt"])
+def test_serialization_strategies_round_trip_every_field(tmp_path, strategy):
+    data = {"x": torch.randn(4, 2), "image": torch.randint(0, 255, (4, 3, 3, 3), dtype=torch.uint8),
+            "done": torch.tensor([False, False, False, True])}
+    IndividualFileDataset(100, directory=tmp_path, serialization_strategy=strategy).add_episode(data)
+    reopened = IndividualFileDataset(100, directory=tmp_path, serialization_strategy=strategy)
+    stored = reopened._pool.gather(reopened._pool.episode_rows(reopened._slots[0]).numpy())
+    for key, value in data.items():
+        assert torch.equal(stored[key], value)
+
+
+# ------------------------------------------------ B15: no disk per sample
+def test_b15_samples_come_from_memory_not_from_files(tmp_path):
+    dataset = IndividualFileDataset(1000, directory=tmp_path / "episodes")
+    for eid in range(3):
+        dataset.add_episode(episode(eid, 10))
+    (tmp_path / "episodes").rename(tmp_path / "moved")  # no file can be read any more
+    it = iter(dataset.get_loader(32, 3, num_workers=2, seed=0))
+    assert all(within_one_episode(next(it)) for _ in range(3))
+
+
+def test_b15_rare_long_episodes_are_found_without_giving_up(tmp_path):
+    dataset = IndividualFileDataset(1000, directory=tmp_path, max_sampling_attempts=1)
+    for eid in range(100):
+        dataset.add_episode(episode(eid, 1))
+    dataset.add_episode(episode(100, 8))
+    batch = draw(dataset, 64, 8)
+    assert bool((batch["x"][:, 0, 0] == 100).all())
+
+
+# --------------------------------------------------- B16: no Manager process
+def test_b16_no_manager_process_and_add_before_get_loader(tmp_path):
+    before = set(multiprocessing.active_children())
+    dataset = IndividualFileDataset(100, directory=tmp_path)
+    dataset.add_episode(episode(0, 5))  # before any get_loader
+    rb = EpisodeReplayBuffer(dataset, batch_size=4, sequence_length=2, num_workers=1)
+    assert set(multiprocessing.active_children()) == before
+    assert within_one_episode(rb.sample())
+    rb.close()
+    assert set(multiprocessing.active_children()) == before
+
+
+# ---------------------------------------------------------- B17: evictors
+def test_b17_evictors_see_the_dataset_and_may_evict_any_episode():
+    seen = []
+
+    class Longest(Evictor):
+        def __call__(self, dataset):
+            seen.append((dataset.num_timesteps, list(dataset.episode_lengths)))
+            return dataset.episode_lengths.index(max(dataset.episode_lengths))
+
+    dataset = RingBufferDataset(20, evictor=Longest())
+    for eid, n in enumerate([4, 9, 5, 6]):
+        dataset.add_episode(episode(eid, n))
+    assert seen == [(18, [4, 9, 5])]
+    assert dataset.episode_lengths == [4, 5, 6]
+    batch = draw(dataset, 300, 1)
+    assert set(batch["x"][:, 0, 0].tolist()) == {0.0, 2.0, 3.0}
+    for eid, n in ((0, 4), (2, 5), (3, 6)):  # every surviving episode intact
+        steps = batch["x"][batch["x"][:, 0, 0] == eid][:, 0, 1]
+        assert set(steps.tolist()) == set(map(float, range(n)))
+
+
+def test_b17_builtin_evictors():
+    dataset = RingBufferDataset(12, evictor=ShortestEpisodeEvictor())
+    for eid, n in enumerate([6, 2, 3, 4]):
+        dataset.add_episode(episode(eid, n))
+    assert dataset.episode_lengths == [6, 4]
+    dataset = RingBufferDataset(12, evictor=RandomEvictor(seed=0))
+    for eid in range(10):
+        dataset.add_episode(episode(eid, 4))
+    assert dataset.num_timesteps == 12 and within_one_episode(draw(dataset, 50, 4))
+
+
+def test_an_evictor_returning_a_bad_position_is_a_clear_error():
+    class Bad(Evictor):
+        def __call__(self, dataset):
+            return 5
+
+    dataset = RingBufferDataset(10, evictor=Bad())
+    dataset.add_episode(episode(0, 6))
+    with pytest.raises(ValueError, match=r"Bad returned 5, expected an episode position in \[0, 1\)"):
+        dataset.add_episode(episode(1, 6))
+
+
+# --------------------------------------------------------- B18: weighting
+def test_b18_sampling_is_uniform_over_windows_not_episodes():
+    dataset = RingBufferDataset(100)
+    dataset.add_episode(episode(0, 18))
+    dataset.add_episode(episode(1, 2))
+    batch = draw(dataset, 4000, 1)
+    share = float((batch["x"][:, 0, 0] == 1).float().mean())
+    assert 0.07 < share < 0.13  # 2 of 20 steps, not 1 of 2 episodes
+
+
+# ------------------------------------------------------- B19: verification
+def test_b19_verification_modes_check_what_they_say():
+    dataset = RingBufferDataset(100)
+    dataset.add_episode(episode(0, 3))
+    with pytest.raises(ValueError, match=r"field 'x' has steps of shape \(3,\), expected \(2,\)"):
+        dataset.add_episode({"x": torch.zeros(3, 3)})
+    with pytest.raises(TypeError, match=r"field 'x' has dtype torch.float64, expected torch.float32"):
+        dataset.add_episode({"x": torch.zeros(3, 2, dtype=torch.float64)})
+    with pytest.raises(KeyError, match=r"missing \['x'\], unexpected \['y'\]"):
+        dataset.add_episode({"y": torch.zeros(3, 2)})
+    dataset.add_episode({"x": torch.full((3, 2), float("nan"))})  # basic: NaN passes
+
+    extended = RingBufferDataset(100, info=EpisodeDatasetInfo(
+        verification_mode=VerificationMode.EXTENDED_CHECKS))
+    with pytest.raises(ValueError, match="field 'x' holds NaN or infinite values"):
+        extended.add_episode({"x": torch.full((3, 2), float("inf"))})
+
+
+def test_b19_debugging_mode_logs_each_episode(caplog):
+    dataset = RingBufferDataset(100, info=EpisodeDatasetInfo(
+        verification_mode=VerificationMode.DEBUGGING_CHECKS))
+    with caplog.at_level(logging.DEBUG, logger="torchrl_ext.facades.episodic.fields"):
+        dataset.add_episode(episode(0, 3))
+    assert "add_episode: 3 steps" in caplog.text
+
+
+# ------------------------------------------------ statistics and the facade
+def test_statistics_and_fields():
+    dataset = RingBufferDataset(10)
+    assert dataset.is_empty and dataset.fields is None and dataset.average_episode_length == 0
+    dataset.add_episode({"x": [torch.zeros(2)] * 4, "image": [torch.zeros(4, 4, 3, dtype=torch.uint8)] * 4})
+    dataset.add_episode({"x": [torch.zeros(2)] * 2, "image": [torch.zeros(4, 4, 3, dtype=torch.uint8)] * 2})
+    assert (dataset.num_episodes, dataset.num_timesteps, len(dataset)) == (2, 6, 6)
+    assert dataset.average_episode_length == 3.0 and not dataset.is_full
+    assert type(dataset.fields["image"]).__name__ == "ColorImage"
+    assert repr(dataset) == "RingBufferDataset(capacity=10, num_episodes=2, num_timesteps=6)"
+
+
+def test_preallocated_fields_from_info():
+    probe = RingBufferDataset(10)
+    probe.add_episode(episode(0, 2))
+    dataset = RingBufferDataset(10, info=EpisodeDatasetInfo(fields=probe.fields))
+    assert dataset._pool is not None
+    with pytest.raises(KeyError, match="missing"):
+        dataset.add_episode({"y": torch.zeros(2, 2)})
+
+
+def test_buffer_sample_shape_and_dict_access_and_iteration():
+    rb = EpisodeReplayBuffer(RingBufferDataset(200), batch_size=5, sequence_length=3, seed=0)
+    for t in range(10):
+        rb.add_step({"x": torch.tensor([[0.0, t], [1.0, t]]), "a": torch.tensor([t, t])},
+                    torch.zeros(2, dtype=torch.bool))
+    rb.flush()
+    batch = rb.sample()
+    assert batch["x"].shape == (5, 3, 2) and batch["a"].dtype == torch.int64
+    assert within_one_episode(next(iter(rb)))
+    assert len(rb) == 20 and rb.num_timesteps == 20
+
+
+def test_buffer_sampling_is_reproducible_with_a_seed():
+    def run():
+        rb = EpisodeReplayBuffer(RingBufferDataset(200), batch_size=6, sequence_length=2, seed=3)
+        for eid in range(4):
+            rb.dataset.add_episode(episode(eid, 5 + eid))
+        return [rb.sample()["x"] for _ in range(3)]
+
+    assert all(torch.equal(a, b) for a, b in zip(run(), run()))
+
+
+def test_padded_short_episodes_with_pad():
+    dataset = RingBufferDataset(100)
+    dataset.add_episode(episode(0, 2))
+    dataset.add_episode(episode(1, 6))
+    batch = draw(dataset, 400, 4, pad=True)
+    short = batch[batch["x"][:, 0, 0] == 0]
+    assert short["mask"].tolist()[0] == [True, True, False, False]
+    assert short["x"][0, :, 1].tolist() == [0.0, 1.0, 1.0, 1.0]
+    assert bool(batch[batch["x"][:, 0, 0] == 1]["mask"].all())
+
+
+# ------------------------------------------------------- errors, pinned
+def test_add_step_errors():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    with pytest.raises(ValueError, match=r"field 'x' has shape \(3, 2\), expected a leading dim of 2"):
+        rb.add_step({"x": torch.zeros(3, 2)}, torch.zeros(2, dtype=torch.bool))
+    rb.add_step({"x": torch.zeros(2, 2)}, torch.zeros(2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="describes a single env, but the buffer receives steps "
+                       "of a vector env of 2"):
+        rb.add_step({"x": torch.zeros(2)}, False)
+    with pytest.raises(KeyError, match=r"step fields \['y'\] differ from the first step's \['x'\]"):
+        rb.add_step({"y": torch.zeros(2, 2)}, torch.zeros(2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="pass done .* or is_last, not both"):
+        rb.add_step({"x": torch.zeros(2, 2)}, torch.ones(2, dtype=torch.bool), is_last=torch.ones(2))
+    with pytest.raises(ValueError, match=r"must be a bool, a 0-d or a \[num_envs\] bool tensor"):
+        rb.add_step({"x": torch.zeros(2, 2)}, torch.zeros(2, 1, dtype=torch.bool))
+    with pytest.raises(TypeError, match="step_data is list, expected a dict of tensors"):
+        rb.add_step([1, 2], torch.zeros(2, dtype=torch.bool))
+
+
+def test_sample_errors():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2, sequence_length=5)
+    with pytest.raises(RuntimeError, match="Cannot sample from empty dataset."):
+        rb.sample()
+    rb.dataset.add_episode(episode(0, 3))
+    with pytest.raises(RuntimeError, match="Cannot sample sequences of 5 steps: the longest "
+                       "stored episode has 3; .* or pass pad=True"):
+        rb.sample()
+
+
+def test_construction_and_loader_errors(tmp_path):
+    with pytest.raises(ValueError, match="capacity=0, expected >= 1 steps"):
+        RingBufferDataset(0)
+    with pytest.raises(TypeError, match="expected an EpisodeDataset"):
+        EpisodeReplayBuffer(object(), batch_size=2)
+    dataset = RingBufferDataset(10)
+    with pytest.raises(ValueError, match="chunk_size=3 must be >= 1 and divide batch_size=8"):
+        dataset.get_loader(8, 2, chunk_size=3)
+    with pytest.raises(ValueError, match="sequence_length=0, expected >= 1 or None"):
+        dataset.get_loader(8, 0)
+    with pytest.raises(ValueError, match="batch_size=0, expected >= 1"):
+        dataset.get_loader(0, 1)
+    with pytest.raises(ValueError, match="a dataset cannot extend itself"):
+        dataset.extend(dataset)
+    with pytest.raises(ValueError, match=r"serialization_strategy='zip', expected one of \['npz', 'pt'\]"):
+        IndividualFileDataset(10, directory=tmp_path, serialization_strategy="zip")
+    with pytest.raises(ValueError, match="info describes 2 stored episodes"):
+        RingBufferDataset(10, info=EpisodeDatasetInfo(num_episodes=2))
+    with pytest.raises(ValueError, match="fields have different numbers of steps: {'a': 2, 'b': 3}"):
+        dataset.add_episode({"a": torch.zeros(2), "b": torch.zeros(3)})
+    with pytest.raises(TypeError, match=r"field 'a' must be a non-empty list of tensors"):
+        dataset.add_episode({"a": []})
+    with pytest.raises(ValueError, match="the episode has no step"):
+        dataset.add_episode({"a": torch.zeros(0, 2)})
+    with pytest.raises(ValueError, match=r"RingBufferDataset on meta samples in the main "
+                       r"process: num_workers=2, expected 0"):
+        RingBufferDataset(10, device="meta").get_loader(2, 1, num_workers=2)
+
+
+def test_npz_refuses_dtypes_numpy_cannot_store(tmp_path):
+    dataset = IndividualFileDataset(10, directory=tmp_path)
+    with pytest.raises(TypeError, match="field 'x' has dtype torch.bfloat16, which numpy cannot "
+                       "store; use serialization_strategy='pt'"):
+        dataset.add_episode({"x": torch.zeros(2, 2, dtype=torch.bfloat16)})
+    assert dataset.num_episodes == 0 and not any(Path(tmp_path).iterdir())
+    assert os.path.isdir(tmp_path)
+
+
+# ------------------------------------------------------------- checkpoints
+def test_checkpoint_resume_restores_episodes_running_steps_and_rng(tmp_path):
+    def build():
+        return EpisodeReplayBuffer(RingBufferDataset(30, evictor=RandomEvictor(seed=1)),
+                                   batch_size=8, sequence_length=3, seed=5)
+
+    rb = build()
+    for t in range(40):  # 2 envs, episodes of 7 and 9 steps; evictions happen
+        was_done = torch.tensor([t % 7 == 0 and t > 0, t % 9 == 0 and t > 0])
+        rb.add_step({"x": torch.tensor([[float(t // 7), t % 7], [100.0 + t // 9, t % 9]])}, was_done)
+    rb.sample()
+    torch.save(rb.state_dict(), tmp_path / "rb.pt")
+    restored = build()
+    restored.load_state_dict(torch.load(tmp_path / "rb.pt", weights_only=False))
+    assert restored.dataset.episode_lengths == rb.dataset.episode_lengths
+    for _ in range(3):
+        assert torch.equal(restored.sample()["x"], rb.sample()["x"])
+    for buffer in (rb, restored):  # same running episodes, same evictions from here on
+        buffer.add_step({"x": torch.tensor([[9.0, 0.0], [9.0, 0.0]])}, torch.ones(2, dtype=torch.bool))
+        buffer.flush()
+    assert restored.dataset.episode_lengths == rb.dataset.episode_lengths
+    assert torch.equal(restored.sample()["x"], rb.sample()["x"])
+
+
+def test_load_state_dict_needs_an_empty_dataset_of_the_same_capacity():
+    dataset = RingBufferDataset(10)
+    dataset.add_episode(episode(0, 2))
+    with pytest.raises(ValueError, match="the checkpoint has capacity 10; load it into an empty "
+                       "dataset of that capacity \\(this one: 20, 0 episodes\\)"):
+        RingBufferDataset(20).load_state_dict(dataset.state_dict())

@@ -1,0 +1,305 @@
+"""``EpisodeReplayBuffer``: steps in, episodes stored, sequences out."""
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import torch
+from tensordict import TensorDictBase
+
+from torchrl_ext._schema import EntryKeyError
+from torchrl_ext.facades.episodic.dataset import EpisodeDataset
+
+__all__ = ["EpisodeReplayBuffer"]
+
+
+class EpisodeReplayBuffer:
+    """The seed's ``ReplayBuffer``: groups steps into episodes per env, samples sequences.
+
+    Steps are dicts of tensors (any fields: the buffer does not interpret
+    them). Each env's steps are collected until its episode ends, then the
+    episode goes to ``dataset`` (:meth:`EpisodeDataset.add_episode`).
+    :meth:`sample` returns a ``[batch_size, sequence_length]`` TensorDict of
+    consecutive steps of one episode per row (``batch["obs"]`` works as with
+    the original's dict).
+
+    Episode ends, in :meth:`add_step`:
+
+    * **single env** (``done`` is a bool or 0-d tensor, step fields have no env
+      dim): ``done=True`` ends the episode *at this step*, which is stored at
+      once (the original stored it one call late, B5, and raised TypeError on
+      a bool, B2).
+    * **vector env** (``done`` is ``[num_envs]``, every field ``[num_envs, ...]``):
+      the seed's convention for envs that reset in the step they finish
+      (SB3, Isaac, gymnasium ``NEXT_STEP``'s *previous* done): ``done[i]`` means
+      env ``i``'s data in this call is the *first step of a new episode*.
+    * ``is_last=`` (a bool or ``[num_envs]``) instead of ``done``: this step is the
+      last of its episode (gymnasium ``SAME_STEP``, TorchRL's ``("next", "done")``).
+
+    Which of single or vector is decided by the flag's shape, never guessed
+    from the data (B6); a one-step episode is an episode (B4); :meth:`flush`
+    stores the episodes still running (B5).
+
+    Args:
+        dataset (EpisodeDataset): where episodes are stored.
+        batch_size (int): sequences per sample.
+        sequence_length (int, optional): steps per sequence; ``None`` for whole
+            episodes, padded to the longest in the batch with a ``"mask"`` entry (B7).
+        chunk_size (int, optional): sequences per loader item, see
+            :meth:`EpisodeDataset.get_loader`.
+        num_workers (int, optional): loader worker processes, each sampling the
+            whole dataset.
+
+    Keyword Args:
+        pad (bool): also serve episodes shorter than ``sequence_length``, padded,
+            with a ``"mask"`` entry.
+        pin_memory (bool, optional): pin sampled batches (needs CUDA).
+        seed (int, optional): makes sampling reproducible.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext import EpisodeReplayBuffer, RingBufferDataset
+        >>> rb = EpisodeReplayBuffer(RingBufferDataset(1000), batch_size=8, sequence_length=4, seed=0)
+        >>> was_done = torch.zeros(2, dtype=torch.bool)  # two envs
+        >>> for t in range(12):
+        ...     rb.add_step({"obs": torch.tensor([[t, 0.0], [t, 1.0]])}, was_done)
+        ...     was_done = torch.tensor([t == 5, False])  # env 0 resets after step 5
+        >>> rb.flush()  # store the running episodes
+        >>> rb.num_episodes, rb.num_timesteps
+        (3, 24)
+        >>> rb.sample()["obs"].shape
+        torch.Size([8, 4, 2])
+    """
+
+    def __init__(
+        self,
+        dataset: EpisodeDataset,
+        batch_size: int,
+        sequence_length: int | None = 1,
+        chunk_size: int | None = None,
+        num_workers: int | None = None,
+        *,
+        pad: bool = False,
+        pin_memory: bool | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(dataset, EpisodeDataset):
+            raise TypeError(
+                f"EpisodeReplayBuffer: dataset is {type(dataset).__name__}, expected an "
+                "EpisodeDataset (RingBufferDataset, IndividualFileDataset)."
+            )
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.sequence_length = sequence_length
+        self.pad = pad
+        self.loader = dataset.get_loader(
+            batch_size, sequence_length, chunk_size, num_workers, pin_memory, pad=pad, seed=seed
+        )
+        self._iterator: Iterator[TensorDictBase] | None = None
+        self._num_envs: int | None = None  # 0: single env, fixed by the first call
+        self._keys: tuple[str, ...] | None = None
+        self._episodes: list[list[dict[str, torch.Tensor]]] = []
+
+    # ----------------------------------------------------------------- writes
+    def add_step(
+        self,
+        step_data: Mapping[str, Any],
+        done: bool | torch.Tensor = False,
+        *,
+        is_last: bool | torch.Tensor | None = None,
+    ) -> None:
+        """Add one step of a single env, or one step of every env of a vector env.
+
+        Args:
+            step_data: field name to value (tensor, array or number); with a
+                vector env every value has a leading ``[num_envs]`` dim.
+            done: single env: this step ends the episode. Vector env
+                (``[num_envs]`` bool): this step *starts* a new episode in env ``i``
+                (the previous one is stored).
+
+        Keyword Args:
+            is_last: this step ends the episode (single or ``[num_envs]``); use
+                it instead of ``done``.
+
+        Raises:
+            ValueError: flags or fields with the wrong shape, or a change between
+                single and vector env.
+            KeyError: the fields differ from the first step's.
+        """
+        starts_next = is_last is not None
+        if starts_next and not (done is False or done is None):
+            raise ValueError("add_step: pass done (vector: was done) or is_last, not both.")
+        flags = self._flags(is_last if starts_next else done)
+        num_envs = int(flags.numel()) if flags.ndim else 0
+        if self._num_envs is None:
+            self._num_envs = num_envs
+            self._episodes = [[] for _ in range(max(num_envs, 1))]
+        elif num_envs != self._num_envs:
+            def kind(n: int) -> str:
+                return f"a vector env of {n}" if n else "a single env"
+            raise ValueError(
+                f"add_step: the flag describes {kind(num_envs)}, but the buffer receives "
+                f"steps of {kind(self._num_envs)} (fixed by the first step)."
+            )
+        values = self._values(step_data, num_envs)
+        if num_envs == 0:
+            self._episodes[0].append(values)
+            if bool(flags):
+                self._close(0)
+            return
+        flags_list = flags.tolist()
+        for env in range(num_envs):
+            if not starts_next and flags_list[env]:
+                self._close(env)  # done = was done: this step opens a new episode
+            self._episodes[env].append({key: value[env] for key, value in values.items()})
+            if starts_next and flags_list[env]:
+                self._close(env)
+
+    def _flags(self, flag: Any) -> torch.Tensor:
+        if isinstance(flag, bool):
+            return torch.tensor(flag)
+        flag = torch.as_tensor(flag)
+        if flag.ndim > 1 or flag.dtype != torch.bool and flag.is_floating_point():
+            raise ValueError(
+                f"add_step: done / is_last must be a bool, a 0-d or a [num_envs] bool "
+                f"tensor, got {flag.dtype} of shape {tuple(flag.shape)}."
+            )
+        return flag.bool()
+
+    def _values(self, step_data: Mapping[str, Any], num_envs: int) -> dict[str, torch.Tensor]:
+        if not isinstance(step_data, (Mapping, TensorDictBase)):
+            raise TypeError(
+                f"add_step: step_data is {type(step_data).__name__}, expected a dict of tensors."
+            )
+        values = {}
+        for key, value in step_data.items():
+            if not isinstance(key, str) or isinstance(value, (Mapping, TensorDictBase)):
+                raise TypeError(
+                    f"add_step: field {key!r}: expected string keys and tensor values "
+                    "(nested fields are not supported)."
+                )
+            value = torch.as_tensor(value)
+            if num_envs and (value.ndim == 0 or value.shape[0] != num_envs):
+                raise ValueError(
+                    f"add_step: field {key!r} has shape {tuple(value.shape)}, expected a "
+                    f"leading dim of {num_envs} (one entry per env, as done has)."
+                )
+            values[key] = value.clone()  # callers may reuse their buffers
+        keys = tuple(sorted(values))
+        if self._keys is None:
+            self._keys = keys
+        elif keys != self._keys:
+            raise EntryKeyError(
+                f"add_step: step fields {list(keys)} differ from the first step's "
+                f"{list(self._keys)}."
+            )
+        return values
+
+    def _close(self, env: int) -> None:
+        steps = self._episodes[env]
+        if not steps:
+            return
+        self._episodes[env] = []
+        self.dataset.add_episode({key: [step[key] for step in steps] for key in steps[0]})
+
+    def flush(self) -> None:
+        """Store every episode still running (e.g. before sampling or at shutdown)."""
+        for env in range(len(self._episodes)):
+            self._close(env)
+
+    # ----------------------------------------------------------------- reads
+    def sample(self) -> TensorDictBase:
+        """A ``[batch_size, sequence_length, ...]`` TensorDict of sequences.
+
+        Raises:
+            RuntimeError: the dataset is empty, or no episode is long enough.
+        """
+        if self.dataset.is_empty:
+            raise RuntimeError("Cannot sample from empty dataset.")
+        length = self.sequence_length
+        if length is not None and not self.pad and self.dataset.longest_episode < length:
+            raise RuntimeError(
+                f"Cannot sample sequences of {length} steps: the longest stored episode has "
+                f"{self.dataset.longest_episode}; wait for longer episodes, lower "
+                "sequence_length, or pass pad=True."
+            )
+        if self._iterator is None:
+            self._iterator = iter(self.loader)
+        batch = next(self._iterator)
+        for key, kind in self.dataset.fields.items():
+            if batch.get(key).device != kind.device:
+                batch.set(key, batch.get(key).to(kind.device))
+        return batch
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        while True:
+            yield self.sample()
+
+    def close(self) -> None:
+        """Stop the loader's worker processes (they restart on the next sample)."""
+        self._iterator = None
+
+    def __enter__(self) -> EpisodeReplayBuffer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The dataset, the running episodes and the sampling generator.
+
+        With ``num_workers=0`` a restored buffer draws exactly the samples this
+        one would have drawn (worker processes keep their own generators).
+
+        Examples:
+            >>> import torch
+            >>> from torchrl_ext import EpisodeReplayBuffer, RingBufferDataset
+            >>> rb = EpisodeReplayBuffer(RingBufferDataset(50), batch_size=2, sequence_length=2)
+            >>> for t in range(5):
+            ...     rb.add_step({"obs": torch.tensor(float(t))}, t == 2)
+            >>> _ = rb.sample()
+            >>> restored = EpisodeReplayBuffer(RingBufferDataset(50), batch_size=2, sequence_length=2)
+            >>> restored.load_state_dict(rb.state_dict())
+            >>> torch.equal(restored.sample()["obs"], rb.sample()["obs"])
+            True
+        """
+        stream = self.loader.dataset
+        return {
+            "dataset": self.dataset.state_dict(),
+            "num_envs": self._num_envs,
+            "keys": self._keys,
+            "running": [[dict(step) for step in steps] for steps in self._episodes],
+            "generator": stream.in_process_generator().get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` into a new buffer over an empty dataset."""
+        self.dataset.load_state_dict(state["dataset"])
+        self._num_envs = state["num_envs"]
+        self._keys = state["keys"]
+        self._episodes = [[dict(step) for step in steps] for steps in state["running"]]
+        self.loader.dataset.in_process_generator().set_state(state["generator"])
+
+    @property
+    def num_episodes(self) -> int:
+        """Episodes stored in the dataset (running episodes are not counted)."""
+        return self.dataset.num_episodes
+
+    @property
+    def num_timesteps(self) -> int:
+        """Steps stored in the dataset."""
+        return self.dataset.num_timesteps
+
+    @property
+    def is_empty(self) -> bool:
+        """The dataset holds no episode."""
+        return self.dataset.is_empty
+
+    def __len__(self) -> int:
+        return self.dataset.num_timesteps
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(dataset={self.dataset!r}, batch_size={self.batch_size}, "
+            f"sequence_length={self.sequence_length})"
+        )

@@ -1,0 +1,487 @@
+"""``EpisodeDataset``: whole episodes, real eviction, sequences for DataLoader workers."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator
+
+import torch
+from tensordict import TensorDictBase
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from torchrl_ext.facades.episodic.evictors import Evictor, FIFOEvictor
+from torchrl_ext.facades.episodic.fields import (
+    EpisodeDatasetInfo,
+    Fields,
+    VerificationMode,
+    as_episode,
+    verify,
+)
+from torchrl_ext.loader import _DEFAULT_CONTEXT
+from torchrl_ext.storages.pool import EpisodePool
+
+__all__ = ["EpisodeDataset", "MASK_KEY"]
+
+MASK_KEY = "mask"
+
+
+class EpisodeDataset(IterableDataset):
+    """Episodes of arbitrary step fields, sampled as sequences that stay inside one episode.
+
+    The seed's ``EpisodeDataset`` API over an
+    :class:`~torchrl_ext.storages.pool.EpisodePool`. Differences from the
+    original (``SPEC-SEEDS.md`` §3): eviction frees the evicted episode's
+    storage (B1), the evictor is called with the dataset (B17), an episode
+    longer than the capacity is a clear ``ValueError`` (B8), every window is
+    sampled, the last included (B3), whole episodes of different lengths are
+    padded with a ``"mask"`` entry (B7, B11), workers all sample the whole
+    dataset (B13), no Manager process is started (B16), pinning is off unless
+    asked for (B10), and the verification modes check (B19).
+
+    Sampling is uniform over windows: a transition's probability does not
+    depend on how many episodes there are (B18). Whole episodes are uniform
+    over episodes.
+
+    Args:
+        capacity (int): capacity in steps (the sum of the stored episodes' lengths).
+        info (EpisodeDatasetInfo, optional): fields (the storage is allocated at
+            once when given) and the verification mode.
+        evictor (Evictor, optional): chooses the episode to evict. Defaults to
+            :class:`FIFOEvictor`.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext import RingBufferDataset
+        >>> dataset = RingBufferDataset(capacity=12)
+        >>> for length in (5, 4, 6):  # the third episode evicts the first
+        ...     dataset.add_episode({"obs": torch.arange(float(length))})
+        >>> dataset.episode_lengths, dataset.is_full
+        ([4, 6], True)
+        >>> batch = next(iter(dataset.get_loader(batch_size=3, sequence_length=None, seed=0)))
+        >>> batch["obs"].shape[0], batch["mask"].sum(-1).tolist()  # whole episodes, padded
+        (3, [6, 4, 4])
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        info: EpisodeDatasetInfo | None = None,
+        evictor: Evictor | None = None,
+    ) -> None:
+        if int(capacity) < 1:
+            raise ValueError(f"{type(self).__name__}: capacity={capacity}, expected >= 1 steps.")
+        info = EpisodeDatasetInfo() if info is None else info
+        if info.num_episodes or info.num_timesteps or info.episode_lengths:
+            raise ValueError(
+                f"{type(self).__name__}: info describes {info.num_episodes} stored episodes, "
+                "but a new dataset is empty; pass only fields and verification_mode."
+            )
+        evictor = FIFOEvictor() if evictor is None else evictor
+        if not callable(evictor):
+            raise TypeError(
+                f"{type(self).__name__}: evictor is {type(evictor).__name__}, expected an "
+                "Evictor (a callable taking the dataset and returning an episode position)."
+            )
+        self.capacity = int(capacity)
+        self.info = info
+        self.info.verification_mode = VerificationMode(info.verification_mode)
+        self.evictor = evictor
+        self._pool: EpisodePool | None = None
+        self._slots: list[int] = []  # pool slot of each stored episode, oldest first
+        self._longest = 0
+        self._other: _Composition | None = None
+        if info.fields is not None:
+            self._allocate(info.fields)
+
+    # ------------------------------------------------------ subclass hooks
+    def _pool_options(self) -> dict[str, Any]:
+        """Keyword arguments of the :class:`EpisodePool` (device, precision)."""
+        return {}
+
+    def _preferred_num_workers(self, num_workers: int | None) -> int:
+        return 0 if num_workers is None else int(num_workers)
+
+    def _stored(self, episode: TensorDictBase) -> None:
+        """Called after an episode is appended (persistence)."""
+
+    def _evicted(self, position: int) -> None:
+        """Called after the episode at ``position`` is evicted (persistence)."""
+
+    # ------------------------------------------------------------ statistics
+    @property
+    def fields(self) -> Fields | None:
+        """The stored fields, ``None`` before the first episode."""
+        return self.info.fields
+
+    @property
+    def verification_mode(self) -> VerificationMode:
+        """Checks run on each added episode."""
+        return self.info.verification_mode
+
+    @property
+    def num_episodes(self) -> int:
+        """Stored episodes."""
+        return self.info.num_episodes
+
+    @property
+    def num_timesteps(self) -> int:
+        """Stored steps."""
+        return self.info.num_timesteps
+
+    @property
+    def episode_lengths(self) -> list[int]:
+        """Lengths of the stored episodes, oldest first."""
+        return self.info.episode_lengths
+
+    @property
+    def is_empty(self) -> bool:
+        """No episode is stored."""
+        return self.info.num_episodes == 0
+
+    @property
+    def is_full(self) -> bool:
+        """An episode was evicted at least once."""
+        return self.info.is_full
+
+    @property
+    def average_episode_length(self) -> float:
+        """Mean stored episode length (0 when empty)."""
+        return self.num_timesteps / self.num_episodes if self.num_episodes else 0.0
+
+    @property
+    def longest_episode(self) -> int:
+        """Length of the longest stored episode (0 when empty)."""
+        return self._longest
+
+    def __len__(self) -> int:
+        return self.num_timesteps
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(capacity={self.capacity}, num_episodes={self.num_episodes}, "
+            f"num_timesteps={self.num_timesteps})"
+        )
+
+    # ----------------------------------------------------------------- writes
+    def _allocate(self, fields: Fields) -> None:
+        self.info.fields = fields
+        self._pool = EpisodePool(self.capacity, fields.spec(), **self._pool_options())
+
+    def add_episode(self, episode: Any) -> None:
+        """Store an episode, evicting others (chosen by the evictor) to make room.
+
+        Args:
+            episode: a dict mapping each field to a list of per-step tensors
+                (the seed's format), a dict of stacked ``[length, ...]`` tensors,
+                or a ``[length]`` TensorDict.
+
+        Raises:
+            ValueError: the episode is longer than the capacity, or its fields
+                do not match (see :class:`VerificationMode`).
+        """
+        episode = as_episode(episode)
+        if self._other is None:
+            self._add(episode)
+        else:
+            self._other.add(self, episode)
+
+    def _add(self, episode: TensorDictBase) -> None:
+        length = int(episode.shape[0])
+        if length > self.capacity:
+            raise ValueError(
+                f"add_episode: an episode of {length} steps does not fit in "
+                f"{type(self).__name__}(capacity={self.capacity}); raise the capacity."
+            )
+        if self._pool is None:
+            self._allocate(Fields.from_episode(episode))
+        verify(episode, self.info.fields, self.info.verification_mode)
+        while self.num_timesteps + length > self.capacity:
+            position = self.evictor(self)
+            if not isinstance(position, int) or not 0 <= position < self.num_episodes:
+                raise ValueError(
+                    f"add_episode: {type(self.evictor).__name__} returned {position!r}, "
+                    f"expected an episode position in [0, {self.num_episodes})."
+                )
+            self.evict_episode(position)
+            self.info.is_full = True
+        self.append_episode(episode)
+
+    def append_episode(self, episode: TensorDictBase) -> None:
+        """Store ``episode`` in free space (the caller made room) and count it."""
+        self._slots.append(self._pool.append(episode))
+        length = int(episode.shape[0])
+        self.info.episode_lengths.append(length)
+        self.info.num_episodes += 1
+        self.info.num_timesteps += length
+        self._longest = max(self._longest, length)
+        self._stored(episode)
+
+    def evict_episode(self, idx: int) -> None:
+        """Evict the episode at position ``idx`` (0 = oldest) and free its storage."""
+        self._pool.evict(self._slots.pop(idx))
+        length = self.info.episode_lengths.pop(idx)
+        self.info.num_episodes -= 1
+        self.info.num_timesteps -= length
+        if length == self._longest:
+            self._longest = max(self.info.episode_lengths, default=0)
+        self._evicted(idx)
+
+    # ------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Episodes, statistics and the evictor's generator, copied.
+
+        Examples:
+            >>> import torch
+            >>> from torchrl_ext import RingBufferDataset
+            >>> dataset = RingBufferDataset(10)
+            >>> dataset.add_episode({"obs": torch.arange(4.)})
+            >>> restored = RingBufferDataset(10)
+            >>> restored.load_state_dict(dataset.state_dict())
+            >>> restored.episode_lengths
+            [4]
+        """
+        generator = getattr(self.evictor, "generator", None)
+        return {
+            "capacity": self.capacity,
+            "info": dataclasses.replace(self.info, episode_lengths=list(self.episode_lengths)),
+            "slots": list(self._slots),
+            "pool": None if self._pool is None else self._pool.state_dict(),
+            "evictor": None if generator is None else generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` into this dataset, which must be empty.
+
+        Raises:
+            ValueError: the dataset is not empty or has another capacity.
+        """
+        if state["capacity"] != self.capacity or not self.is_empty:
+            raise ValueError(
+                f"load_state_dict: the checkpoint has capacity {state['capacity']}; load it "
+                f"into an empty dataset of that capacity (this one: {self.capacity}, "
+                f"{self.num_episodes} episodes)."
+            )
+        info = dataclasses.replace(state["info"], episode_lengths=list(state["info"].episode_lengths))
+        if info.fields is not None and self._pool is None:
+            self._allocate(info.fields)
+        self.info = info
+        self._slots = list(state["slots"])
+        self._longest = max(info.episode_lengths, default=0)
+        if state["pool"] is not None:
+            self._pool.load_state_dict(state["pool"])
+        if state["evictor"] is not None:
+            self.evictor.generator.set_state(state["evictor"])
+
+    # -------------------------------------------------------------- sampling
+    def get_loader(
+        self,
+        batch_size: int,
+        sequence_length: int | None = None,
+        chunk_size: int | None = None,
+        num_workers: int | None = None,
+        pin_memory: bool | None = None,
+        *,
+        pad: bool = False,
+        seed: int | None = None,
+        multiprocessing_context: str | None = None,
+    ) -> DataLoader:
+        """An endless DataLoader of ``[batch_size, sequence_length]`` TensorDict batches.
+
+        Each worker samples the whole dataset (shared memory), including
+        episodes added after it started. A batch is ``batch_size // chunk_size``
+        chunks of ``chunk_size`` sequences, concatenated.
+
+        Args:
+            batch_size (int): sequences per batch.
+            sequence_length (int, optional): steps per sequence; ``None`` for
+                whole episodes, padded to the longest of the batch, with a
+                ``"mask"`` entry.
+            chunk_size (int, optional): sequences per worker item; divides
+                ``batch_size``. Defaults to ``batch_size``.
+            num_workers (int, optional): worker processes (default 0).
+            pin_memory (bool, optional): pin batches; needs CUDA. Default False.
+
+        Keyword Args:
+            pad (bool): also serve episodes shorter than ``sequence_length``,
+                padded, with a ``"mask"`` entry.
+            seed (int, optional): makes the sampled sequence reproducible.
+            multiprocessing_context (str, optional): as in :func:`~torchrl_ext.make_loader`
+                (default ``"fork"`` where available).
+
+        Raises:
+            ValueError: a size is not positive, ``chunk_size`` does not divide
+                ``batch_size``, or ``pin_memory`` without CUDA.
+        """
+        if int(batch_size) < 1:
+            raise ValueError(f"get_loader: batch_size={batch_size}, expected >= 1.")
+        chunk_size = int(batch_size) if chunk_size is None else int(chunk_size)
+        if chunk_size < 1 or batch_size % chunk_size:
+            raise ValueError(
+                f"get_loader: chunk_size={chunk_size} must be >= 1 and divide "
+                f"batch_size={batch_size}."
+            )
+        if sequence_length is not None and int(sequence_length) < 1:
+            raise ValueError(
+                f"get_loader: sequence_length={sequence_length}, expected >= 1 or None "
+                "(whole episodes)."
+            )
+        if pin_memory and not torch.cuda.is_available():
+            raise ValueError("get_loader: pin_memory=True needs CUDA, which is not available.")
+        workers = self._preferred_num_workers(num_workers)
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
+        stream = SequenceStream(self, chunk_size, sequence_length, pad=pad, seed=seed)
+        return DataLoader(
+            stream,
+            batch_size=batch_size // chunk_size,
+            collate_fn=concat_chunks,
+            num_workers=workers,
+            pin_memory=bool(pin_memory),
+            generator=generator,
+            multiprocessing_context=(multiprocessing_context or _DEFAULT_CONTEXT) if workers else None,
+        )
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        """Endless whole episodes, one per item (``[1, length]``)."""
+        return iter(SequenceStream(self, 1, None))
+
+    # ----------------------------------------------------------- composition
+    def extend(
+        self,
+        other: EpisodeDataset,
+        other_batch_size: int = 64,
+        other_num_workers: int | None = None,
+        fetch_from_other_every: int = 1,
+    ) -> None:
+        """Front ``other`` (a large dataset) with this one (a small, fast one).
+
+        From now on, :meth:`add_episode` stores each episode in ``other`` and
+        here; once this dataset is full, every ``fetch_from_other_every``-th
+        episode also pulls ``other_batch_size`` whole episodes from ``other``
+        (uniform, any lengths, any dataset kind) into this one, before the new
+        episode (which is always kept, unlike the original, B11).
+
+        Raises:
+            ValueError: ``other`` is this dataset, or a size is not positive.
+        """
+        if other is self:
+            raise ValueError("extend: a dataset cannot extend itself.")
+        if int(other_batch_size) < 1 or int(fetch_from_other_every) < 1:
+            raise ValueError(
+                f"extend: other_batch_size={other_batch_size} and "
+                f"fetch_from_other_every={fetch_from_other_every} must be >= 1."
+            )
+        loader = other.get_loader(other_batch_size, None, num_workers=other_num_workers)
+        self._other = _Composition(other, loader, int(fetch_from_other_every))
+
+
+class _Composition:
+    """The large dataset behind a small one, and when to fetch from it."""
+
+    def __init__(self, other: EpisodeDataset, loader: DataLoader, every: int) -> None:
+        self.other = other
+        self.loader = loader
+        self.every = every
+        self.count = 0
+        self._iterator: Iterator[TensorDictBase] | None = None
+
+    def add(self, front: EpisodeDataset, episode: TensorDictBase) -> None:
+        self.other.add_episode(episode)
+        self.count += 1
+        if front.is_full and self.count >= self.every:
+            self.count = 0
+            if self._iterator is None:
+                self._iterator = iter(self.loader)
+            for fetched in split_episodes(next(self._iterator)):
+                front._add(fetched)
+        front._add(episode)
+
+
+def split_episodes(batch: TensorDictBase) -> list[TensorDictBase]:
+    """The episodes of a padded whole-episode batch, without padding."""
+    lengths = batch.get(MASK_KEY).sum(-1).tolist()
+    episodes = batch.exclude(MASK_KEY)
+    return [episodes[i, :n] for i, n in enumerate(lengths)]
+
+
+def concat_chunks(chunks: list[TensorDictBase]) -> TensorDictBase:
+    """Collate chunks along dim 0, padding whole-episode chunks to one width."""
+    width = max(chunk.shape[1] for chunk in chunks)
+    if any(chunk.shape[1] != width for chunk in chunks):
+        chunks = [_pad(chunk, width) for chunk in chunks]
+    return torch.cat(chunks, 0)
+
+
+def _pad(chunk: TensorDictBase, width: int) -> TensorDictBase:
+    extra = width - chunk.shape[1]
+    if not extra:
+        return chunk
+    tail = chunk[:, -1:].expand(chunk.shape[0], extra).clone()
+    tail.set(MASK_KEY, torch.zeros(chunk.shape[0], extra, dtype=torch.bool))
+    return torch.cat([chunk, tail], 1)
+
+
+class SequenceStream(IterableDataset):
+    """The endless stream of chunks a dataset's loader iterates.
+
+    Holds the dataset's :class:`EpisodePool` (shared memory) and the sampling
+    settings; a worker process gets its own generator from the DataLoader's
+    per-worker seed, so workers draw different sequences, all from the whole
+    dataset.
+    """
+
+    def __init__(
+        self,
+        dataset: EpisodeDataset,
+        chunk_size: int,
+        sequence_length: int | None,
+        *,
+        pad: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.chunk_size = chunk_size
+        self.sequence_length = None if sequence_length is None else int(sequence_length)
+        self.pad = pad
+        self.seed = seed
+        self.max_rounds = getattr(dataset, "max_sampling_attempts", 16)
+        # the in-process generator (checkpointed by EpisodeReplayBuffer)
+        self.generator: torch.Generator | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Workers only need the pool: it must exist (an episode was added) by then.
+        pool = self.dataset._pool
+        if pool is None:
+            raise RuntimeError("Cannot sample from empty dataset: add an episode first.")
+        state = dict(self.__dict__)
+        state["dataset"] = None
+        state["pool"] = pool
+        return state
+
+    def _pool(self) -> EpisodePool:
+        pool = self.__dict__.get("pool") or self.dataset._pool
+        if pool is None:
+            raise RuntimeError("Cannot sample from empty dataset.")
+        return pool
+
+    def in_process_generator(self) -> torch.Generator:
+        """The generator of in-process sampling (``num_workers=0``), created once."""
+        if self.generator is None:
+            seed = self.seed if self.seed is not None else int(torch.randint(2**62, ()))
+            self.generator = torch.Generator().manual_seed(seed)
+        return self.generator
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        info = get_worker_info()
+        if info is not None:
+            generator = torch.Generator().manual_seed(info.seed)
+        else:
+            generator = self.in_process_generator()
+        pool = self._pool()
+        while True:
+            yield pool.sample(
+                self.chunk_size,
+                self.sequence_length,
+                pad=self.pad,
+                generator=generator,
+                max_rounds=self.max_rounds,
+                mask_key=MASK_KEY,
+            )

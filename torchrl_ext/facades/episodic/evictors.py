@@ -1,0 +1,98 @@
+"""Which stored episode makes room for a new one."""
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from torchrl_ext.facades.episodic.dataset import EpisodeDataset
+
+__all__ = ["Evictor", "FIFOEvictor", "RandomEvictor", "ShortestEpisodeEvictor"]
+
+
+class Evictor(abc.ABC):
+    """Chooses the episode to evict when a dataset is full.
+
+    Called with the dataset, whose state it may read (``episode_lengths``,
+    ``num_timesteps``, ``capacity``, ...); returns the position of the episode
+    to evict in ``dataset.episode_lengths`` (0 is the oldest). The dataset
+    frees that episode's storage (rows, file) before storing the new one.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.facades.episodic import RingBufferDataset
+        >>> class NewestEvictor(Evictor):
+        ...     def __call__(self, dataset):
+        ...         return dataset.num_episodes - 1
+        >>> dataset = RingBufferDataset(8, evictor=NewestEvictor())
+        >>> for n in (3, 4, 5):
+        ...     dataset.add_episode({"obs": torch.zeros(n)})
+        >>> dataset.episode_lengths  # the 4-step episode made room
+        [3, 5]
+    """
+
+    @abc.abstractmethod
+    def __call__(self, dataset: EpisodeDataset) -> int:
+        """Position of the episode to evict, oldest first."""
+
+
+class FIFOEvictor(Evictor):
+    """Evicts the oldest episode.
+
+    Examples:
+        >>> from torchrl_ext.facades.episodic import RingBufferDataset
+        >>> FIFOEvictor()(RingBufferDataset(10))
+        0
+    """
+
+    def __call__(self, dataset: EpisodeDataset) -> int:
+        return 0
+
+
+class RandomEvictor(Evictor):
+    """Evicts a uniformly random episode (reservoir-like: old data survives longer).
+
+    Keyword Args:
+        seed (int, optional): seeds the evictor's own generator.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.facades.episodic import RingBufferDataset
+        >>> dataset = RingBufferDataset(10, evictor=RandomEvictor(seed=0))
+        >>> for _ in range(3):
+        ...     dataset.add_episode({"obs": torch.zeros(4, 2)})
+        >>> dataset.num_episodes  # 12 steps do not fit in 10: one episode went
+        2
+    """
+
+    def __init__(self, *, seed: int | None = None) -> None:
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(seed)
+
+    def __call__(self, dataset: EpisodeDataset) -> int:
+        return int(torch.randint(dataset.num_episodes, (), generator=self.generator))
+
+
+class ShortestEpisodeEvictor(Evictor):
+    """Evicts the shortest episode (the oldest among equals).
+
+    Keeps long episodes, e.g. so that long sequences stay available.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.facades.episodic import RingBufferDataset
+        >>> dataset = RingBufferDataset(10, evictor=ShortestEpisodeEvictor())
+        >>> for n in (6, 2, 3):
+        ...     dataset.add_episode({"obs": torch.zeros(n, 2)})
+        >>> dataset.episode_lengths
+        [6, 3]
+    """
+
+    def __call__(self, dataset: EpisodeDataset) -> int:
+        lengths = dataset.episode_lengths
+        return lengths.index(min(lengths))

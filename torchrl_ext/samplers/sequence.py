@@ -1,0 +1,286 @@
+"""Sequences inside episodes: fixed-length windows or whole episodes, O(batch)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict.utils import NestedKey
+
+from torchrl_ext._schema import as_key
+from torchrl_ext.episodes import EpisodeIndex
+from torchrl_ext.samplers.uniform import UniformTransitionSampler, draw_live_steps
+from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.pool import RejectionRounds, valid_window
+
+__all__ = ["SequenceSampler", "draw_episodes", "draw_windows"]
+
+_ROUNDS = 16
+
+def draw_windows(
+    index: EpisodeIndex,
+    count: int,
+    length: int,
+    pad: bool,
+    generator: torch.Generator | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``count`` windows of ``length`` steps inside episodes, uniform over windows.
+
+    A window starting at step ``t`` of an episode with ``L`` written steps is
+    valid iff ``t + length <= L``: every window of every episode, the last one
+    included, and in an episode still being written only windows of steps
+    already written. With ``pad``, an episode shorter than ``length`` also
+    gives one window, from its step 0, that the caller pads.
+
+    Starts are drawn as live transitions and kept if valid (exact rejection
+    sampling: the result is uniform over valid windows); each round draws as
+    many candidates as the last round's acceptance rate says are needed, so
+    rare valid windows cost O(batch / acceptance), not more rounds. If fewer
+    than 1 in 64 starts are valid, the valid windows are counted episode by
+    episode (O(live episodes)) and drawn from exactly.
+
+    Returns:
+        ``(tau, stream, step, width)``: the first step's logical time and
+        stream, its step in the episode and the window's number of real steps
+        (``length``, or less when padded). numpy int64 arrays of ``[count]``.
+
+    Raises:
+        ValueError: no episode has a valid window.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(32)
+        >>> done = torch.tensor([[0, 0, 1]], dtype=torch.bool).unsqueeze(-1)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 3, 1), "action": torch.zeros(1, 3, 1),
+        ...     "next": {"observation": torch.ones(1, 3, 1), "reward": torch.ones(1, 3, 1), "done": done}},
+        ...     [1, 3]))
+        >>> tau, stream, step, width = draw_windows(rb.storage.index, 100, 2, False, torch.Generator().manual_seed(0))
+        >>> sorted(set(step.tolist())), set(width.tolist())  # both 2-step windows of the 3-step episode
+        ([0, 1], {2})
+    """
+    tau = np.empty(count, dtype=np.int64)
+    stream = np.empty(count, dtype=np.int64)
+    step = np.empty(count, dtype=np.int64)
+    width = np.empty(count, dtype=np.int64)
+    todo = np.arange(count)
+    for draws in RejectionRounds(count, _ROUNDS):
+        t, s = draw_live_steps(index, draws(todo.size), generator)
+        _, k, _, n = index.locate(t, s)
+        ok = np.flatnonzero(valid_window(k, n, length, pad))[: todo.size]
+        draws.accepted(ok.size, t.size)
+        done, todo = todo[: ok.size], todo[ok.size :]
+        tau[done], stream[done], step[done] = t[ok], s[ok], k[ok]
+        width[done] = np.minimum(n[ok], length)
+        if not todo.size:
+            return tau, stream, step, width
+    t, s, k, w = _exact_windows(index, todo.size, length, pad, generator)
+    tau[todo], stream[todo], step[todo], width[todo] = t, s, k, w
+    return tau, stream, step, width
+
+
+def _live_episodes(index: EpisodeIndex) -> tuple[np.ndarray, ...]:
+    """Every live episode: ``(stream, start, length, first live step, is complete)``.
+
+    O(live episodes); the oldest episode of a stream may have lost its first
+    rows to the ring (``first live step > 0``).
+    """
+    v = index._np
+    lo = index.live_start()
+    parts = []
+    for s in np.flatnonzero(v["written"] > lo):
+        oldest = v["row_episode"][index.physical_rows(lo[s], s)]
+        episodes = np.arange(oldest, v["episode_count"][s])
+        slot = index.episode_slot(np.full_like(episodes, s), episodes)
+        start = v["episode_start_flat"][slot]
+        complete = np.ones(episodes.size, dtype=bool)
+        complete[-1] = not v["is_open"][s]
+        parts.append((np.full_like(episodes, s), start, v["episode_length_flat"][slot],
+                      np.maximum(lo[s] - start, 0), complete))
+    if not parts:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty, empty, empty, empty.astype(bool)
+    return tuple(np.concatenate(column) for column in zip(*parts))
+
+
+def _exact_windows(
+    index: EpisodeIndex, count: int, length: int, pad: bool, generator: torch.Generator | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    stream, start, n, first, _ = _live_episodes(index)
+    windows = np.maximum(n - length + 1 - first, 0)
+    if pad:
+        windows = np.where((n < length) & (first == 0), 1, windows)
+    total = int(windows.sum())
+    if total == 0:
+        longest = int((n - first).max()) if n.size else 0
+        hint = "" if pad else ", or pass pad=True to pad shorter episodes"
+        raise ValueError(
+            f"cannot sample sequences of {length} steps: no episode has that many live "
+            f"steps yet (longest: {longest}"
+            + (", and no episode with its first step live is shorter" if pad else "")
+            + f"); wait for longer episodes or lower sequence_length{hint}."
+        )
+    u = torch.randint(total, (count,), generator=generator).numpy()
+    ends = windows.cumsum()
+    e = np.searchsorted(ends, u, side="right")
+    k = first[e] + u - (ends[e] - windows[e])
+    return start[e] + k, stream[e], k, np.minimum(n[e], length)
+
+
+def draw_episodes(
+    index: EpisodeIndex, count: int, generator: torch.Generator | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``count`` complete live episodes, uniform over episodes, with replacement.
+
+    An episode is complete once its last step is written (done or a new
+    trajectory); one whose first rows were overwritten is not live. O(streams
+    + count): per stream, live episodes are a contiguous range of numbers.
+
+    Returns:
+        ``(tau, stream, length)`` of each episode's first step, numpy int64 ``[count]``.
+
+    Raises:
+        ValueError: no complete episode is stored.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(32)
+        >>> done = torch.tensor([[0, 1, 0]], dtype=torch.bool).unsqueeze(-1)  # 2 steps, then 1 running
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 3, 1), "action": torch.zeros(1, 3, 1),
+        ...     "next": {"observation": torch.ones(1, 3, 1), "reward": torch.ones(1, 3, 1), "done": done}},
+        ...     [1, 3]))
+        >>> tau, stream, length = draw_episodes(rb.storage.index, 4, torch.Generator().manual_seed(0))
+        >>> length.tolist()  # only the complete episode
+        [2, 2, 2, 2]
+    """
+    v = index._np
+    lo = index.live_start()
+    streams = np.arange(index.num_streams)
+    has_rows = v["written"] > lo
+    oldest = np.where(has_rows, v["row_episode"][index.physical_rows(lo, streams)], 0)
+    cut = v["episode_start_flat"][index.episode_slot(streams, oldest)] < lo
+    first = oldest + (has_rows & cut)
+    last = v["episode_count"] - 1 - v["is_open"]  # last complete episode
+    per_stream = np.where(has_rows, np.maximum(last - first + 1, 0), 0)
+    ends = per_stream.cumsum()
+    if ends[-1] == 0:
+        raise ValueError(
+            "cannot sample whole episodes: no complete episode is stored yet "
+            "(an episode is complete once a step with a done flag is written)."
+        )
+    u = torch.randint(int(ends[-1]), (count,), generator=generator).numpy()
+    s = np.searchsorted(ends, u, side="right")
+    episode = first[s] + u - (ends[s] - per_stream[s])
+    slot = index.episode_slot(s, episode)
+    return v["episode_start_flat"][slot], s, v["episode_length_flat"][slot]
+
+
+class SequenceSampler(UniformTransitionSampler):
+    """Sequences of consecutive transitions inside one episode.
+
+    ``rb.sample(batch_size)`` returns a ``[batch_size, sequence_length]``
+    TensorDict: ``batch_size`` counts *sequences* (TorchRL's ``SliceSampler``
+    counts steps and returns them flat). Each sequence holds consecutive steps
+    of one episode of one stream, with each step's true next observation; it
+    never crosses an episode boundary, a stream or an overwritten row.
+
+    * ``sequence_length=L``: uniform over every window of ``L`` steps of every
+      live episode, the last window of each included; in an episode still
+      being written, over the windows already written. With ``pad=True``
+      episodes shorter than ``L`` also give one window, from their first step,
+      padded by repeating its last step.
+    * ``sequence_length=None``: whole complete episodes, uniform over
+      episodes, padded to the longest episode of the batch.
+
+    Padded samples carry ``mask_key`` (``[B, L]`` bool, True on real steps).
+    Every sample carries ``init_key`` (``[B, L, 1]``), True on each sequence's
+    first step, where a recurrent module starts from a fresh state, as with
+    TorchRL's ``SliceSampler`` (a sequence never crosses an episode start, so
+    no other step needs a reset). Cost is O(batch)
+    (windows) or O(batch + streams) (episodes), at any capacity, with writes
+    interleaved: nothing is cached or rescanned.
+
+    Args:
+        sequence_length (int or None): steps per sequence, or ``None`` for
+            whole episodes. An attribute: it can change between samples.
+
+    Keyword Args:
+        pad (bool): also serve episodes shorter than ``sequence_length``, padded.
+        mask_key (NestedKey): entry of the validity mask. Defaults to
+            ``("collector", "mask")``, as TorchRL's padded slices.
+        init_key (NestedKey): entry marking episode starts. Defaults to ``"is_init"``.
+        generator (torch.Generator, optional): RNG used when the buffer sets none.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import TransitionReplayBuffer, EpisodeStorage, EpisodeWriter
+        >>> from torchrl_ext.samplers import SequenceSampler
+        >>> rb = TransitionReplayBuffer(storage=EpisodeStorage(64), writer=EpisodeWriter(),
+        ...     sampler=SequenceSampler(3), batch_size=4, generator=torch.Generator().manual_seed(0))
+        >>> obs = torch.arange(6.).view(1, 6, 1)  # one env, episodes of 4 and 2 steps
+        >>> done = torch.tensor([[0, 0, 0, 1, 0, 1]], dtype=torch.bool).unsqueeze(-1)
+        >>> _ = rb.extend(TensorDict({"observation": obs, "action": torch.zeros(1, 6, 1),
+        ...     "next": {"observation": obs + 1, "reward": torch.ones(1, 6, 1), "done": done}},
+        ...     [1, 6]))
+        >>> sample = rb.sample()
+        >>> sample.batch_size  # 4 windows of 3 steps, from the 4-step episode only
+        torch.Size([4, 3])
+        >>> sorted({tuple(s) for s in sample["observation"].squeeze(-1).tolist()})
+        [(0.0, 1.0, 2.0), (1.0, 2.0, 3.0)]
+    """
+
+    def __init__(
+        self,
+        sequence_length: int | None,
+        *,
+        pad: bool = False,
+        mask_key: NestedKey = ("collector", "mask"),
+        init_key: NestedKey = "is_init",
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(generator=generator)
+        if sequence_length is not None and int(sequence_length) < 1:
+            raise ValueError(
+                f"SequenceSampler: sequence_length={sequence_length}, expected an integer "
+                ">= 1 or None (whole episodes)."
+            )
+        self.sequence_length = None if sequence_length is None else int(sequence_length)
+        self.pad = bool(pad)
+        self.mask_key = as_key(mask_key)
+        self.init_key = as_key(init_key)
+
+    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
+        index = storage.index
+        if index is None or not index._np["written"].any():
+            raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
+        if batch_size < 1:
+            raise ValueError(f"cannot sample: batch_size={batch_size}, expected >= 1 sequences.")
+        generator = self._generator()
+        if self.sequence_length is None:
+            tau, stream, width = draw_episodes(index, batch_size, generator)
+            length = int(width.max())
+        else:
+            length = self.sequence_length
+            tau, stream, _, width = draw_windows(index, batch_size, length, self.pad, generator)
+        offsets = np.arange(length)
+        if (width == length).all():  # no padding: consecutive rows of each stream
+            slot = tau % index.stream_capacity
+            rows_np = (stream * index.stream_capacity + slot)[:, None] + offsets
+            rows_np[slot[:, None] + offsets >= index.stream_capacity] -= index.stream_capacity
+        else:  # padding repeats a sequence's last real step
+            taus = tau[:, None] + np.minimum(offsets, width[:, None] - 1)
+            rows_np = index.physical_rows(taus, stream[:, None])
+        rows = torch.from_numpy(rows_np)
+        is_init = np.zeros((len(tau), length, 1), dtype=bool)
+        is_init[:, 0] = True
+        info: dict[Any, torch.Tensor] = {self.init_key: torch.from_numpy(is_init)}
+        if self.pad or self.sequence_length is None:
+            info[self.mask_key] = torch.from_numpy(offsets < width[:, None])
+        return rows, info
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sequence_length={self.sequence_length}, pad={self.pad})"

@@ -1,0 +1,425 @@
+"""Whole episodes of arbitrary entries in a pool of rows, evictable in any order."""
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from torchrl_ext._views import NumpyViews
+
+__all__ = ["EpisodePool"]
+
+_COUNTERS = ("free_top", "slot_top", "row_high", "slot_high", "table_head")
+
+
+def valid_window(step: np.ndarray, length: np.ndarray, width: int, pad: bool) -> np.ndarray:
+    """Whether a window of ``width`` steps may start at ``step`` of an episode of ``length``.
+
+    Every window inside the episode, the last one included; with ``pad``, also
+    step 0 of an episode shorter than ``width`` (the caller pads it).
+
+    Examples:
+        >>> import numpy as np
+        >>> valid_window(np.arange(4), np.full(4, 4), 3, pad=False).tolist()
+        [True, True, False, False]
+    """
+    ok = step + width <= length
+    if pad:
+        ok |= (step == 0) & (length < width)
+    return ok
+
+
+class RejectionRounds:
+    """Rounds of rejection sampling that draw as many candidates as they need.
+
+    Iterating gives up to ``max_rounds`` rounds; ``draws(todo)`` is how many
+    candidates to draw for ``todo`` missing results (``todo`` divided by the
+    acceptance rate seen so far, with a margin), and ``accepted(kept, drawn)``
+    records a round. The loop stops early once the rate drops below
+    ``min_rate``: the caller then switches to an exact method.
+
+    Examples:
+        >>> rounds = RejectionRounds(64)
+        >>> draws = next(iter(rounds))
+        >>> draws(64)
+        64
+        >>> draws.accepted(16, 64)  # 1 in 4 accepted
+        >>> draws(48)  # 48 missing: draw about 4x as many
+        209
+    """
+
+    def __init__(self, count: int, max_rounds: int = 16, min_rate: float = 1 / 64) -> None:
+        self.count = count
+        self.max_rounds = max_rounds
+        self.min_rate = min_rate
+        self.rate = 1.0
+
+    def __iter__(self) -> Iterator[RejectionRounds]:
+        for _ in range(self.max_rounds):
+            if self.rate < self.min_rate:
+                return
+            yield self
+
+    def __call__(self, todo: int) -> int:
+        if self.rate >= 1.0:
+            return todo
+        return int(todo / self.rate * 1.05) + 8
+
+    def accepted(self, kept: int, drawn: int) -> None:
+        self.rate = kept / drawn if drawn else 0.0
+
+
+class EpisodePool(NumpyViews):
+    """Episodes of step entries stored row by row, with eviction in any order.
+
+    The storage behind the episodic datasets
+    (:class:`~torchrl_ext.facades.episodic.EpisodeDataset`). Unlike the
+    per-stream rings of :class:`~torchrl_ext.storages.EpisodeStorage`, whose
+    eviction is FIFO by construction, any stored episode can be evicted here,
+    and its rows are reused by the next episodes, so an evictor can pick
+    the oldest, a random or the lowest-value episode. An episode of ``L``
+    steps uses exactly ``L`` rows; entries are whatever the steps hold (no
+    observation / next-observation convention).
+
+    * Rows: a ``[capacity]`` TensorDict of the step entries. Free rows are a
+      stack; an episode takes any ``L`` of them.
+    * ``table``: the rows of each episode in step order, one contiguous run
+      per episode in a ``[2 * capacity]`` array, so step ``t`` of episode
+      ``e`` is ``table[offset[e] + t]`` (O(1), no search). Runs of evicted
+      episodes are dropped by compacting the table when it fills up: O(capacity)
+      once per ``capacity`` written steps.
+    * Per row its episode slot and step; per slot the table offset and length.
+
+    Everything is in tensors, in shared memory on CPU, with a lock, so
+    DataLoader workers (fork or spawn) sample the whole pool, including
+    episodes stored after they started; a row is never read while it is
+    being replaced.
+
+    Args:
+        capacity (int): number of rows (steps).
+        spec (TensorDictBase): one step (no batch dims) giving the entries'
+            shapes and dtypes.
+
+    Keyword Args:
+        device (torch.device or str): where the rows live. Defaults to CPU.
+        half_precision (bool): store float32 entries as float16; :meth:`gather`
+            returns them as float32.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> pool = EpisodePool(8, TensorDict({"obs": torch.zeros(2)}, []))
+        >>> a = pool.append(TensorDict({"obs": torch.ones(5, 2)}, [5]))
+        >>> b = pool.append(TensorDict({"obs": torch.zeros(3, 2)}, [3]))
+        >>> pool.evict(a)  # not the newest: any episode can go
+        >>> c = pool.append(TensorDict({"obs": torch.full((4, 2), 2.0)}, [4]))
+        >>> pool.episode_rows(c).shape, pool.num_free
+        (torch.Size([4]), 1)
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        spec: TensorDictBase,
+        *,
+        device: torch.device | str = "cpu",
+        half_precision: bool = False,
+    ) -> None:
+        C = int(capacity)
+        self.capacity = C
+        self.device = torch.device(device)
+        self.half_precision = bool(half_precision)
+        # entries stored as float16 that samples return as float32
+        self._halved = [
+            key for key, x in spec.items(include_nested=True, leaves_only=True)
+            if self.half_precision and x.dtype == torch.float32
+        ]
+        self.rows = spec.apply(lambda x: torch.zeros(C, *x.shape, dtype=self._stored(x.dtype)),
+                               batch_size=[C]).to(self.device)
+        self.row_slot = torch.full((C,), -1, dtype=torch.int64)
+        self.row_step = torch.zeros(C, dtype=torch.int64)
+        self.free = torch.arange(C - 1, -1, -1, dtype=torch.int64)  # pop from the end: 0 first
+        self.slot_free = torch.arange(C - 1, -1, -1, dtype=torch.int64)
+        self.offset = torch.zeros(C, dtype=torch.int64)
+        self.length = torch.zeros(C, dtype=torch.int64)  # 0: free slot
+        self.table = torch.zeros(2 * C, dtype=torch.int64)
+        self.counters = torch.tensor([C, C, 0, 0, 0], dtype=torch.int64)
+        if self.device.type == "cpu":
+            self.rows.share_memory_()
+            for name in self._INDEX:
+                getattr(self, name).share_memory_()
+        self.lock = multiprocessing.get_context("spawn").RLock()
+        self._bind()
+
+    _VIEWED = _INDEX = ("row_slot", "row_step", "free", "slot_free", "offset", "length", "table", "counters")
+
+    def _stored(self, dtype: torch.dtype) -> torch.dtype:
+        return torch.float16 if self.half_precision and dtype == torch.float32 else dtype
+
+    def _counter(self, name: str) -> int:
+        return int(self._np["counters"][_COUNTERS.index(name)])
+
+    def _set_counter(self, name: str, value: int) -> None:
+        self._np["counters"][_COUNTERS.index(name)] = value
+
+    # ------------------------------------------------------------------ state
+    @property
+    def num_free(self) -> int:
+        """Rows not held by any episode."""
+        return self._counter("free_top")
+
+    def episode_rows(self, slot: int) -> torch.Tensor:
+        """Rows of the episode in ``slot``, in step order."""
+        off, n = int(self._np["offset"][slot]), int(self._np["length"][slot])
+        return self.table[off : off + n].clone()
+
+    def live_slots(self) -> np.ndarray:
+        """Slots holding an episode (O(slots in use))."""
+        high = self._counter("slot_high")
+        return np.flatnonzero(self._np["length"][:high] > 0)
+
+    # ----------------------------------------------------------------- writes
+    def append(self, episode: TensorDictBase) -> int:
+        """Store ``episode`` (``[L]`` steps) in free rows; returns its slot.
+
+        Raises:
+            ValueError: the episode has no step, or fewer than ``L`` rows are
+                free (evict first).
+        """
+        L = int(episode.shape[0]) if episode.ndim else 0
+        if L < 1:
+            raise ValueError(
+                f"EpisodePool.append: an episode needs batch size [length >= 1], got "
+                f"{list(episode.batch_size)}."
+            )
+        with self.lock:
+            top = self._counter("free_top")
+            if L > top:
+                raise ValueError(
+                    f"EpisodePool.append: an episode of {L} steps needs {L} free rows, "
+                    f"{top} are free; evict episodes first."
+                )
+            v = self._np
+            rows_np = v["free"][top - L : top][::-1].copy()
+            rows = torch.from_numpy(rows_np)
+            self.rows[rows.to(self.device)] = self._cast(episode)
+            slot_top = self._counter("slot_top")
+            slot = int(v["slot_free"][slot_top - 1])
+            head = self._counter("table_head")
+            if head + L > self.table.numel():
+                head = self._compact()
+            v["table"][head : head + L] = rows_np
+            v["row_slot"][rows_np] = slot
+            v["row_step"][rows_np] = np.arange(L)
+            v["offset"][slot] = head
+            v["length"][slot] = L
+            self._set_counter("table_head", head + L)
+            self._set_counter("free_top", top - L)
+            self._set_counter("slot_top", slot_top - 1)
+            self._set_counter("row_high", max(self._counter("row_high"), int(rows_np.max()) + 1))
+            self._set_counter("slot_high", max(self._counter("slot_high"), slot + 1))
+        return slot
+
+    def _cast(self, episode: TensorDictBase) -> TensorDictBase:
+        return episode.apply(lambda x: x.to(self.device, self._stored(x.dtype)))
+
+    def evict(self, slot: int) -> None:
+        """Free the rows and the slot of the episode in ``slot``."""
+        with self.lock:
+            v = self._np
+            n = int(v["length"][slot])
+            if n == 0:
+                raise KeyError(f"EpisodePool.evict: slot {slot} holds no episode.")
+            off = int(v["offset"][slot])
+            rows = v["table"][off : off + n]
+            v["row_slot"][rows] = -1
+            top = self._counter("free_top")
+            v["free"][top : top + n] = rows[::-1]
+            v["length"][slot] = 0
+            slot_top = self._counter("slot_top")
+            v["slot_free"][slot_top] = slot
+            self._set_counter("free_top", top + n)
+            self._set_counter("slot_top", slot_top + 1)
+
+    def _compact(self) -> int:
+        # Move every live run to the front of the table, in offset order.
+        v = self._np
+        slots = self.live_slots()
+        slots = slots[np.argsort(v["offset"][slots], kind="stable")]
+        lengths = v["length"][slots]
+        new_offset = np.concatenate([[0], lengths.cumsum()[:-1]]).astype(np.int64)
+        total = int(lengths.sum())
+        source = np.repeat(v["offset"][slots] - new_offset, lengths) + np.arange(total)
+        v["table"][:total] = v["table"][source]
+        v["offset"][slots] = new_offset
+        return total
+
+    def clear(self) -> None:
+        """Forget every episode."""
+        with self.lock:
+            C = self.capacity
+            self.row_slot.fill_(-1)
+            self.length.zero_()
+            self.free.copy_(torch.arange(C - 1, -1, -1))
+            self.slot_free.copy_(torch.arange(C - 1, -1, -1))
+            self.counters.copy_(torch.tensor([C, C, 0, 0, 0]))
+
+    # ------------------------------------------------------------------ reads
+    def draw_windows(
+        self, count: int, width: int, pad: bool, generator: torch.Generator | None,
+        max_rounds: int = 16,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` windows of ``width`` steps, uniform over valid windows.
+
+        Call under :attr:`lock`. Rows are drawn uniformly and kept when a valid
+        window (:func:`valid_window`) starts there: exact rejection sampling,
+        O(batch / acceptance) per round (see :class:`RejectionRounds`). After
+        ``max_rounds`` rounds, or if fewer than 1 in 64 rows start a valid
+        window, the valid windows are counted per episode (O(episodes)) and
+        drawn from exactly.
+
+        Returns:
+            ``(slot, step, real)``: episode slot and first step of each window,
+            and its number of real steps (``width``, or less when padded).
+
+        Raises:
+            ValueError: no stored episode has a valid window.
+        """
+        v = self._np
+        slot = np.empty(count, dtype=np.int64)
+        step = np.empty(count, dtype=np.int64)
+        todo = np.arange(count)
+        high = self._counter("row_high")
+        for draws in RejectionRounds(count, max_rounds if high else 0):
+            r = torch.randint(high, (draws(todo.size),), generator=generator).numpy()
+            s = v["row_slot"][r]
+            k = v["row_step"][r]
+            ok = (s >= 0) & valid_window(k, v["length"][np.maximum(s, 0)], width, pad)
+            ok = np.flatnonzero(ok)[: todo.size]
+            draws.accepted(ok.size, r.size)
+            done, todo = todo[: ok.size], todo[ok.size :]
+            slot[done], step[done] = s[ok], k[ok]
+            if not todo.size:
+                break
+        if todo.size:
+            slot[todo], step[todo] = self._exact_windows(todo.size, width, pad, generator)
+        return slot, step, np.minimum(v["length"][slot], width)
+
+    def _exact_windows(
+        self, count: int, width: int, pad: bool, generator: torch.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        slots = self.live_slots()
+        n = self._np["length"][slots]
+        windows = np.maximum(n - width + 1, 0)
+        if pad:
+            windows = np.where(n < width, 1, windows)
+        total = int(windows.sum())
+        if total == 0:
+            longest = int(n.max()) if n.size else 0
+            raise ValueError(
+                f"cannot sample sequences of {width} steps: no stored episode is that long "
+                f"(longest: {longest}); lower sequence_length, or pad shorter episodes."
+            )
+        u = torch.randint(total, (count,), generator=generator).numpy()
+        ends = windows.cumsum()
+        e = np.searchsorted(ends, u, side="right")
+        return slots[e], u - (ends[e] - windows[e])
+
+    def draw_episodes(
+        self, count: int, generator: torch.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` stored episodes, uniform over episodes: ``(slot, length)``.
+
+        Call under :attr:`lock`. Slots are drawn in ``[0, highest used slot]``
+        and redrawn while empty; evicted slots are reused first, so they are
+        mostly full.
+        """
+        v = self._np
+        high = self._counter("slot_high")
+        if self._counter("slot_top") == self.capacity:
+            raise ValueError("cannot sample: no episode is stored.")
+        slot = np.empty(count, dtype=np.int64)
+        todo = np.arange(count)
+        while todo.size:
+            s = torch.randint(high, (todo.size,), generator=generator).numpy()
+            ok = v["length"][s] > 0
+            slot[todo[ok]] = s[ok]
+            todo = todo[~ok]
+        return slot, v["length"][slot]
+
+    def window_rows(self, slot: np.ndarray, step: np.ndarray, real: np.ndarray, width: int) -> np.ndarray:
+        """``[B, width]`` rows of windows; padding repeats each window's last real step."""
+        offsets = np.minimum(np.arange(width), real[:, None] - 1)
+        return self._np["table"][self._np["offset"][slot][:, None] + step[:, None] + offsets]
+
+    def gather(self, rows: np.ndarray) -> TensorDictBase:
+        """Entries at ``rows`` (any shape), float16-stored entries back in float32."""
+        flat = torch.from_numpy(np.ascontiguousarray(rows).reshape(-1)).to(self.device)
+        shape = rows.shape
+        out = self.rows.apply(
+            lambda x: x.index_select(0, flat).reshape(*shape, *x.shape[1:]), batch_size=list(shape)
+        )
+        for key in self._halved:
+            out.set(key, out.get(key).float())
+        return out
+
+    def sample(
+        self,
+        count: int,
+        sequence_length: int | None,
+        *,
+        pad: bool = False,
+        generator: torch.Generator | None = None,
+        max_rounds: int = 16,
+        mask_key: str = "mask",
+    ) -> TensorDictBase:
+        """``count`` sequences: windows of ``sequence_length`` steps, or whole episodes.
+
+        Windows are uniform over every valid window (:meth:`draw_windows`);
+        whole episodes (``sequence_length=None``) are uniform over episodes and
+        padded to the longest of the batch. Padded results (whole episodes, or
+        ``pad``) carry ``mask_key``, ``[count, width]`` bool, True on real steps;
+        padding repeats a sequence's last step.
+
+        Returns:
+            a ``[count, width]`` TensorDict of the stored entries.
+
+        Raises:
+            ValueError: nothing to sample (no episode, or none long enough).
+        """
+        with self.lock:
+            if sequence_length is None:
+                slot, real = self.draw_episodes(count, generator)
+                step, width = np.zeros_like(slot), int(real.max())
+            else:
+                width = int(sequence_length)
+                slot, step, real = self.draw_windows(count, width, pad, generator, max_rounds)
+            out = self.gather(self.window_rows(slot, step, real, width))
+        if sequence_length is None or pad:
+            mask = torch.from_numpy(np.arange(width) < real[:, None])
+            out.set(mask_key, mask.to(self.device))
+        return out
+
+    # ------------------------------------------------------- state and sharing
+    def state_dict(self) -> dict[str, Any]:
+        """Rows and index, copied."""
+        return {
+            "rows": self.rows.clone(),
+            **{name: getattr(self, name).clone() for name in self._INDEX},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` in place (shared memory stays shared)."""
+        with self.lock:
+            self.rows.update_(state["rows"])
+            for name in self._INDEX:
+                getattr(self, name).copy_(state[name])
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(capacity={self.capacity}, episodes={self.live_slots().size}, "
+            f"free_rows={self.num_free}, device={self.device})"
+        )
