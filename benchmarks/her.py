@@ -45,7 +45,7 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from measure import hwm_bytes, interleaved, machine_line, measured_fill, run_probe, settle  # noqa: E402
+from measure import hwm_bytes, interleaved, machine_line, measured_fill, run_probe, settle, write_tables  # noqa: E402
 
 OBS, GOAL, ACT = 25, 3, 4
 ENVS = 8
@@ -561,11 +561,7 @@ def main() -> None:
         return
     out = run(a.quick)
     print(out)
-    if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        with open(a.out, "a" if a.append else "w") as f:
-            f.write(("\n" if a.append else "") + out + "\n")
-        log(f"wrote {a.out}")
+    write_tables(out, a.out, a.append)
 
 
 if __name__ == "__main__":

@@ -108,6 +108,16 @@ def measured_fill(build_and_fill) -> dict:
             "peak_extra_bytes": (hwm - rss0) if hwm_ok else None}
 
 
+def write_tables(out: str, path: str | None, append: bool) -> None:
+    """Write the markdown ``out`` to ``path`` (if any), appended or overwriting."""
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a" if append else "w") as f:
+        f.write(("\n" if append else "") + out + "\n")
+    print(f"[bench {time.strftime('%H:%M:%S')}] wrote {path}", file=sys.stderr, flush=True)
+
+
 def machine_line() -> str:
     """CPU model and count, for report headers."""
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")

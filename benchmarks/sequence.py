@@ -50,7 +50,7 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
 
 import torch  # noqa: E402
 
-from measure import hwm_bytes, interleaved, machine_line, settle  # noqa: E402
+from measure import hwm_bytes, interleaved, machine_line, settle, write_tables  # noqa: E402
 
 OBS, ACT = 17, 6
 ENVS = 16
@@ -328,14 +328,13 @@ EPISODIC = (EpisodicRing, EpisodicFiles)
 def episodic_buffers(n_episodes: int, workdir: str) -> tuple[dict[str, Impl], dict[str, str]]:
     """Build and fill the facade buffers; ``({key: impl}, {key: status})``.
 
-    Kept apart from the rest: while ``torchrl_ext.facades.episodic`` does not exist,
-    its rows read "not available yet" and everything else runs.
+    If ``torchrl_ext.facades.episodic`` does not import, its rows read
+    "unavailable (import failed)" and everything else runs.
     """
     try:
         import torchrl_ext.facades.episodic  # noqa: F401
-    except ImportError as e:
-        why = f"not available yet ({type(e).__name__}: {str(e).splitlines()[0][:70] if str(e) else ''})"
-        return {}, {cls.key: why for cls in EPISODIC}
+    except ImportError:
+        return {}, {cls.key: "unavailable (import failed)" for cls in EPISODIC}
     impls, status = {}, {}
     for cls in EPISODIC:
         impl = cls(workdir)
@@ -584,11 +583,7 @@ def main() -> None:
     a = ap.parse_args()
     out = run(a.quick, big=not a.no_scale and (a.scale or not a.quick))
     print(out)
-    if a.out:
-        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        with open(a.out, "a" if a.append else "w") as f:
-            f.write(("\n" if a.append else "") + out + "\n")
-        log(f"wrote {a.out}")
+    write_tables(out, a.out, a.append)
 
 
 if __name__ == "__main__":

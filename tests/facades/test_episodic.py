@@ -142,6 +142,27 @@ def test_is_last_ends_the_episode_at_this_step_for_vector_envs():
     assert rb.dataset.episode_lengths == [1, 3, 2]
 
 
+def test_explicit_is_first_terminated_and_truncated_flags():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    for t in range(4):  # single env: a new episode opens at step 2
+        rb.add_step({"x": torch.tensor([0.0, t])}, is_first=t == 2)
+    rb.flush()
+    assert rb.dataset.episode_lengths == [2, 2]
+
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=4, sequence_length=2, seed=0)
+    for t in range(3):  # env 0 terminates at step 1, env 1 is truncated at step 2
+        rb.add_step({"x": torch.tensor([[0.0, t], [1.0, t]])},
+                    terminated=torch.tensor([t == 1, False]), truncated=torch.tensor([False, t == 2]))
+    assert rb.dataset.episode_lengths == [2, 3]
+    batch = rb.sample()
+    assert set(batch.keys()) == {"x", "terminated", "truncated"}
+    for row in batch:
+        ends = row["terminated"] | row["truncated"]
+        assert not bool(ends[0])  # only an episode's last step ends it
+        assert bool(row["terminated"][-1]) == (row["x"][0, 0] == 0 and row["x"][-1, 1] == 1)
+        assert bool(row["truncated"][-1]) == (row["x"][0, 0] == 1 and row["x"][-1, 1] == 2)
+
+
 # --------------------------------------------------------- B3: last window
 @pytest.mark.parametrize("kind", ["ring", "files"])
 def test_b3_every_step_is_sampled_including_the_last(tmp_path, kind):
@@ -518,10 +539,20 @@ def test_add_step_errors():
         rb.add_step({"x": torch.zeros(2)}, False)
     with pytest.raises(KeyError, match=r"step fields \['y'\] differ from the first step's \['x'\]"):
         rb.add_step({"y": torch.zeros(2, 2)}, torch.zeros(2, dtype=torch.bool))
-    with pytest.raises(ValueError, match="pass done .* or is_last, not both"):
-        rb.add_step({"x": torch.zeros(2, 2)}, torch.ones(2, dtype=torch.bool), is_last=torch.ones(2))
-    with pytest.raises(ValueError, match=r"must be a bool, a 0-d or a \[num_envs\] bool tensor"):
+    with pytest.raises(ValueError, match=r"pass done \(the seed's convention\) or the flags "
+                       "is_first / is_last / terminated / truncated, not both"):
+        rb.add_step({"x": torch.zeros(2, 2)}, torch.ones(2, dtype=torch.bool),
+                    is_last=torch.ones(2, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"done must be a bool, a 0-d or a \[num_envs\] bool tensor, "
+                       r"got torch.bool of shape \(2, 1\)"):
         rb.add_step({"x": torch.zeros(2, 2)}, torch.zeros(2, 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"the flags have different shapes: "
+                       r"\{'is_first': \(2,\), 'terminated': \(3,\)\}"):
+        rb.add_step({"x": torch.zeros(2, 2)}, is_first=torch.zeros(2, dtype=torch.bool),
+                    terminated=torch.zeros(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"step_data has fields \['terminated'\] and the terminated"):
+        rb.add_step({"x": torch.zeros(2, 2), "terminated": torch.zeros(2, dtype=torch.bool)},
+                    terminated=torch.zeros(2, dtype=torch.bool))
     with pytest.raises(TypeError, match="step_data is list, expected a dict of tensors"):
         rb.add_step([1, 2], torch.zeros(2, dtype=torch.bool))
 

@@ -1,4 +1,4 @@
-"""examples/nstep_dqn_cartpole.py: a tiny run, and the n-step target of its loss.
+"""examples/nstep_dqn_cartpole.py and examples/sequence_replay.py: tiny runs, checked.
 
 The example is imported by path (``examples/`` is not a package). It imports
 ``torchrl.collectors`` inside its own narrow ``warnings.catch_warnings`` (torchrl
@@ -21,9 +21,9 @@ from torchrl_ext import make_replay_buffer
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "nstep_dqn_cartpole.py"
 
 
-@pytest.fixture(scope="module")
-def example():
-    spec = importlib.util.spec_from_file_location("nstep_dqn_cartpole", EXAMPLE)
+def load_example(path: Path):
+    """Import an example by path, for the duration of a module's tests."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
@@ -31,6 +31,11 @@ def example():
         yield module
     finally:
         sys.modules.pop(spec.name, None)
+
+
+@pytest.fixture(scope="module")
+def example():
+    yield from load_example(EXAMPLE)
 
 
 def test_tiny_run_prints_stages_and_writes_svg(example, tmp_path, capsys):
@@ -110,14 +115,7 @@ SEQUENCE_EXAMPLE = EXAMPLE.parent / "sequence_replay.py"
 
 @pytest.fixture(scope="module")
 def sequence_example():
-    spec = importlib.util.spec_from_file_location("sequence_replay", SEQUENCE_EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+    yield from load_example(SEQUENCE_EXAMPLE)
 
 
 def test_sequence_replay_quick_run_gru_beats_feed_forward(sequence_example, tmp_path, capsys):

@@ -105,31 +105,39 @@ class EpisodeReplayBuffer:
         step_data: Mapping[str, Any],
         done: bool | torch.Tensor = False,
         *,
+        is_first: bool | torch.Tensor | None = None,
         is_last: bool | torch.Tensor | None = None,
+        terminated: bool | torch.Tensor | None = None,
+        truncated: bool | torch.Tensor | None = None,
     ) -> None:
         """Add one step of a single env, or one step of every env of a vector env.
+
+        Episode boundaries come either from ``done`` (the seed's convention) or
+        from the explicit keyword flags, not both. Each flag is a bool / 0-d
+        tensor (single env) or a ``[num_envs]`` bool tensor (vector env).
 
         Args:
             step_data: field name to value (tensor, array or number); with a
                 vector env every value has a leading ``[num_envs]`` dim.
-            done: single env: this step ends the episode. Vector env
-                (``[num_envs]`` bool): this step *starts* a new episode in env ``i``
-                (the previous one is stored).
+            done: single env: this step ends the episode. Vector env: this
+                step *starts* a new episode in env ``i`` (the previous one is stored).
 
         Keyword Args:
-            is_last: this step ends the episode (single or ``[num_envs]``); use
-                it instead of ``done``.
+            is_first: this step starts a new episode (the previous one is stored).
+            is_last: this step ends its episode.
+            terminated: this step ends its episode by termination; stored as a
+                ``"terminated"`` field (with ``"truncated"``), so sequence
+                models can tell a termination from a time limit.
+            truncated: this step ends its episode by truncation; stored as a
+                ``"truncated"`` field (with ``"terminated"``).
 
         Raises:
-            ValueError: flags or fields with the wrong shape, or a change between
-                single and vector env.
+            ValueError: flags or fields with the wrong shape, ``done`` mixed with
+                the keyword flags, or a change between single and vector env.
             KeyError: the fields differ from the first step's.
         """
-        starts_next = is_last is not None
-        if starts_next and not (done is False or done is None):
-            raise ValueError("add_step: pass done (vector: was done) or is_last, not both.")
-        flags = self._flags(is_last if starts_next else done)
-        num_envs = int(flags.numel()) if flags.ndim else 0
+        opens, ends, extra = self._boundaries(done, is_first, is_last, terminated, truncated)
+        num_envs = int(opens.numel()) if opens.ndim else 0
         if self._num_envs is None:
             self._num_envs = num_envs
             self._episodes = [[] for _ in range(max(num_envs, 1))]
@@ -140,37 +148,81 @@ class EpisodeReplayBuffer:
                 f"add_step: the flag describes {kind(num_envs)}, but the buffer receives "
                 f"steps of {kind(self._num_envs)} (fixed by the first step)."
             )
-        values = self._values(step_data, num_envs)
+        values = self._values(step_data, num_envs, extra)
         if num_envs == 0:
+            if bool(opens):
+                self._close(0)
             self._episodes[0].append(values)
-            if bool(flags):
+            if bool(ends):
                 self._close(0)
             return
-        flags_list = flags.tolist()
+        opens_list, ends_list = opens.tolist(), ends.tolist()
         for env in range(num_envs):
-            if not starts_next and flags_list[env]:
-                self._close(env)  # done = was done: this step opens a new episode
+            if opens_list[env]:
+                self._close(env)
             self._episodes[env].append({key: value[env] for key, value in values.items()})
-            if starts_next and flags_list[env]:
+            if ends_list[env]:
                 self._close(env)
 
-    def _flags(self, flag: Any) -> torch.Tensor:
+    def _boundaries(
+        self, done: Any, is_first: Any, is_last: Any, terminated: Any, truncated: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """``(opens, ends, extra fields)``: where episodes start and end at this step."""
+        explicit = {
+            name: self._flags(name, value)
+            for name, value in (("is_first", is_first), ("is_last", is_last),
+                                ("terminated", terminated), ("truncated", truncated))
+            if value is not None
+        }
+        if not explicit:
+            flag = self._flags("done", done)
+            if flag.ndim == 0:  # single env: done ends the episode at this step
+                return torch.tensor(False), flag, {}
+            return flag, torch.zeros_like(flag), {}  # vector env: done = was done
+        if not (done is False or done is None):
+            raise ValueError(
+                "add_step: pass done (the seed's convention) or the flags is_first / "
+                "is_last / terminated / truncated, not both."
+            )
+        shapes = {name: tuple(flag.shape) for name, flag in explicit.items()}
+        if len(set(shapes.values())) > 1:
+            raise ValueError(f"add_step: the flags have different shapes: {shapes}.")
+        none = torch.zeros_like(next(iter(explicit.values())))
+
+        def flag(name: str) -> torch.Tensor:
+            return explicit.get(name, none)
+
+        extra = {}
+        if terminated is not None or truncated is not None:
+            extra = {"terminated": flag("terminated"), "truncated": flag("truncated")}
+        return flag("is_first"), flag("is_last") | flag("terminated") | flag("truncated"), extra
+
+    @staticmethod
+    def _flags(name: str, flag: Any) -> torch.Tensor:
         if isinstance(flag, bool):
             return torch.tensor(flag)
         flag = torch.as_tensor(flag)
         if flag.ndim > 1 or flag.dtype != torch.bool and flag.is_floating_point():
             raise ValueError(
-                f"add_step: done / is_last must be a bool, a 0-d or a [num_envs] bool "
-                f"tensor, got {flag.dtype} of shape {tuple(flag.shape)}."
+                f"add_step: {name} must be a bool, a 0-d or a [num_envs] bool tensor, "
+                f"got {flag.dtype} of shape {tuple(flag.shape)}."
             )
         return flag.bool()
 
-    def _values(self, step_data: Mapping[str, Any], num_envs: int) -> dict[str, torch.Tensor]:
+    def _values(
+        self, step_data: Mapping[str, Any], num_envs: int, extra: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
         if not isinstance(step_data, (Mapping, TensorDictBase)):
             raise TypeError(
                 f"add_step: step_data is {type(step_data).__name__}, expected a dict of tensors."
             )
-        values = {}
+        clash = sorted(set(extra) & set(step_data.keys()))
+        if clash:
+            raise ValueError(
+                f"add_step: step_data has fields {clash} and the terminated / truncated "
+                "flags were passed too; pass each once."
+            )
+        values = dict(extra)
         for key, value in step_data.items():
             if not isinstance(key, str) or isinstance(value, (Mapping, TensorDictBase)):
                 raise TypeError(
