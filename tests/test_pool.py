@@ -517,3 +517,14 @@ def test_forked_worker_sees_appends_and_evictions():
             assert set(next(it).tolist()) == {100}
     finally:
         del it
+
+
+def test_negative_or_out_of_range_slots_are_refused():
+    pool = EpisodePool(4, SPEC)
+    pool.append(episode([1, 2]))
+    for slot in (-1, 4, 1):
+        with pytest.raises(KeyError, match=f"slot {slot} holds no episode"):
+            pool.evict(slot)
+        with pytest.raises(KeyError, match=f"slot {slot} holds no episode"):
+            pool.episode_rows(slot)
+    assert pool.num_free == 2

@@ -172,7 +172,13 @@ class EpisodePool(NumpyViews):
         return self._counter("free_top")
 
     def episode_rows(self, slot: int) -> torch.Tensor:
-        """Rows of the episode in ``slot``, in step order."""
+        """Rows of the episode in ``slot``, in step order.
+
+        Raises:
+            KeyError: ``slot`` holds no episode.
+        """
+        if not 0 <= slot < self.capacity or not self._np["length"][slot]:
+            raise KeyError(f"EpisodePool.episode_rows: slot {slot} holds no episode.")
         off, n = int(self._np["offset"][slot]), int(self._np["length"][slot])
         return self.table[off : off + n].clone()
 
@@ -230,7 +236,7 @@ class EpisodePool(NumpyViews):
         """Free the rows and the slot of the episode in ``slot``."""
         with self.lock:
             v = self._np
-            n = int(v["length"][slot])
+            n = int(v["length"][slot]) if 0 <= slot < self.capacity else 0
             if n == 0:
                 raise KeyError(f"EpisodePool.evict: slot {slot} holds no episode.")
             off = int(v["offset"][slot])
