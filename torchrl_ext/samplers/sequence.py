@@ -65,7 +65,7 @@ def draw_windows(
     step = np.empty(count, dtype=np.int64)
     width = np.empty(count, dtype=np.int64)
     todo = np.arange(count)
-    for draws in RejectionRounds(count, _ROUNDS):
+    for draws in RejectionRounds(_ROUNDS):
         t, s = draw_live_steps(index, draws(todo.size), generator)
         _, k, _, n = index.locate(t, s)
         ok = np.flatnonzero(valid_window(k, n, length, pad))[: todo.size]

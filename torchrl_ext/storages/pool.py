@@ -37,25 +37,28 @@ class RejectionRounds:
 
     Iterating gives up to ``max_rounds`` rounds; ``draws(todo)`` is how many
     candidates to draw for ``todo`` missing results (``todo`` divided by the
-    acceptance rate seen so far, with a margin), and ``accepted(kept, drawn)``
-    records a round. The loop stops early once the rate drops below
-    ``min_rate``: the caller then switches to an exact method.
+    acceptance rate, with a margin), and ``accepted(kept, drawn)`` records a
+    round. The first round assumes ``first_rate`` (most starts are usually
+    valid, so one round usually suffices); later rounds use the rate seen.
+    The loop stops early once the rate drops below ``min_rate``: the caller
+    then switches to an exact method.
 
     Examples:
-        >>> rounds = RejectionRounds(64)
+        >>> rounds = RejectionRounds()
         >>> draws = next(iter(rounds))
-        >>> draws(64)
-        64
-        >>> draws.accepted(16, 64)  # 1 in 4 accepted
-        >>> draws(48)  # 48 missing: draw about 4x as many
-        209
+        >>> draws(64)  # a margin for the few invalid starts
+        78
+        >>> draws.accepted(16, 78)  # 1 in 5 accepted
+        >>> draws(48)  # 48 missing: draw about 5x as many
+        249
     """
 
-    def __init__(self, count: int, max_rounds: int = 16, min_rate: float = 1 / 64) -> None:
-        self.count = count
+    def __init__(
+        self, max_rounds: int = 16, min_rate: float = 1 / 64, first_rate: float = 0.9
+    ) -> None:
         self.max_rounds = max_rounds
         self.min_rate = min_rate
-        self.rate = 1.0
+        self.rate = first_rate
 
     def __iter__(self) -> Iterator[RejectionRounds]:
         for _ in range(self.max_rounds):
@@ -64,9 +67,7 @@ class RejectionRounds:
             yield self
 
     def __call__(self, todo: int) -> int:
-        if self.rate >= 1.0:
-            return todo
-        return int(todo / self.rate * 1.05) + 8
+        return int(todo / self.rate * 1.05) + 4
 
     def accepted(self, kept: int, drawn: int) -> None:
         self.rate = kept / drawn if drawn else 0.0
@@ -299,7 +300,7 @@ class EpisodePool(NumpyViews):
         step = np.empty(count, dtype=np.int64)
         todo = np.arange(count)
         high = self._counter("row_high")
-        for draws in RejectionRounds(count, max_rounds if high else 0):
+        for draws in RejectionRounds(max_rounds if high else 0):
             r = torch.randint(high, (draws(todo.size),), generator=generator).numpy()
             s = v["row_slot"][r]
             k = v["row_step"][r]
