@@ -81,7 +81,7 @@ def draw_windows(
 
 
 def _live_episodes(index: EpisodeIndex) -> tuple[np.ndarray, ...]:
-    """Every live episode: ``(stream, start, length, first live step, is complete)``.
+    """Every live episode: ``(stream, start, length, first live step)``.
 
     O(live episodes); the oldest episode of a stream may have lost its first
     rows to the ring (``first live step > 0``).
@@ -94,20 +94,18 @@ def _live_episodes(index: EpisodeIndex) -> tuple[np.ndarray, ...]:
         episodes = np.arange(oldest, v["episode_count"][s])
         slot = index.episode_slot(np.full_like(episodes, s), episodes)
         start = v["episode_start_flat"][slot]
-        complete = np.ones(episodes.size, dtype=bool)
-        complete[-1] = not v["is_open"][s]
         parts.append((np.full_like(episodes, s), start, v["episode_length_flat"][slot],
-                      np.maximum(lo[s] - start, 0), complete))
+                      np.maximum(lo[s] - start, 0)))
     if not parts:
         empty = np.empty(0, dtype=np.int64)
-        return empty, empty, empty, empty, empty.astype(bool)
+        return empty, empty, empty, empty
     return tuple(np.concatenate(column) for column in zip(*parts))
 
 
 def _exact_windows(
     index: EpisodeIndex, count: int, length: int, pad: bool, generator: torch.Generator | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    stream, start, n, first, _ = _live_episodes(index)
+    stream, start, n, first = _live_episodes(index)
     windows = np.maximum(n - length + 1 - first, 0)
     if pad:
         windows = np.where((n < length) & (first == 0), 1, windows)
