@@ -175,27 +175,26 @@ class EpisodeReplayBuffer:
             if value is not None
         }
         if not explicit:
-            flag = self._flags("done", done)
-            if flag.ndim == 0:  # single env: done ends the episode at this step
-                return torch.tensor(False), flag, {}
-            return flag, torch.zeros_like(flag), {}  # vector env: done = was done
+            was = self._flags("done", done)
+            if was.ndim == 0:  # single env: done ends the episode at this step
+                return torch.tensor(False), was, {}
+            return was, torch.zeros_like(was), {}  # vector env: done = was done
         if not (done is False or done is None):
             raise ValueError(
                 "add_step: pass done (the seed's convention) or the flags is_first / "
                 "is_last / terminated / truncated, not both."
             )
-        shapes = {name: tuple(flag.shape) for name, flag in explicit.items()}
+        shapes = {name: tuple(value.shape) for name, value in explicit.items()}
         if len(set(shapes.values())) > 1:
             raise ValueError(f"add_step: the flags have different shapes: {shapes}.")
         none = torch.zeros_like(next(iter(explicit.values())))
-
-        def flag(name: str) -> torch.Tensor:
-            return explicit.get(name, none)
-
+        first, last, term, trunc = (
+            explicit.get(name, none) for name in ("is_first", "is_last", "terminated", "truncated")
+        )
         extra = {}
         if terminated is not None or truncated is not None:
-            extra = {"terminated": flag("terminated"), "truncated": flag("truncated")}
-        return flag("is_first"), flag("is_last") | flag("terminated") | flag("truncated"), extra
+            extra = {"terminated": term, "truncated": trunc}
+        return first, last | term | trunc, extra
 
     @staticmethod
     def _flags(name: str, flag: Any) -> torch.Tensor:

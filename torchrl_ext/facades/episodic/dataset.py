@@ -269,7 +269,7 @@ class EpisodeDataset(IterableDataset):
         if state["pool"] is not None:
             self._pool.load_state_dict(state["pool"])
         if state["evictor"] is not None:
-            self.evictor.generator.set_state(state["evictor"])
+            self.evictor.generator.set_state(state["evictor"])  # saved only if it has one
 
     # -------------------------------------------------------------- sampling
     def get_loader(
