@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 import time
@@ -45,7 +44,19 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from measure import hwm_bytes, interleaved, machine_line, measured_fill, run_probe, settle, write_tables  # noqa: E402
+from measure import (  # noqa: E402
+    hwm_bytes,
+    interleaved,
+    logger,
+    machine_line,
+    measured_fill,
+    probe_main,
+    run_probe,
+    settle,
+    status_of,
+    table,
+    write_tables,
+)
 
 OBS, GOAL, ACT = 25, 3, 4
 ENVS = 8
@@ -57,9 +68,7 @@ THRESH = 0.05
 # obs + next obs (observation, achieved, desired each) + action + reward (f32) + done/terminated/truncated
 RAW_BYTES = 2 * (OBS + 2 * GOAL) * 4 + ACT * 4 + 4 + 3
 
-
-def log(msg: str) -> None:
-    print(f"[her {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger('her')
 
 
 def reward_t(a, d, info=None):
@@ -384,12 +393,6 @@ def mem_probe(key: str, rows: int) -> dict:
 
 
 # ---------------------------------------------------------------------- run
-def status_of(key, exc):
-    if isinstance(exc, ImportError):
-        return "unavailable (import failed)" if key == "ours" else "not installed"
-    return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:90] if str(exc) else ''}"
-
-
 def run(quick: bool) -> str:
     torch.set_num_threads(1)
     t_start = time.perf_counter()
@@ -450,11 +453,6 @@ def run(quick: bool) -> str:
     settle()
     elapsed = time.perf_counter() - t_start
     return report(quick, cap, status, samp, checks, crash, wr, lp, fills, mem, elapsed)
-
-
-def table(header, rows):
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def report(quick, cap, status, samp, checks, crash, wr, lp, fills, mem, elapsed) -> str:
@@ -553,11 +551,7 @@ def main() -> None:
     ap.add_argument("--probe", nargs=2, metavar=("KEY", "ROWS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.probe:
-        try:
-            out = probe(a.probe[0], int(a.probe[1]))
-        except Exception as e:  # noqa: BLE001
-            out = {"key": a.probe[0], "error": status_of(a.probe[0], e)}
-        print("JSON:" + json.dumps(out))
+        probe_main(probe, *a.probe)
         return
     out = run(a.quick)
     print(out)

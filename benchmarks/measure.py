@@ -108,6 +108,35 @@ def measured_fill(build_and_fill) -> dict:
             "peak_extra_bytes": (hwm - rss0) if hwm_ok else None}
 
 
+def logger(tag: str):
+    """A progress logger: ``[tag HH:MM:SS] message`` on stderr."""
+    def log(msg: str) -> None:
+        print(f"[{tag} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    return log
+
+
+def status_of(key: str, exc: BaseException, ours: tuple[str, ...] = ("ours",)) -> str:
+    """The table text for a buffer that failed; ``ours`` are the prefixes of our keys."""
+    if isinstance(exc, ImportError):
+        return "unavailable (import failed)" if key.startswith(ours) else "not installed"
+    return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:90] if str(exc) else ''}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def probe_main(probe, key: str, rows: str) -> None:
+    """A ``--probe KEY ROWS`` subprocess: print ``probe(KEY, ROWS)`` as one JSON line."""
+    try:
+        out = probe(key, int(rows))
+    except Exception as e:  # noqa: BLE001 -- reported as a row
+        out = {"key": key, "error": status_of(key, e)}
+    print("JSON:" + json.dumps(out))
+
+
 def write_tables(out: str, path: str | None, append: bool) -> None:
     """Write the markdown ``out`` to ``path`` (if any), appended or overwriting."""
     if not path:

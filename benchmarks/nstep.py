@@ -34,7 +34,6 @@ buffer, see ``pixels.py``), and ``make_loader`` workers feeding a training loop.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -47,7 +46,18 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from measure import hwm_bytes, interleaved, machine_line, measured_fill, settle, write_tables  # noqa: E402
+from measure import (  # noqa: E402
+    hwm_bytes,
+    interleaved,
+    logger,
+    machine_line,
+    measured_fill,
+    probe_main,
+    settle,
+    status_of,
+    table,
+    write_tables,
+)
 
 FRAME = (3, 84, 84)
 ACT = 6
@@ -62,9 +72,7 @@ POOL = 1024  # distinct random frames, reused
 FRAME_BYTES = int(np.prod(FRAME))
 RAW_BYTES = 2 * FRAME_BYTES + ACT * 4 + 4 + 3  # obs + next obs + action + reward + 3 flags
 
-
-def log(msg: str) -> None:
-    print(f"[nstep {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger('nstep')
 
 
 # --------------------------------------------------------------------- workload
@@ -460,17 +468,6 @@ def loader_rates(rb, train, batches: int, rounds: int) -> dict:
 
 
 # ---------------------------------------------------------------------- report
-def table(header, rows):
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
-
-
-def status_of(key, exc):
-    if isinstance(exc, ImportError):
-        return "unavailable (import failed)" if key.startswith("ours") else "not installed"
-    return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:90] if str(exc) else ''}"
-
-
 def run(quick: bool) -> str:
     torch.set_num_threads(1)
     t_start = time.perf_counter()
@@ -628,11 +625,7 @@ def main() -> None:
     ap.add_argument("--probe", nargs=2, metavar=("KEY", "ROWS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.probe:
-        try:
-            out = probe(a.probe[0], int(a.probe[1]))
-        except Exception as e:  # noqa: BLE001 -- reported as a row
-            out = {"key": a.probe[0], "error": status_of(a.probe[0], e)}
-        print("JSON:" + json.dumps(out))
+        probe_main(probe, *a.probe)
         return
     out = run(a.quick)
     print(out)

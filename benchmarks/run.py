@@ -33,20 +33,21 @@ import torch  # noqa: E402
 
 import pixels  # noqa: E402
 from impls import ALL  # noqa: E402
-from measure import hwm_bytes, interleaved, run_probe, settle  # noqa: E402
+from measure import (  # noqa: E402
+    hwm_bytes,
+    interleaved,
+    logger,
+    run_probe,
+    settle,
+    status_of,
+    table,
+    write_tables,
+)
 from workload import BATCH, N_ENVS, RAW_BYTES_PER_TRANSITION, EpisodeStream, chunk_len  # noqa: E402
 
+log = logger('bench')
+
 WRITE_STEPS = 2000  # distinct pre-built one-step writes per impl, cycled (2 episodes)
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def status_of(cls, exc: BaseException) -> str:
-    if isinstance(exc, ImportError):
-        return "unavailable (import failed)" if cls.kind == "ours" else "not installed"
-    return f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
 
 
 def fill_streamed(impl, rows: int, seed: int) -> None:
@@ -72,12 +73,6 @@ def ratio(ours, peer) -> str:
     if ours is None or peer is None or peer == 0:
         return "n/a"
     return f"{ours / peer:.2f}x"
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def main() -> None:
@@ -137,7 +132,7 @@ def run_w1(a) -> None:
             impls[cls.key] = impl
             status[cls.key] = "ok"
         except Exception as e:  # noqa: BLE001 -- report, keep going
-            status[cls.key] = status_of(cls, e)
+            status[cls.key] = status_of(cls.key, e)
             log(f"  {cls.key}: {e!r}")
     del chunks
     settle()
@@ -175,7 +170,7 @@ def run_w1(a) -> None:
                 fill_streamed(impl, n, seed=1)
                 scale_fns[name] = impl.sample
             except Exception as e:  # noqa: BLE001
-                scale_status[name] = status_of(cls, e)
+                scale_status[name] = status_of(cls.key, e)
     log("scale sampling")
     sc = interleaved(scale_fns, s_reps, s_inner)
 
@@ -187,10 +182,7 @@ def run_w1(a) -> None:
     out = report(a, cap, mem, status, samp, wr, sc, scale_sizes, scale_status, elapsed)
     out += "\n\n" + pixels_table
     print(out)
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        f.write(out + "\n")
-    log(f"wrote {a.out}")
+    write_tables(out, a.out, append=False)
 
 
 def report(a, cap, mem, status, samp, wr, sc, scale_sizes, scale_status, elapsed) -> str:

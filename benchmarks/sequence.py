@@ -50,7 +50,16 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
 
 import torch  # noqa: E402
 
-from measure import hwm_bytes, interleaved, machine_line, settle, write_tables  # noqa: E402
+from measure import (  # noqa: E402
+    hwm_bytes,
+    interleaved,
+    logger,
+    machine_line,
+    settle,
+    status_of,
+    table,
+    write_tables,
+)
 
 OBS, ACT = 17, 6
 ENVS = 16
@@ -62,9 +71,8 @@ CHUNK = 1000  # steps per bulk [ENVS, CHUNK] write
 CHECK_BATCHES = 16  # 16 x 64 = 1,024 sequences checked per buffer
 SLOW_S = 0.02  # calls slower than this are timed in their own, shorter, interleaved group
 
-
-def log(msg: str) -> None:
-    print(f"[seq {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+log = logger('seq')
+OURS = ("ours", "ring", "files")  # keys of our buffers (status_of)
 
 
 # --------------------------------------------------------------------- workload
@@ -345,7 +353,7 @@ def episodic_buffers(n_episodes: int, workdir: str) -> tuple[dict[str, Impl], di
             impl.sample()
             impls[impl.key], status[impl.key] = impl, "ok"
         except Exception as e:  # noqa: BLE001 -- report, keep going
-            status[impl.key] = status_of(impl.key, e)
+            status[impl.key] = status_of(impl.key, e, OURS)
             log(f"  {impl.key}: {e!r}")
     return impls, status
 
@@ -368,12 +376,6 @@ def timed(fns: dict, reps: int, inner: int, slow_reps: int, slow_inner: int) -> 
     return out
 
 
-def status_of(key, exc):
-    if isinstance(exc, ImportError):
-        return "unavailable (import failed)" if key in ("ours", "ring", "files") else "not installed"
-    return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:90] if str(exc) else ''}"
-
-
 def scale_buffers(sizes: list[int], ours_at: dict[int, Impl]) -> tuple[dict, dict]:
     """Ours at every size (``ours_at``: buffers already built); TorchRL's traj_key sampler
     at the smallest size only, as a reference. ``({(key, rows): sample}, {(key, rows): status})``."""
@@ -392,7 +394,7 @@ def scale_buffers(sizes: list[int], ours_at: dict[int, Impl]) -> tuple[dict, dic
             impl.sample()
             fns[name] = impl.sample
         except Exception as e:  # noqa: BLE001
-            status[name] = status_of(cls.key, e)
+            status[name] = status_of(cls.key, e, OURS)
             log(f"  {name}: {e!r}")
     return fns, status
 
@@ -419,7 +421,7 @@ def run(quick: bool, big: bool) -> str:
             impl.sample()
             impls[impl.key], status[impl.key] = impl, "ok"
         except Exception as e:  # noqa: BLE001 -- report, keep going
-            status[impl.key] = status_of(impl.key, e)
+            status[impl.key] = status_of(impl.key, e, OURS)
             log(f"  {impl.key}: {e!r}")
     facades, fstatus = episodic_buffers(n_episodes, workdir)
     impls |= facades
@@ -449,7 +451,7 @@ def run(quick: bool, big: bool) -> str:
             impl.write(next(step_lists[k]))
             impl.sample()
         except Exception as e:  # noqa: BLE001 -- e.g. a facade without add_step
-            pair_err[k] = status_of(k, e)
+            pair_err[k] = status_of(k, e, OURS)
             continue
         pairs[k] = (lambda w, it, smp: (lambda: (w(next(it)), smp())))(impl.write, step_lists[k], impl.sample)
     log(f"extend + sample: {reps} interleaved blocks x {inner}")
@@ -462,7 +464,7 @@ def run(quick: bool, big: bool) -> str:
             if k in facades:
                 checks[k].pop("fresh")
         except Exception as e:  # noqa: BLE001
-            checks[k] = {"error": status_of(k, e)}
+            checks[k] = {"error": status_of(k, e, OURS)}
     fills = {k: i.fill_s for k, i in impls.items()}
 
     # scale: keep ours at cap, free the rest
@@ -483,11 +485,6 @@ def run(quick: bool, big: bool) -> str:
 
 
 # ---------------------------------------------------------------------- report
-def table(header, rows):
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in rows])
-
-
 def report(quick, big, cap, reps, inner, slow_reps, status, alone, pair, pair_err, checks, fills, sizes, sc,
            sstatus, elapsed) -> str:
     labels = {c.key: c.label for c in (*IMPLS.values(), *EPISODIC)}

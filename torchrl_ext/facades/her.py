@@ -6,14 +6,15 @@ from typing import Any, Callable, Mapping
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDict, tensorclass
+from tensordict import TensorDict
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Compose
 
-from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext._schema import EntryKeyError, as_key, key_str
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
+from torchrl_ext.facades._tensorclass import documented_tensorclass
 from torchrl_ext.facades.nstep import _numpy
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
@@ -45,7 +46,7 @@ def goal_match_reward(
     return torch.where(mismatch, -1.0, 0.0).to(torch.float32)
 
 
-@tensorclass
+@documented_tensorclass
 class HerReplayBatch:
     """A batch of (possibly relabelled) one-step transitions, rllte's fields.
 

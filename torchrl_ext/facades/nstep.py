@@ -7,17 +7,18 @@ from typing import Any, Iterator
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDictBase, tensorclass
+from tensordict import TensorDictBase
 
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
+from torchrl_ext.facades._tensorclass import documented_tensorclass
 from torchrl_ext.loader import make_loader
 
 __all__ = ["NStepReplayBatch", "NStepReplayStorage"]
 
 
-@tensorclass
+@documented_tensorclass
 class NStepReplayBatch:
     """A batch of n-step transitions (rllte's fields plus the episode facts).
 

@@ -156,12 +156,12 @@ class EpisodeReplayBuffer:
             if bool(ends):
                 self._close(0)
             return
-        opens_list, ends_list = opens.tolist(), ends.tolist()
-        for env in range(num_envs):
-            if opens_list[env]:
+        per_env = {key: value.unbind(0) for key, value in values.items()}  # views, one call a key
+        for env, (opens_env, ends_env) in enumerate(zip(opens.tolist(), ends.tolist())):
+            if opens_env:
                 self._close(env)
-            self._episodes[env].append({key: value[env] for key, value in values.items()})
-            if ends_list[env]:
+            self._episodes[env].append({key: rows[env] for key, rows in per_env.items()})
+            if ends_env:
                 self._close(env)
 
     def _boundaries(
