@@ -1,4 +1,5 @@
 """Samplers: choose rows from the episode index, O(batch) per sample."""
+from torchrl_ext.samplers.epoch import EpochSampler
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
@@ -6,6 +7,7 @@ from torchrl_ext.samplers.sequence import SequenceSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, draw_transitions
 
 __all__ = [
+    "EpochSampler",
     "HindsightSampler",
     "HindsightStrategy",
     "NStepSampler",

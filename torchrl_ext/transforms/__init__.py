@@ -1,6 +1,17 @@
 """Transforms: pure math on sampled batches (the formulas in :mod:`.functional`)."""
 from torchrl_ext.transforms.functional import call_reward_fn, nstep_return
 from torchrl_ext.transforms.hindsight import HindsightTransform
+from torchrl_ext.transforms.model_pair import ModelPairTransform, encode_actions, model_pairs
 from torchrl_ext.transforms.nstep import NStepTransform
+from torchrl_ext.transforms.scaler import StandardScaler
 
-__all__ = ["HindsightTransform", "NStepTransform", "call_reward_fn", "nstep_return"]
+__all__ = [
+    "HindsightTransform",
+    "ModelPairTransform",
+    "NStepTransform",
+    "StandardScaler",
+    "call_reward_fn",
+    "encode_actions",
+    "model_pairs",
+    "nstep_return",
+]

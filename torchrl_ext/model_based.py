@@ -1,0 +1,215 @@
+"""Dynamics-model training data: the buffer builder and an epoch dataset."""
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
+from torch.utils.data import IterableDataset, get_worker_info
+
+from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
+from torchrl_ext.samplers.epoch import EpochSampler
+from torchrl_ext.transforms.model_pair import ModelPairTransform
+from torchrl_ext.transforms.scaler import StandardScaler
+
+__all__ = ["ModelEpochDataset", "make_model_based_buffer"]
+
+
+def make_model_based_buffer(
+    capacity: int,
+    *,
+    batch_size: int = 256,
+    observation_keys: Sequence[NestedKey] = ("observation",),
+    action_key: NestedKey = "action",
+    reward_key: NestedKey | None = ("next", "reward"),
+    num_actions: int | None = None,
+    holdout_fraction: float = 0.0,
+    ensemble_size: int | None = None,
+    bootstrap: bool = False,
+    scaler: Any = None,
+    **kwargs: Any,
+) -> TransitionReplayBuffer:
+    """A replay buffer serving epochs of dynamics-model regression pairs.
+
+    :func:`~torchrl_ext.make_replay_buffer` with
+    ``sampler=EpochSampler(holdout_fraction=..., ensemble_size=..., bootstrap=...)``
+    and ``transform=ModelPairTransform(observation_keys=..., num_actions=...,
+    scaler=...)``: ``rb.sample()`` is the next batch of the current epoch with
+    ``"model_input"`` / ``"model_target"`` entries (normalised by ``scaler``
+    once it is fitted), and ``for batch in rb`` is one epoch. For whole epochs
+    at the speed of a bare permutation, wrap it in :class:`ModelEpochDataset`.
+
+    Args:
+        capacity (int): rows of the storage (an episode of ``L`` steps uses ``L + 1``).
+
+    Keyword Args:
+        batch_size (int): mini-batch size ``B``. Defaults to ``256``.
+        observation_keys, action_key, reward_key, num_actions: see
+            :class:`~torchrl_ext.transforms.ModelPairTransform`.
+        holdout_fraction, ensemble_size, bootstrap: see
+            :class:`~torchrl_ext.samplers.EpochSampler`.
+        scaler (optional): a :class:`~torchrl_ext.transforms.StandardScaler`
+            (or any object with its ``fit`` / ``transform``); the batches are
+            normalised with it once fitted. ``None``: raw pairs.
+        **kwargs: the other keywords of :func:`~torchrl_ext.make_replay_buffer`
+            (``seed``, ``backend``, ``num_streams``...).
+
+    Returns:
+        the assembled :class:`~torchrl_ext.TransitionReplayBuffer`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> rb = make_model_based_buffer(100, batch_size=3, seed=0)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 5, 2), "action": torch.ones(1, 5, 1),
+        ...     "next": {"observation": torch.ones(1, 5, 2), "reward": torch.ones(1, 5, 1),
+        ...              "done": torch.zeros(1, 5, 1, dtype=torch.bool)}}, [1, 5]))
+        >>> [tuple(b["model_input"].shape) for b in rb]  # one epoch of 5 transitions
+        [(3, 3), (2, 3)]
+    """
+    sampler = EpochSampler(
+        holdout_fraction=holdout_fraction, ensemble_size=ensemble_size, bootstrap=bootstrap
+    )
+    transform = ModelPairTransform(
+        observation_keys=observation_keys,
+        action_key=action_key,
+        reward_key=reward_key,
+        num_actions=num_actions,
+        scaler=scaler,
+    )
+    return make_replay_buffer(
+        capacity, batch_size=batch_size, sampler=sampler, transform=transform, **kwargs
+    )
+
+
+class ModelEpochDataset(IterableDataset):
+    """Whole epochs of normalised model pairs, each iteration one epoch.
+
+    At the start of an epoch the training transitions are gathered from the
+    storage once, turned into ``(inputs, targets)`` by the buffer's
+    :class:`~torchrl_ext.transforms.ModelPairTransform` and normalised; each
+    mini-batch is then one ``index_select`` of those tensors on ``device``, in
+    the order :class:`~torchrl_ext.samplers.EpochSampler` drew. The batches
+    are the same as ``rb.sample()`` would give for the same epoch, faster.
+
+    The scaler is fitted on the first epoch's *training* pairs if it was never
+    fitted, and afterwards only by :meth:`fit_scaler` (the normalisation does
+    not move under a model that is being trained or used by a planner).
+
+    With a ``DataLoader(dataset, batch_size=None, num_workers=W)``, the
+    workers draw one shared epoch order from the DataLoader's seed and serve
+    every ``W``-th batch each, so the loader still yields each transition once
+    per epoch. Fit the scaler before the workers start.
+
+    Args:
+        rb: a buffer from :func:`make_model_based_buffer` (an
+            :class:`~torchrl_ext.samplers.EpochSampler` and a
+            :class:`~torchrl_ext.transforms.ModelPairTransform`).
+
+    Keyword Args:
+        batch_size (int, optional): defaults to the buffer's.
+        device (torch.device or str, optional): where batches are made.
+            Defaults to ``"cpu"``.
+        rows (torch.Tensor, optional): restrict epochs to these transition rows.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext.transforms import StandardScaler
+        >>> rb = make_model_based_buffer(100, batch_size=4, scaler=StandardScaler(), seed=0)
+        >>> _ = rb.extend(TensorDict({"observation": torch.randn(1, 9, 2), "action": torch.randn(1, 9, 1),
+        ...     "next": {"observation": torch.randn(1, 9, 2), "reward": torch.randn(1, 9, 1),
+        ...              "done": torch.zeros(1, 9, 1, dtype=torch.bool)}}, [1, 9]))
+        >>> epoch = list(ModelEpochDataset(rb))
+        >>> [b.batch_size[0] for b in epoch], abs(torch.cat([b["model_input"] for b in epoch]).mean().item()) < 1e-6
+        ([4, 4, 1], True)
+    """
+
+    def __init__(
+        self,
+        rb: TransitionReplayBuffer,
+        *,
+        batch_size: int | None = None,
+        device: torch.device | str = "cpu",
+        rows: torch.Tensor | None = None,
+    ) -> None:
+        sampler, transform = rb.sampler, rb._transform
+        transform = next((t for t in (transform or []) if isinstance(t, ModelPairTransform)), None)
+        if not isinstance(sampler, EpochSampler) or transform is None:
+            raise TypeError(
+                "ModelEpochDataset: the buffer needs an EpochSampler and a ModelPairTransform "
+                f"(got sampler {type(sampler).__name__}); build it with make_model_based_buffer()."
+            )
+        self.rb, self.sampler, self.transform = rb, sampler, transform
+        self.batch_size = int(batch_size if batch_size is not None else rb._batch_size or 256)
+        self.device = torch.device(device)
+        self.rows = rows
+
+    def _pairs(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.transform.pairs(self.rb.storage.get(rows))
+
+    def fit_scaler(self) -> None:
+        """Fit the transform's scaler on the current training pairs (only when called)."""
+        scaler = self.transform.scaler
+        if scaler is None:
+            raise ValueError("ModelEpochDataset.fit_scaler: the transform has no scaler.")
+        scaler.fit(*self._pairs(self.sampler.train_rows(self.rb.storage, self.rows)))
+
+    def _normalise(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scaler = self.transform.scaler
+        if scaler is None:
+            return inputs, targets
+        if not getattr(scaler, "fitted", True):
+            if get_worker_info() is not None:
+                raise RuntimeError(
+                    "ModelEpochDataset: the scaler is not fitted; call fit_scaler() before "
+                    "iterating with DataLoader workers."
+                )
+            scaler.fit(inputs, targets)
+        inputs, targets = scaler.transform(inputs, targets)
+        return inputs, targets
+
+    def holdout(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised ``(inputs, targets)`` of the held-out transitions, on ``device``."""
+        rows = self.sampler.holdout_rows(self.rb.storage, self.rows)
+        if not rows.numel():
+            raise ValueError(
+                "ModelEpochDataset.holdout: no held-out transition (holdout_fraction="
+                f"{self.sampler.holdout_fraction}, {self.rb.storage.__len__()} transitions)."
+            )
+        inputs, targets = self._normalise(*self._pairs(rows))
+        return inputs.to(self.device), targets.to(self.device)
+
+    def epoch(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch as ``(inputs, targets)`` batches, ``[b, d]`` or ``[E, b, d]``."""
+        info = get_worker_info()
+        generator = None
+        if info is not None:  # every worker draws the same order from the loader's seed
+            generator = torch.Generator().manual_seed(info.seed - info.id)
+        self.sampler.start_epoch(self.rb.storage, self.rows, generator)
+        rows, order = self.sampler.epoch_state()
+        inputs, targets = self._normalise(*self._pairs(rows))
+        inputs, targets = inputs.to(self.device), targets.to(self.device)
+        order = order.to(self.device)
+        n, B = rows.numel(), self.batch_size
+        first, step = (0, 1) if info is None else (info.id, info.num_workers)
+        for j in range(first, -(-n // B), step):
+            index = order[..., j * B : (j + 1) * B]
+            flat = index.reshape(-1)
+            yield (
+                inputs.index_select(0, flat).view(*index.shape, -1),
+                targets.index_select(0, flat).view(*index.shape, -1),
+            )
+        self.sampler._position = n  # the buffer's next sample starts a new epoch
+        self.sampler.ran_out = True
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        keys = (self.transform.inputs_key, self.transform.targets_key)
+        for inputs, targets in self.epoch():
+            yield TensorDict(dict(zip(keys, (inputs, targets))), batch_size=inputs.shape[:-1])
+
+    def __len__(self) -> int:
+        """Batches in an epoch of the current data (the count may change with new data)."""
+        n = self.sampler.train_rows(self.rb.storage, self.rows).numel()
+        return -(-n // self.batch_size)

@@ -1,0 +1,135 @@
+"""Per-feature standardisation of dynamics-model inputs and targets."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["StandardScaler"]
+
+#: a feature whose standard deviation is below this is left unscaled (std := 1)
+MIN_STD = 1e-8
+
+
+class StandardScaler:
+    """Standardise model inputs and targets with statistics of the training rows.
+
+    The semantics of pytorchrl's ``StandardScaler``, which its world models use
+    to predict: ``fit`` computes per-feature means and unbiased standard
+    deviations over the leading dims, ``transform`` maps ``x -> (x - mu) / std``
+    and ``inverse_transform`` maps normalised targets back. Two differences:
+    a standard deviation below ``1e-8`` *or not finite* becomes ``1``, so a
+    single sample gives ``std = 1`` instead of NaN (pytorchrl's M9); and the
+    scaler is only refitted when ``fit`` is called (nothing here refits it
+    behind the caller's back).
+
+    Attributes:
+        input_mu, input_std: ``[1, in_dim]`` (``None`` before :meth:`fit`).
+        target_mu, target_std: ``[1, out_dim]`` (``None`` before :meth:`fit`).
+
+    Keyword Args:
+        device (torch.device or str, optional): where the statistics live;
+            defaults to the device of the data given to :meth:`fit`.
+
+    Examples:
+        >>> import torch
+        >>> scaler = StandardScaler()
+        >>> inputs, targets = torch.tensor([[0.0, 5.0], [2.0, 5.0]]), torch.tensor([[1.0], [3.0]])
+        >>> scaler.fit(inputs, targets)
+        >>> scaler.input_mu.tolist(), scaler.input_std.tolist()  # constant feature: std 1
+        ([[1.0, 5.0]], [[1.4142135381698608, 1.0]])
+        >>> norm_in, norm_t = scaler.transform(inputs, targets)
+        >>> norm_in[:, 1].tolist(), scaler.inverse_transform(norm_t).view(-1).tolist()
+        ([0.0, 0.0], [1.0, 3.0])
+    """
+
+    def __init__(self, *, device: torch.device | str | None = None) -> None:
+        self.device = None if device is None else torch.device(device)
+        self.input_mu: torch.Tensor | None = None
+        self.input_std: torch.Tensor | None = None
+        self.target_mu: torch.Tensor | None = None
+        self.target_std: torch.Tensor | None = None
+
+    @property
+    def fitted(self) -> bool:
+        """Whether :meth:`fit` has been called."""
+        return self.input_mu is not None
+
+    def fit(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> None:
+        """Compute the statistics from ``inputs`` ``[..., in_dim]`` and ``targets`` ``[..., out_dim]``.
+
+        Raises:
+            ValueError: ``inputs`` (or ``targets``) has no rows or no feature dim.
+        """
+        self.input_mu, self.input_std = self._stats("inputs", inputs)
+        if targets is not None:
+            self.target_mu, self.target_std = self._stats("targets", targets)
+
+    def transform(
+        self, inputs: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``((inputs - input_mu) / input_std, (targets - target_mu) / target_std)``.
+
+        ``targets`` may be ``None`` (then the second result is ``None``).
+
+        Raises:
+            RuntimeError: the scaler was never fitted.
+        """
+        self._check_fitted("transform")
+        norm_inputs = (inputs - self.input_mu) / self.input_std
+        if targets is None:
+            return norm_inputs, None
+        if self.target_mu is None:
+            raise RuntimeError(
+                "StandardScaler.transform: got targets, but fit() was called without "
+                "targets; call fit(inputs, targets)."
+            )
+        return norm_inputs, (targets - self.target_mu) / self.target_std
+
+    def inverse_transform(self, targets: torch.Tensor) -> torch.Tensor:
+        """Normalised targets back to their units: ``targets * target_std + target_mu``."""
+        self._check_fitted("inverse_transform")
+        if self.target_mu is None:
+            raise RuntimeError(
+                "StandardScaler.inverse_transform: fit() was called without targets."
+            )
+        return targets * self.target_std + self.target_mu
+
+    def state_dict(self) -> dict[str, Any]:
+        """The four statistics (``None`` where unfitted)."""
+        return {k: getattr(self, k) for k in ("input_mu", "input_std", "target_mu", "target_std")}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        for key, value in state_dict.items():
+            setattr(self, key, value)
+
+    def _stats(self, name: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"StandardScaler.fit: {name} is {type(x).__name__}, expected a tensor.")
+        if x.ndim < 2 or x.shape[0] == 0:
+            raise ValueError(
+                f"StandardScaler.fit: {name} has shape {tuple(x.shape)}, expected "
+                f"(rows >= 1, ..., dim)."
+            )
+        x = x.reshape(-1, x.shape[-1]).float()
+        if self.device is not None:
+            x = x.to(self.device)
+        mu = x.mean(0, keepdim=True)
+        # one row: the unbiased std is NaN; a constant feature: 0. Both leave it unscaled.
+        std = x.std(0, keepdim=True) if x.shape[0] > 1 else torch.ones_like(mu)
+        std = torch.where(torch.isfinite(std) & (std >= MIN_STD), std, torch.ones_like(std))
+        return mu, std
+
+    def _check_fitted(self, where: str) -> None:
+        if not self.fitted:
+            raise RuntimeError(
+                f"StandardScaler.{where}: not fitted yet; call fit(inputs, targets) first."
+            )
+
+    def __repr__(self) -> str:
+        dims = "unfitted" if not self.fitted else (
+            f"in_dim={self.input_mu.shape[-1]}, "
+            f"out_dim={None if self.target_mu is None else self.target_mu.shape[-1]}"
+        )
+        return f"{type(self).__name__}({dims})"
