@@ -21,7 +21,8 @@ from hypothesis.errors import InvalidArgument
 from tensordict import TensorDict
 from torch.utils.data import DataLoader, IterableDataset
 
-from torchrl_ext.storages.pool import EpisodePool, valid_window
+from torchrl_ext.core.windows import valid_window
+from torchrl_ext.storages.pool import EpisodePool
 
 SPEC = TensorDict(
     {

@@ -21,7 +21,7 @@ from torchrl.data import TensorDictReplayBuffer
 from conftest import steps
 from reference import sequence_reference
 from test_properties import run, workloads
-from torchrl_ext import EpisodeStorage, EpisodeWriter, TransitionReplayBuffer
+from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer
 from torchrl_ext.samplers import SequenceSampler
 from torchrl_ext.samplers import sequence as sequence_module
 
@@ -59,8 +59,8 @@ def extend(rb, *envs):
 
 def make(sampler, *envs, capacity=512, seed=0, cls=TransitionReplayBuffer):
     rb = cls(
-        storage=EpisodeStorage(capacity),
-        writer=EpisodeWriter(),
+        storage=TransitionStorage(capacity),
+        writer=TransitionWriter(),
         sampler=sampler,
         generator=torch.Generator().manual_seed(seed),
     )

@@ -19,7 +19,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.samplers.uniform import _check_batch_size
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["PrioritizedTransitionSampler"]
 
@@ -129,7 +129,7 @@ def _tree_size(num_rows: int) -> int:
 
 # ---------------------------------------------------------------- the sampler
 class PrioritizedTransitionSampler(Sampler):
-    """Proportional prioritized transitions of an :class:`~torchrl_ext.storages.EpisodeStorage`.
+    """Proportional prioritized transitions of an :class:`~torchrl_ext.storages.TransitionStorage`.
 
     Live transition ``i`` is drawn with probability
 
@@ -196,8 +196,8 @@ class PrioritizedTransitionSampler(Sampler):
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from torchrl.data import TensorDictReplayBuffer
-        >>> from torchrl_ext import EpisodeStorage, EpisodeWriter, PrioritizedTransitionSampler
-        >>> rb = TensorDictReplayBuffer(storage=EpisodeStorage(64), writer=EpisodeWriter(),
+        >>> from torchrl_ext import TransitionStorage, TransitionWriter, PrioritizedTransitionSampler
+        >>> rb = TensorDictReplayBuffer(storage=TransitionStorage(64), writer=TransitionWriter(),
         ...     sampler=PrioritizedTransitionSampler(alpha=1.0, beta=1.0), batch_size=5,
         ...     generator=torch.Generator().manual_seed(0))
         >>> obs = torch.arange(5.).view(1, 5, 1)  # one env, 5 steps, the last ends the episode
@@ -289,9 +289,9 @@ class PrioritizedTransitionSampler(Sampler):
 
     def _views(self, storage: Any, where: str) -> tuple[np.ndarray, np.ndarray] | None:
         """The tree's numpy views, allocating the tree at the storage's first use."""
-        if not isinstance(storage, EpisodeStorage):
+        if not isinstance(storage, TransitionStorage):
             raise TypeError(
-                f"PrioritizedTransitionSampler.{where}: needs the buffer's EpisodeStorage as "
+                f"PrioritizedTransitionSampler.{where}: needs the buffer's TransitionStorage as "
                 f"storage=, got {type(storage).__name__}; call it through the replay buffer "
                 "(rb.update_priority, rb.sample) or pass storage=rb.storage."
             )
@@ -334,7 +334,7 @@ class PrioritizedTransitionSampler(Sampler):
                 a skipped step).
 
         Keyword Args:
-            storage (EpisodeStorage): the buffer's storage (``rb.mark_update`` passes it).
+            storage (TransitionStorage): the buffer's storage (``rb.mark_update`` passes it).
 
         Every row written and every row after it gets ``max_priority`` if it
         is now a transition and 0 otherwise. Read from the index after the
@@ -369,7 +369,7 @@ class PrioritizedTransitionSampler(Sampler):
                 gets its last priority.
 
         Keyword Args:
-            storage (EpisodeStorage): the buffer's storage (``rb.update_priority`` passes it).
+            storage (TransitionStorage): the buffer's storage (``rb.update_priority`` passes it).
 
         Raises:
             ValueError: if the priority count does not match the rows, a
@@ -400,7 +400,7 @@ class PrioritizedTransitionSampler(Sampler):
     def _generator(self) -> torch.Generator | None:
         return self._rng if self._rng is not None else self.generator
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         """Draw ``batch_size`` live transitions in proportion to their priority.
 
         Returns:

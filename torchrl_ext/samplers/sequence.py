@@ -7,11 +7,11 @@ import numpy as np
 import torch
 from tensordict.utils import NestedKey
 
-from torchrl_ext._schema import as_key
-from torchrl_ext.episodes import EpisodeIndex
+from torchrl_ext.core.schema import as_key
+from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, draw_live_steps
-from torchrl_ext.storages.episode import EpisodeStorage
-from torchrl_ext.storages.pool import RejectionRounds, valid_window
+from torchrl_ext.storages.transition import TransitionStorage
+from torchrl_ext.core.windows import RejectionRounds, valid_window
 
 __all__ = ["SequenceSampler", "draw_episodes", "draw_windows"]
 
@@ -215,9 +215,9 @@ class SequenceSampler(UniformTransitionSampler):
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from torchrl_ext import TransitionReplayBuffer, EpisodeStorage, EpisodeWriter
+        >>> from torchrl_ext import TransitionReplayBuffer, TransitionStorage, TransitionWriter
         >>> from torchrl_ext.samplers import SequenceSampler
-        >>> rb = TransitionReplayBuffer(storage=EpisodeStorage(64), writer=EpisodeWriter(),
+        >>> rb = TransitionReplayBuffer(storage=TransitionStorage(64), writer=TransitionWriter(),
         ...     sampler=SequenceSampler(3), batch_size=4, generator=torch.Generator().manual_seed(0))
         >>> obs = torch.arange(6.).view(1, 6, 1)  # one env, episodes of 4 and 2 steps
         >>> done = torch.tensor([[0, 0, 0, 1, 0, 1]], dtype=torch.bool).unsqueeze(-1)
@@ -251,7 +251,7 @@ class SequenceSampler(UniformTransitionSampler):
         self.mask_key = as_key(mask_key)
         self.init_key = as_key(init_key)
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         index = storage.index
         if index is None or not index._np["written"].any():
             raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")

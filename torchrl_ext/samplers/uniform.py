@@ -10,7 +10,7 @@ import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.samplers._generator import generator_state, restore_generator
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["UniformTransitionSampler", "draw_transitions"]
 
@@ -18,7 +18,7 @@ _MAX_ROUNDS = 64
 
 
 def draw_transitions(
-    storage: EpisodeStorage, batch_size: int, generator: torch.Generator | None
+    storage: TransitionStorage, batch_size: int, generator: torch.Generator | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw ``batch_size`` live transitions uniformly, with replacement.
 
@@ -103,7 +103,7 @@ def _check_batch_size(batch_size: int, available: int) -> None:
 
 
 class UniformTransitionSampler(Sampler):
-    """Uniform transitions of an :class:`~torchrl_ext.storages.EpisodeStorage`.
+    """Uniform transitions of an :class:`~torchrl_ext.storages.TransitionStorage`.
 
     Only live transitions are drawn: never an unwritten slot, never an
     overwritten row, never an episode's final-observation row (which is not a
@@ -137,7 +137,7 @@ class UniformTransitionSampler(Sampler):
     def _generator(self) -> torch.Generator | None:
         return self._rng if self._rng is not None else self.generator
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         tau, stream = draw_transitions(storage, batch_size, self._generator())
         return torch.from_numpy(storage.index.physical_rows(tau, stream)), {}
 
