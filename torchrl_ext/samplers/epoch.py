@@ -9,7 +9,7 @@ import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.samplers._generator import generator_state, restore_generator
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["EpochSampler", "epoch_order", "holdout_mask"]
 
@@ -70,7 +70,7 @@ def epoch_order(
 
 
 class EpochSampler(Sampler):
-    """Epochs over the live transitions of an :class:`~torchrl_ext.storages.EpisodeStorage`.
+    """Epochs over the live transitions of an :class:`~torchrl_ext.storages.TransitionStorage`.
 
     One epoch visits every training transition once (all env streams
     together), in a random order, ``batch_size`` at a time; the last batch of
@@ -171,7 +171,7 @@ class EpochSampler(Sampler):
         self._clear_epoch()
 
     def _split(
-        self, storage: EpisodeStorage, rows: torch.Tensor | None
+        self, storage: TransitionStorage, rows: torch.Tensor | None
     ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         """``(rows, tau, held_out)`` of the candidate transitions."""
         if storage.index is None:
@@ -182,12 +182,12 @@ class EpochSampler(Sampler):
         tau, stream = storage.index.row_coordinates(rows.numpy())
         return rows, tau, holdout_mask(stream, tau, self.holdout_fraction, self._seed())
 
-    def train_rows(self, storage: EpisodeStorage, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def train_rows(self, storage: TransitionStorage, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Rows of the training transitions among ``rows`` (default: every live transition)."""
         rows, _, held = self._split(storage, rows)
         return rows[torch.from_numpy(~held)]
 
-    def holdout_rows(self, storage: EpisodeStorage, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def holdout_rows(self, storage: TransitionStorage, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Rows of the held-out transitions among ``rows`` (default: every live transition)."""
         rows, _, held = self._split(storage, rows)
         return rows[torch.from_numpy(held)]
@@ -195,7 +195,7 @@ class EpochSampler(Sampler):
     # ------------------------------------------------------------------ epochs
     def start_epoch(
         self,
-        storage: EpisodeStorage,
+        storage: TransitionStorage,
         rows: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> int:
@@ -249,7 +249,7 @@ class EpochSampler(Sampler):
             raise RuntimeError("EpochSampler.epoch_state: no epoch started yet.")
         return self._rows, self._order
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         """The next ``batch_size`` rows of the epoch (``[b]`` or ``[E, b]``, ``1 <= b``)."""
         if int(batch_size) < 1:
             raise ValueError(f"EpochSampler: batch_size={batch_size}, expected >= 1.")
@@ -265,7 +265,7 @@ class EpochSampler(Sampler):
                     return rows, {}
         raise RuntimeError("EpochSampler: every transition of a fresh epoch was overwritten.")
 
-    def _alive(self, storage: EpisodeStorage, picks: torch.Tensor) -> torch.Tensor:
+    def _alive(self, storage: TransitionStorage, picks: torch.Tensor) -> torch.Tensor:
         # a row rewritten since the epoch started holds another transition: skip it
         rows = self._rows[picks]
         tau, _ = storage.index.row_coordinates(rows.numpy())

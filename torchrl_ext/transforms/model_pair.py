@@ -8,7 +8,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext._schema import EntryKeyError, as_key, key_str
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 
 __all__ = ["ModelPairTransform", "encode_actions", "model_pairs"]
 
