@@ -15,10 +15,12 @@ from torchrl_ext.facades import (
     HerReplayBatch,
     HerReplayStorage,
     IndividualFileDataset,
+    MBReplayBuffer,
     NStepReplayBatch,
     NStepReplayStorage,
     RingBufferDataset,
 )
+from torchrl_ext.model_based import ModelEpochDataset, make_model_based_buffer
 from torchrl_ext.loader import ReplayDataset, make_loader
 from torchrl_ext.samplers import PrioritizedTransitionSampler, SequenceSampler, UniformTransitionSampler
 from torchrl_ext.storages import TransitionStorage
@@ -31,6 +33,9 @@ __all__ = [
     "EpisodeReplayBuffer",
     "FIFOEvictor",
     "IndividualFileDataset",
+    "MBReplayBuffer",
+    "ModelEpochDataset",
+    "make_model_based_buffer",
     "RingBufferDataset",
     "HerReplayBatch",
     "HerReplayStorage",

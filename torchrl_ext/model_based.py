@@ -147,7 +147,9 @@ class ModelEpochDataset(IterableDataset):
         self.rows = rows
 
     def _pairs(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.transform.pairs(self.rb.storage.get(rows))
+        # on the device first: a scaler fitted here keeps its statistics there
+        inputs, targets = self.transform.pairs(self.rb.storage.get(rows))
+        return inputs.to(self.device), targets.to(self.device)
 
     def fit_scaler(self) -> None:
         """Fit the transform's scaler on the current training pairs (only when called)."""
@@ -171,15 +173,12 @@ class ModelEpochDataset(IterableDataset):
         return inputs, targets
 
     def holdout(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normalised ``(inputs, targets)`` of the held-out transitions, on ``device``."""
+        """Normalised ``(inputs, targets)`` of the held-out transitions, on ``device``.
+
+        ``[0, dim]`` tensors when none is held out.
+        """
         rows = self.sampler.holdout_rows(self.rb.storage, self.rows)
-        if not rows.numel():
-            raise ValueError(
-                "ModelEpochDataset.holdout: no held-out transition (holdout_fraction="
-                f"{self.sampler.holdout_fraction}, {self.rb.storage.__len__()} transitions)."
-            )
-        inputs, targets = self._normalise(*self._pairs(rows))
-        return inputs.to(self.device), targets.to(self.device)
+        return self._normalise(*self._pairs(rows))
 
     def epoch(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch as ``(inputs, targets)`` batches, ``[b, d]`` or ``[E, b, d]``."""
@@ -190,7 +189,6 @@ class ModelEpochDataset(IterableDataset):
         self.sampler.start_epoch(self.rb.storage, self.rows, generator)
         rows, order = self.sampler.epoch_state()
         inputs, targets = self._normalise(*self._pairs(rows))
-        inputs, targets = inputs.to(self.device), targets.to(self.device)
         order = order.to(self.device)
         n, B = rows.numel(), self.batch_size
         first, step = (0, 1) if info is None else (info.id, info.num_workers)

@@ -6,6 +6,7 @@ from torchrl_ext.facades.episodic import (
     IndividualFileDataset,
     RingBufferDataset,
 )
+from torchrl_ext.facades.model_based import MBReplayBuffer
 from torchrl_ext.facades.her import HerReplayBatch, HerReplayStorage
 from torchrl_ext.facades.nstep import NStepReplayBatch, NStepReplayStorage
 
@@ -15,4 +16,4 @@ __all__ = [
     "FIFOEvictor",
     "IndividualFileDataset",
     "RingBufferDataset",
-    "HerReplayBatch", "HerReplayStorage", "NStepReplayBatch", "NStepReplayStorage"]
+    "HerReplayBatch", "HerReplayStorage", "MBReplayBuffer", "NStepReplayBatch", "NStepReplayStorage"]

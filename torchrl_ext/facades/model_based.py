@@ -1,0 +1,710 @@
+"""pytorchrl's ``MBReplayBuffer`` API over the episode-aware components."""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
+from torchrl_ext.model_based import ModelEpochDataset, make_model_based_buffer
+from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS
+
+__all__ = ["MBReplayBuffer"]
+
+OBS, RHS, DONE, ACT, REW = "Observation", "RecurrentHiddenStates", "Done", "Action", "Reward"
+OBS2, RHS2, DONE2, INFO = "NextObservation", "NextRecurrentHiddenStates", "NextDone", "EnvironmentInformation"
+#: extra slice entry: the row is not a real transition (never trained on)
+BOUNDARY = "Boundary"
+STORAGE_TENSORS = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
+
+# pytorchrl key -> TorchRL key of the stored row (Done, RHS and NextDone verbatim
+# under "pytorchrl"; the writer's bool done flags are derived from NextDone / Boundary)
+_STORED = {
+    OBS: ("observation",),
+    OBS2: ("next", "observation"),
+    ACT: ("action",),
+    REW: ("next", "reward"),
+    DONE: ("pytorchrl", DONE),
+    DONE2: ("pytorchrl", DONE2),
+    RHS: ("pytorchrl", RHS),
+    RHS2: ("pytorchrl", RHS2),
+    BOUNDARY: ("next", "boundary"),
+}
+_DONE_KEY, _BOUNDARY_KEY = ("next", "done"), ("next", "boundary")
+
+
+def _array(value: Any) -> Any:
+    """numpy arrays (nested dicts kept), in their native dtype."""
+    return _tree_map(
+        lambda v: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v), value
+    )
+
+
+def _leaves(value: Any, prefix: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _leaves(v, prefix + (str(k),))
+    else:
+        yield prefix, value
+
+
+def _name(key: tuple[str, ...]) -> str:
+    """The pytorchrl name of a stored entry, for messages: ``'Observation'``, ``"RecurrentHiddenStates['h']"``."""
+    for name, prefix in _STORED.items():
+        if key[: len(prefix)] == prefix:
+            rest = key[len(prefix):]
+            return repr(name) + "".join(f"[{k!r}]" for k in rest)
+    return repr(key)
+
+
+class _TransitionConverter:
+    """pytorchrl transition dicts of ``N`` envs -> TorchRL entries (numpy, ``[N, ...]``).
+
+    Fixes the key set, shapes and dtypes on the first step and checks every
+    later step against them, naming the pytorchrl key. Decides which steps are
+    not real transitions (``("next", "boundary")``), per autoreset mode.
+    """
+
+    def __init__(self, mode: AutoresetMode, reward_required: bool) -> None:
+        self.mode = mode
+        self.reward_required = reward_required
+        self.num_envs = 0
+        self.specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None = None
+        self.keys: frozenset[str] = frozenset()
+        self.warned = False
+        self.to_tensordict = GymVectorAdapter.to_tensordict
+
+    def resolve(self, sample: Mapping[str, Any], where: str) -> dict[tuple[str, ...], np.ndarray]:
+        if not isinstance(sample, Mapping):
+            raise TypeError(f"{where}: expected a dict of transition entries, got {type(sample).__name__}.")
+        present = {k for k, v in sample.items() if v is not None and k != INFO}
+        unknown = sorted(map(str, present - set(_STORED)))
+        if unknown:
+            raise KeyError(
+                f"{where}: unknown keys {unknown}; expected keys of MBReplayBuffer.storage_tensors "
+                f"{list(STORAGE_TENSORS)}, {BOUNDARY!r} or {INFO!r}."
+            )
+        required = {OBS, ACT, OBS2, DONE2} | ({REW} if self.reward_required else set())
+        if self.mode is AutoresetMode.NEXT_STEP and BOUNDARY not in present:
+            required.add(DONE)  # a Done step is the reset step, not a transition
+        missing = sorted(required - present)
+        if missing:
+            raise KeyError(
+                f"{where}: missing keys {missing} (present: {sorted(present)}); "
+                f"{REW!r} may only be left out when actor.dynamics_model.reward_function is set"
+                f"{', and Done marks reset steps in NEXT_STEP autoreset mode' if DONE in missing else ''}."
+            )
+        if self.specs is not None and present != self.keys:
+            raise KeyError(
+                f"{where}: keys {sorted(present)} differ from the first insert's {sorted(self.keys)}; "
+                "every insert must carry the same keys."
+            )
+        entries: dict[tuple[str, ...], np.ndarray] = {}
+        for name in sorted(present):
+            entries.update(_leaves(_array(sample[name]), _STORED[name]))
+        self._check(entries, where, present)
+        n = self.num_envs
+        done2 = entries[_STORED[DONE2]].reshape(n) != 0
+        if BOUNDARY in present:  # resolved data (a slice of another buffer): authoritative
+            boundary = entries[_BOUNDARY_KEY].reshape(n).astype(bool)
+        else:
+            boundary = self._boundary(sample, entries, done2, where)
+        entries[_BOUNDARY_KEY] = boundary.reshape(n, 1)
+        entries[_DONE_KEY] = done2.reshape(n, 1)
+        if REW not in present:  # a reward function is known: the writer still wants an entry
+            entries[_STORED[REW]] = np.zeros((n, 1), np.float32)
+        return entries
+
+    def _boundary(
+        self, sample: Mapping[str, Any], entries: dict, done2: np.ndarray, where: str
+    ) -> np.ndarray:
+        n = self.num_envs
+        if self.mode is AutoresetMode.NEXT_STEP:
+            # the step after a done starts at the final observation: the reset step
+            return entries[_STORED[DONE]].reshape(n) != 0
+        boundary = np.zeros(n, dtype=bool)
+        if self.mode is not AutoresetMode.SAME_STEP or not done2.any():
+            return boundary
+        info = sample.get(INFO)
+        final = info.get("final_obs") if isinstance(info, Mapping) else None
+        has = info.get("_final_obs") if final is not None else None
+        copied: set[tuple[str, ...]] = set()
+        for i in np.flatnonzero(done2).tolist():
+            if final is None or has is None or not has[i]:
+                boundary[i] = True  # next observation is a reset observation: keep, never train
+                continue
+            for key, value in _leaves(_array(final[i]), _STORED[OBS2]):
+                if key not in entries or value.shape != entries[key].shape[1:]:
+                    want = entries[key].shape[1:] if key in entries else "no such entry"
+                    raise ValueError(
+                        f"{where}: {INFO}['final_obs'][{i}] gives {_name(key)} shape "
+                        f"{value.shape}, expected {want}."
+                    )
+                if key not in copied:  # the arrays may be the caller's
+                    entries[key], _ = entries[key].copy(), copied.add(key)
+                entries[key][i] = value
+        if boundary.any() and not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"MBReplayBuffer: {int(boundary.sum())} done step(s) without their true final "
+                f"observation ({INFO}['final_obs'] missing in SAME_STEP autoreset mode): they are "
+                "stored but never trained on. Pass the vector env's infos to train on them.",
+                UserWarning,
+                stacklevel=4,
+            )
+        return boundary
+
+    def _check(self, entries: dict, where: str, present: set[str]) -> None:
+        if self.specs is None:
+            first = entries[_STORED[OBS]] if _STORED[OBS] in entries else next(iter(entries.values()))
+            self.num_envs = int(first.shape[0]) if first.ndim else 0
+            if self.num_envs < 1:
+                raise ValueError(f"{where}: {OBS!r} has shape {first.shape}, expected (num_envs, ...).")
+        n = self.num_envs
+        for key, value in entries.items():
+            name = _name(key)
+            if value.ndim == 0 or value.shape[0] != n:
+                raise ValueError(
+                    f"{where}: {name} has shape {value.shape}, expected ({n}, ...) (one row per env)."
+                )
+            if key in (_STORED[DONE], _STORED[DONE2], _STORED[REW], _BOUNDARY_KEY) and value.shape not in ((n,), (n, 1)):
+                raise ValueError(f"{where}: {name} has shape {value.shape}, expected ({n}, 1).")
+            if value.ndim == 1 and key in (_STORED[DONE], _STORED[DONE2], _STORED[REW], _BOUNDARY_KEY):
+                entries[key] = value.reshape(n, 1)
+        specs = {k: (v.shape, v.dtype) for k, v in entries.items()}
+        if self.specs is None:
+            self.specs, self.keys = specs, frozenset(present)
+            return
+        for key, (shape, dtype) in specs.items():
+            want = self.specs.get(key)
+            if want is None:
+                raise KeyError(f"{where}: entry {_name(key)} was not in the first insert.")
+            if shape != want[0]:
+                raise ValueError(f"{where}: {_name(key)} has shape {shape}, expected {want[0]} as in the first insert.")
+            if dtype != want[1]:
+                raise TypeError(f"{where}: {_name(key)} has dtype {dtype}, expected {want[1]} as in the first insert.")
+
+
+class MBReplayBuffer:
+    """Model-based replay with the constructor and methods of pytorchrl's ``MBReplayBuffer``.
+
+    Stores vector-env steps of ``N`` envs in a time ring of ``size`` steps (each
+    env a stream of the episode-aware storage, native dtypes, dict
+    observations kept as dicts) and serves them as epochs of normalised
+    dynamics-model regression pairs: ``train_input = concat(obs, action)``
+    (discrete actions one-hot of width ``action_space.n``) and
+    ``train_label = concat(next_obs - obs[, reward])``, over all envs
+    together. Fixes pytorchrl's M1-M13 (``SPEC-SEEDS.md`` §4):
+
+    * only real transitions are trained on: in NEXT_STEP autoreset mode (the
+      gymnasium default) a step that starts at a final observation (``"Done"``
+      set) is the reset step; in SAME_STEP mode the true final observation is
+      taken from ``EnvironmentInformation["final_obs"]``, and a done step
+      without it is stored but never trained on (with one warning); in
+      DISABLED mode every step is a transition (M1);
+    * no empty batch (M2), a fixed one-hot width (M3), a real resize (M4),
+      ``reset()`` empties (M5), copies in chronological order across the wrap
+      (M6, M12), ``N > 1`` envs (M7), native dtypes (M8), the scaler fitted on
+      training rows only and only when asked (M9), ``num_mini_batch`` /
+      ``num_epochs`` and a holdout split (M10), validated inputs (M11), and
+      ``"Reward"`` optional with a reward function (M13).
+
+    The sampling and storage are the library's components, reachable as
+    :attr:`rb` (a :func:`~torchrl_ext.make_model_based_buffer` buffer with an
+    :class:`~torchrl_ext.samplers.EpochSampler` and a
+    :class:`~torchrl_ext.transforms.ModelPairTransform`). Each env stream
+    holds ``2 * size + 2`` rows, enough for ``size`` steps however often
+    episodes end (each episode's final observation takes a row).
+
+    Args:
+        size (int): capacity along the time axis (steps of all ``N`` envs).
+        device (torch.device or str): device of the generated batches (and
+            of the scaler's statistics when this buffer fits it).
+        actor: duck-typed as in pytorchrl: ``actor.dynamics_model.standard_scaler``
+            (an object with ``fit(inputs, targets)`` and ``transform(inputs,
+            targets)``), ``actor.dynamics_model.reward_function`` (``None``: the
+            reward is a target) and ``actor.action_space`` (``Discrete``:
+            one-hot of width ``n``; ``Box``: as is).
+        algorithm: kept as :attr:`algo`, unused.
+        envs: read for its ``autoreset_mode`` (a gymnasium vector env), else unused.
+
+    Keyword Args:
+        autoreset_mode (AutoresetMode or str, optional): how the vector env
+            resets; defaults to ``envs.autoreset_mode`` if it has one, else
+            ``NEXT_STEP``. pytorchrl's own vector envs reset in the step without
+            keeping the final observation: use ``"SameStep"``.
+        holdout_fraction (float): held-out share of the transitions (fixed
+            until :meth:`resplit`); batches then carry ``"holdout_input"`` /
+            ``"holdout_label"``. Defaults to ``0.0``.
+        ensemble_size (int, optional): ``[E, b, dim]`` batches, one
+            permutation (or bootstrap resample) per member.
+        bootstrap (bool): members resample with replacement.
+        seed (int, optional): seeds permutations and the holdout split.
+
+    Examples:
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> import gymnasium as gym
+        >>> from torchrl_ext import MBReplayBuffer
+        >>> from torchrl_ext.transforms import StandardScaler
+        >>> actor = SimpleNamespace(action_space=gym.spaces.Discrete(3), dynamics_model=SimpleNamespace(
+        ...     standard_scaler=StandardScaler(), reward_function=None))
+        >>> buffer = MBReplayBuffer(100, "cpu", actor, None, None, seed=0)
+        >>> for t in range(5):  # 2 envs
+        ...     buffer.insert_transition({"Observation": np.full((2, 4), t, np.float32),
+        ...         "Action": np.array([[0], [2]]), "Reward": np.ones((2, 1), np.float32),
+        ...         "NextObservation": np.full((2, 4), t + 1, np.float32),
+        ...         "Done": np.zeros((2, 1), np.float32), "NextDone": np.zeros((2, 1), np.float32)})
+        >>> batches = list(buffer.generate_batches(1, mini_batch_size=4))
+        >>> [tuple(b["train_input"].shape) for b in batches], tuple(batches[0]["train_label"].shape)
+        ([(4, 7), (4, 7), (2, 7)], (4, 5))
+    """
+
+    storage_tensors = STORAGE_TENSORS
+
+    def __init__(
+        self,
+        size: int,
+        device: torch.device | str,
+        actor: Any,
+        algorithm: Any,
+        envs: Any,
+        *,
+        autoreset_mode: AutoresetMode | str | Any | None = None,
+        holdout_fraction: float = 0.0,
+        ensemble_size: int | None = None,
+        bootstrap: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"MBReplayBuffer: size={size!r}, expected an int >= 1.")
+        self.max_size = int(size)
+        self.device = torch.device(device)
+        self.actor, self.algo, self.envs = actor, algorithm, envs
+        model = getattr(actor, "dynamics_model", None)
+        self.scaler = getattr(model, "standard_scaler", None)
+        if model is None or not all(callable(getattr(self.scaler, m, None)) for m in ("fit", "transform")):
+            raise AttributeError(
+                "MBReplayBuffer: actor.dynamics_model.standard_scaler must exist and have "
+                f"fit() and transform() methods (got actor {type(actor).__name__}, "
+                f"dynamics_model {type(model).__name__}, scaler {type(self.scaler).__name__})."
+            )
+        if not hasattr(model, "reward_function"):
+            raise AttributeError(
+                "MBReplayBuffer: actor.dynamics_model has no reward_function attribute "
+                "(set it to None when the model predicts the reward)."
+            )
+        self.reward_function = model.reward_function
+        self.num_actions = _num_actions(getattr(actor, "action_space", None))
+        if autoreset_mode is None:
+            autoreset_mode = getattr(envs, "autoreset_mode", AutoresetMode.NEXT_STEP)
+        self.autoreset_mode = GymVectorAdapter(1, autoreset_mode=autoreset_mode).autoreset_mode
+        self.holdout_fraction = float(holdout_fraction)
+        self.ensemble_size = ensemble_size
+        self.bootstrap = bool(bootstrap)
+        self.seed = seed
+        self._scaler_fitted = False
+        self._clear()
+
+    @classmethod
+    def create_factory(
+        cls,
+        size: int,
+        *,
+        autoreset_mode: AutoresetMode | str | None = None,
+        holdout_fraction: float = 0.0,
+        ensemble_size: int | None = None,
+        bootstrap: bool = False,
+        seed: int | None = None,
+    ) -> Callable[[Any, Any, Any, Any], MBReplayBuffer]:
+        """A function ``(device, actor, algorithm, envs) -> MBReplayBuffer`` (pytorchrl's factory).
+
+        Examples:
+            >>> from types import SimpleNamespace
+            >>> import gymnasium as gym
+            >>> from torchrl_ext.transforms import StandardScaler
+            >>> actor = SimpleNamespace(action_space=gym.spaces.Box(-1, 1, (2,)),
+            ...     dynamics_model=SimpleNamespace(standard_scaler=StandardScaler(), reward_function=None))
+            >>> MBReplayBuffer.create_factory(50)("cpu", actor, None, None).max_size
+            50
+        """
+        def create_buffer_instance(device: Any, actor: Any, algorithm: Any, envs: Any) -> MBReplayBuffer:
+            return cls(
+                size, device, actor, algorithm, envs, autoreset_mode=autoreset_mode,
+                holdout_fraction=holdout_fraction, ensemble_size=ensemble_size,
+                bootstrap=bootstrap, seed=seed,
+            )
+
+        return create_buffer_instance
+
+    # ------------------------------------------------------------------ state
+    def _clear(self) -> None:
+        self.size = 0  # steps held
+        self.step = 0  # write position in the time ring
+        self.rb: Any = None  # built on the first insert (the env count fixes the streams)
+        self._converter = _TransitionConverter(self.autoreset_mode, self.reward_function is None)
+        self._rows: torch.Tensor | None = None  # [max_size, N] storage row of each step
+        self._boundary: torch.Tensor | None = None  # [max_size, N] not a real transition
+        self._unplaced: list[int] = []  # time positions of steps held by the batcher
+        self._batcher: StepBatcher | None = None
+
+    def init_tensors(self, sample: dict[str, Any]) -> None:
+        """Fix the key set, shapes, dtypes and ``N`` from ``sample`` and allocate the buffer.
+
+        Called by the first insert; calling it first only validates earlier.
+        """
+        if self.rb is not None:
+            return
+        self._converter.resolve(sample, "MBReplayBuffer.init_tensors")
+        converter = self._converter
+        n = converter.num_envs
+        obs_keys = [k for k in converter.specs if k[:1] == ("observation",)]
+        self.rb = make_model_based_buffer(
+            n * (2 * self.max_size + 2),
+            num_streams=n,
+            observation_keys=obs_keys,
+            reward_key=None if self.reward_function is not None else ("next", "reward"),
+            num_actions=self.num_actions,
+            holdout_fraction=self.holdout_fraction,
+            ensemble_size=self.ensemble_size,
+            bootstrap=self.bootstrap,
+            scaler=self.scaler,
+            done_keys=(*DEFAULT_DONE_KEYS, _BOUNDARY_KEY),
+            seed=self.seed,
+        )
+        self._rows = torch.full((self.max_size, n), -1, dtype=torch.int64)
+        self._boundary = torch.zeros(self.max_size, n, dtype=torch.bool)
+        self._batcher = StepBatcher(self.rb, converter, ADD_CHUNK, on_write=self._placed)
+
+    def _placed(self, rows: torch.Tensor) -> None:
+        # rows [N, T] of the next T held steps, in insertion order
+        slots, self._unplaced = self._unplaced[: rows.shape[1]], self._unplaced[rows.shape[1]:]
+        self._rows[slots] = rows.T
+
+    def _flush(self) -> None:
+        if self._batcher is not None:
+            self._batcher.flush()
+
+    # ---------------------------------------------------------------- inserts
+    def insert_transition(self, sample: dict[str, Any]) -> None:
+        """Store one step of all ``N`` envs (numpy or torch values, ``[N, ...]``).
+
+        Raises:
+            KeyError: a required key is missing, a key is unknown, or the key set
+                differs from the first insert's.
+            ValueError / TypeError: an entry's shape / dtype differs from the first insert's.
+        """
+        self._insert(sample, "MBReplayBuffer.insert_transition")
+
+    def _insert(self, sample: dict[str, Any], where: str) -> None:
+        if self.rb is None:
+            self.init_tensors(sample)
+        entries = self._converter.resolve(sample, where)
+        self._unplaced.append(self.step)
+        try:
+            self._batcher.add_entries(entries)
+        except Exception:
+            self._unplaced.pop()
+            raise
+        self._boundary[self.step] = torch.from_numpy(entries[_BOUNDARY_KEY].reshape(-1))
+        self.step = (self.step + 1) % self.max_size
+        self.size = min(self.size + 1, self.max_size)
+
+
+    def insert_single_tensor_slice(
+        self, tensor_storage: dict[str, Any], tensor_key: str, tensor_values: Any
+    ) -> int:
+        """Stage one key of a slice in ``tensor_storage``; returns its length ``l`` (time axis).
+
+        :meth:`insert_data_slice` stages every key this way, then stores the
+        steps; as in pytorchrl, the write cursor does not move here.
+
+        Raises:
+            KeyError: ``tensor_key`` is not a storage key.
+            ValueError: the values have no time axis, or more steps than ``size``.
+        """
+        if tensor_key not in _STORED:
+            raise KeyError(
+                f"MBReplayBuffer.insert_single_tensor_slice: unknown key {tensor_key!r}; expected "
+                f"one of {list(STORAGE_TENSORS)} or {BOUNDARY!r}."
+            )
+        values = _array(tensor_values)
+        lengths = {np.shape(v)[0] if np.ndim(v) else 0 for _, v in _leaves(values, ())}
+        if len(lengths) != 1 or 0 in lengths:
+            raise ValueError(
+                f"MBReplayBuffer.insert_single_tensor_slice: {tensor_key!r} has time lengths "
+                f"{sorted(lengths)}, expected one length >= 1 for all its entries."
+            )
+        (length,) = lengths
+        if length > self.max_size:
+            raise ValueError(
+                f"MBReplayBuffer.insert_single_tensor_slice: {tensor_key!r} has {length} steps, "
+                f"more than the capacity size={self.max_size}; insert at most {self.max_size} "
+                "(e.g. the newest: values[-size:])."
+            )
+        tensor_storage[tensor_key] = values
+        return int(length)
+
+    def insert_data_slice(self, new_data: dict[str, Any]) -> None:
+        """Append ``T`` steps: each value ``[T, N, ...]`` (``None`` values are skipped).
+
+        Slices from :meth:`get_data_slice` / :meth:`get_all_buffer_data` carry
+        ``"Boundary"``, which then decides which steps are real transitions
+        (their ``"NextObservation"`` already is the true one).
+
+        Raises:
+            KeyError: as :meth:`insert_transition`.
+            ValueError: the keys have different lengths, or more than ``size`` steps.
+        """
+        where = "MBReplayBuffer.insert_data_slice"
+        staged: dict[str, Any] = {}
+        lengths = {
+            key: self.insert_single_tensor_slice(staged, key, value)
+            for key, value in new_data.items()
+            if value is not None and key != INFO
+        }
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"{where}: keys have different lengths {lengths}; expected one time length.")
+        if INFO in new_data and new_data[INFO] is not None:
+            raise ValueError(
+                f"{where}: {INFO!r} cannot be sliced; resolve final observations with "
+                "insert_transition, or pass slices from get_data_slice (with 'Boundary')."
+            )
+        for t in range(next(iter(lengths.values()), 0)):
+            self._insert(_at(staged, t), where)
+
+    # ------------------------------------------------------------------ reads
+    def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, Any]:
+        """Copies of the steps at time positions ``start_pos, start_pos + 1, ... end_pos - 1``.
+
+        Positions are those of the write cursor :attr:`step` (``0 <= pos <
+        size``): the slice walks forward and wraps past the end of the ring, so
+        ``get_data_slice(a, b)`` with ``a > b`` is ``[a, size) + [0, b)`` (M12);
+        ``a == b`` is empty. Values are numpy arrays ``[T, N, ...]`` in their
+        stored dtypes (dicts for dict entries), ``None`` for keys never
+        inserted, plus ``"Boundary"`` (bool ``[T, N, 1]``: not a real
+        transition, never trained on).
+
+        Raises:
+            ValueError: a position is outside the stored steps.
+        """
+        for name, pos, hi in (("start_pos", start_pos, self.size - 1), ("end_pos", end_pos, self.size)):
+            if not 0 <= int(pos) <= hi:
+                raise ValueError(
+                    f"MBReplayBuffer.get_data_slice: {name}={pos}, expected 0 <= {name} <= {hi} "
+                    f"(the buffer holds {self.size} steps)."
+                )
+        count = (int(end_pos) - int(start_pos)) % self.max_size if self.size else 0
+        return self._copy((int(start_pos) + torch.arange(count)) % self.max_size)
+
+    def get_all_buffer_data(self, data_to_cpu: bool = False) -> dict[str, Any]:
+        """Copies of every stored step, oldest first, ``[size, N, ...]`` (M6).
+
+        The data is always returned in CPU memory (numpy arrays), as
+        ``data_to_cpu=True`` asks; see :meth:`get_data_slice` for the keys.
+        """
+        oldest = self.step if self.size == self.max_size else 0
+        return self._copy((oldest + torch.arange(self.size)) % self.max_size)
+
+    def _copy(self, positions: torch.Tensor) -> dict[str, Any]:
+        out: dict[str, Any] = {key: None for key in (*STORAGE_TENSORS, BOUNDARY)}
+        if self.rb is None or not positions.numel():
+            return out
+        self._flush()
+        rows = self._rows[positions]  # [T, N]
+        data = self.rb.storage.get(rows.reshape(-1)).reshape(rows.shape)
+        for name in (*self._converter.keys, BOUNDARY):
+            value = data.get(_STORED[name])
+            if isinstance(value, TensorDictBase):
+                out[name] = _numpy_tree(value)
+            else:
+                out[name] = value.numpy().copy()
+        return out
+
+    def __len__(self) -> int:
+        """Number of stored steps (of all ``N`` envs each)."""
+        return self.size
+
+    # -------------------------------------------------------------- lifecycle
+    def reset(self) -> None:
+        """Empty the buffer: ``size`` and ``step`` to zero, no step kept (M5).
+
+        The key set and the scaler are kept; the next insert may start a new
+        key set.
+        """
+        self._clear()
+
+    def before_gradients(self) -> None:
+        """Refit the scaler on the current training transitions (new data has arrived).
+
+        pytorchrl's gradient worker calls this once after inserting new data,
+        then iterates :meth:`generate_batches` (possibly several times): the
+        normalisation changes here, never in the middle of that training.
+        """
+        if self.size:
+            self.fit_scaler()
+
+    def after_gradients(self, batch: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+        """Returns ``info`` unchanged."""
+        return info
+
+    def fit_scaler(self) -> None:
+        """Fit ``actor.dynamics_model.standard_scaler`` on the training transitions (not the holdout)."""
+        self._dataset(1).fit_scaler()
+        self._scaler_fitted = True
+
+    def resplit(self, seed: int | None = None) -> None:
+        """Draw a new holdout split."""
+        if self.rb is not None:
+            self.rb.sampler.resplit(seed)
+
+    def _dataset(self, batch_size: int) -> ModelEpochDataset:
+        self._flush()
+        if not self.size:
+            raise ValueError("MBReplayBuffer: the buffer is empty; insert transitions first.")
+        window, boundary = self._rows[: self.size], self._boundary[: self.size]
+        rows = window[~boundary]
+        if not rows.numel():
+            raise ValueError(
+                f"MBReplayBuffer: none of the {self.size} stored steps is a real transition "
+                "(all are reset steps or done steps without their final observation)."
+            )
+        return ModelEpochDataset(self.rb, batch_size=batch_size, device=self.device, rows=rows)
+
+    # ----------------------------------------------------------------- batches
+    def generate_batches(
+        self, num_mini_batch: int | None, mini_batch_size: int | None = 256, num_epochs: int = 1
+    ) -> Iterator[dict[str, Any]]:
+        """``num_epochs`` epochs of normalised ``(input, label)`` mini-batches (M10).
+
+        Each epoch visits every training transition of every env exactly once,
+        in a fresh random order, in batches of ``mini_batch_size`` (the last
+        one smaller, never empty: M2). With ``mini_batch_size=None`` the epoch
+        is cut into ``num_mini_batch`` batches instead (pytorchrl's on-policy
+        meaning); otherwise ``num_mini_batch`` is not needed. The scaler is
+        fitted on the training transitions on the first call, then only by
+        :meth:`before_gradients` / :meth:`fit_scaler` (M9).
+
+        Yields:
+            dicts with ``"train_input"`` ``[b, obs_dim + act_dim]`` and
+            ``"train_label"`` ``[b, obs_dim (+ 1)]`` (``[E, b, ...]`` for an
+            ensemble) on ``device``, ``"batch_number"`` (within the epoch) and
+            ``"epoch"``; with a holdout also ``"holdout_input"`` and
+            ``"holdout_label"`` (all held-out transitions).
+
+        Raises:
+            ValueError: the buffer holds no transition, or a count is not >= 1.
+        """
+        if mini_batch_size is None:
+            if num_mini_batch is None or int(num_mini_batch) < 1:
+                raise ValueError(
+                    f"MBReplayBuffer.generate_batches: num_mini_batch={num_mini_batch}, expected "
+                    ">= 1 when mini_batch_size is None."
+                )
+        elif int(mini_batch_size) < 1:
+            raise ValueError(
+                f"MBReplayBuffer.generate_batches: mini_batch_size={mini_batch_size}, expected >= 1."
+            )
+        if int(num_epochs) < 1:
+            raise ValueError(f"MBReplayBuffer.generate_batches: num_epochs={num_epochs}, expected >= 1.")
+        dataset = self._dataset(1)
+        if not self._scaler_fitted:
+            dataset.fit_scaler()
+            self._scaler_fitted = True
+        if mini_batch_size is None:
+            n = dataset.sampler.train_rows(self.rb.storage, dataset.rows).numel()
+            mini_batch_size = -(-n // int(num_mini_batch))
+        dataset.batch_size = int(mini_batch_size)
+        return self._batches(dataset, int(num_epochs))
+
+    def _batches(self, dataset: ModelEpochDataset, num_epochs: int) -> Iterator[dict[str, Any]]:
+        holdout = {}
+        if self.holdout_fraction > 0:
+            holdout = dict(zip(("holdout_input", "holdout_label"), dataset.holdout()))
+        for epoch in range(num_epochs):
+            for j, (inputs, labels) in enumerate(dataset.epoch()):
+                yield {"train_input": inputs, "train_label": labels, "batch_number": j,
+                       "epoch": epoch, **holdout}
+
+    # ------------------------------------------------------------- parameters
+    def update_storage_parameter(self, parameter_name: str, new_parameter_value: Any) -> None:
+        """Change ``"max_size"`` (resizes, keeping the newest steps: M4) or
+        ``"holdout_fraction"`` / ``"validation_percentage"`` (a new split).
+
+        Raises:
+            ValueError: another name, or a bad value.
+        """
+        if parameter_name == "max_size":
+            size = new_parameter_value
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+                raise ValueError(
+                    f"MBReplayBuffer.update_storage_parameter: max_size={size!r}, expected an int >= 1."
+                )
+            data = self.get_all_buffer_data()
+            keep = min(self.size, int(size))
+            self.max_size = int(size)
+            self._clear()
+            if keep:
+                self.insert_data_slice(_tail(data, keep))
+        elif parameter_name in ("holdout_fraction", "validation_percentage"):
+            fraction = float(new_parameter_value)
+            if not 0.0 <= fraction < 1.0:
+                raise ValueError(
+                    f"MBReplayBuffer.update_storage_parameter: {parameter_name}={new_parameter_value}, "
+                    "expected a value in [0, 1)."
+                )
+            self.holdout_fraction = fraction
+            if self.rb is not None:
+                self.rb.sampler.holdout_fraction = fraction
+            self.resplit()
+        else:
+            raise ValueError(
+                f"MBReplayBuffer.update_storage_parameter: unknown parameter {parameter_name!r}; "
+                "expected 'max_size', 'holdout_fraction' or 'validation_percentage'."
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(size={self.size}/{self.max_size}, step={self.step}, "
+            f"num_envs={self._converter.num_envs}, autoreset_mode={self.autoreset_mode.value})"
+        )
+
+
+def _num_actions(space: Any) -> int | None:
+    """One-hot width of a gym / gymnasium ``Discrete`` space; ``None`` for ``Box``."""
+    kind = type(space).__name__
+    if kind == "Discrete" and hasattr(space, "n"):
+        return int(space.n)
+    if kind == "Box":
+        return None
+    raise TypeError(
+        f"MBReplayBuffer: actor.action_space is {kind}, expected a gym or gymnasium "
+        "Discrete or Box space."
+    )
+
+
+def _tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
+    """``fn`` applied to every leaf of nested dicts."""
+    if isinstance(value, Mapping):
+        return {k: _tree_map(fn, v) for k, v in value.items()}
+    return fn(value)
+
+
+def _at(staged: dict[str, Any], t: int) -> dict[str, Any]:
+    """Step ``t`` of staged ``[T, N, ...]`` values."""
+    return {k: _tree_map(lambda v: v[t], value) for k, value in staged.items()}
+
+
+def _tail(data: dict[str, Any], keep: int) -> dict[str, Any]:
+    """The newest ``keep`` steps of a :meth:`MBReplayBuffer.get_all_buffer_data` result."""
+    return {k: None if v is None else _tree_map(lambda x: x[-keep:], v) for k, v in data.items()}
+
+
+def _numpy_tree(td: TensorDictBase) -> dict[str, Any]:
+    return {k: _numpy_tree(v) if isinstance(v, TensorDictBase) else v.numpy().copy()
+            for k, v in td.items()}
