@@ -97,7 +97,8 @@ class ModelEpochDataset(IterableDataset):
     fitted, and afterwards only by :meth:`fit_scaler` (the normalisation does
     not move under a model that is being trained or used by a planner).
 
-    With a ``DataLoader(dataset, batch_size=None, num_workers=W)``, the
+    With a ``DataLoader(dataset, batch_size=None, num_workers=W,
+    collate_fn=identity)`` (batches are TensorDicts already), the
     workers draw one shared epoch order from the DataLoader's seed and serve
     every ``W``-th batch each, so the loader still yields each transition once
     per epoch. Fit the scaler before the workers start.

@@ -81,7 +81,8 @@ class EpochSampler(Sampler):
     last batch is served, so ``for batch in rb:`` iterates exactly one epoch.
     Transitions written during an epoch wait for the next one; a transition
     overwritten during an epoch is skipped (never replaced by the row's new
-    content), so every epoch is a consistent set.
+    content), so every epoch is a consistent set, and :attr:`ran_out` is set
+    by the write that leaves nothing of the epoch to serve.
 
     Holdout: with ``holdout_fraction = p``, each transition is held out with
     probability ``p`` by a hash of its identity (see :func:`holdout_mask`):
@@ -151,6 +152,7 @@ class EpochSampler(Sampler):
         self._tau = np.empty(0, dtype=np.int64)  # [n] their logical time (liveness check)
         self._order: torch.Tensor | None = None  # [n] or [E, n] positions into _rows
         self._position = 0
+        self._storage: TransitionStorage | None = None  # of the epoch: writes are checked against it
 
     def _generator(self) -> torch.Generator | None:
         return self._rng if self._rng is not None else self.generator
@@ -229,6 +231,7 @@ class EpochSampler(Sampler):
         )
         self._position = 0
         self._ran_out = False
+        self._storage = storage
         self.epochs += 1
         return self._rows.numel()
 
@@ -256,23 +259,45 @@ class EpochSampler(Sampler):
         for _ in range(2):  # the current epoch's rest, else one fresh epoch
             if self._order is None or self._position >= self._rows.numel():
                 self.start_epoch(storage)
-            while self._position < self._rows.numel():
-                lo, self._position = self._position, self._position + int(batch_size)
-                picks = self._order[..., lo : self._position]
-                self._ran_out = self._position >= self._rows.numel()
-                rows = self._alive(storage, picks)
-                if rows.shape[-1]:
-                    return rows, {}
+            self._skip_dead(storage)  # rows overwritten since the last look
+            if self._position >= self._rows.numel():
+                continue
+            lo, self._position = self._position, self._position + int(batch_size)
+            picks = self._order[..., lo : self._position]
+            alive = self._alive(storage, picks)  # the first pick is alive
+            rows = self._rows[picks]
+            if not bool(alive.all()):
+                rows = rows[alive] if rows.ndim == 1 else rows[:, alive]
+            self._skip_dead(storage)
+            return rows, {}
         raise RuntimeError("EpochSampler: every transition of a fresh epoch was overwritten.")
 
     def _alive(self, storage: TransitionStorage, picks: torch.Tensor) -> torch.Tensor:
-        # a row rewritten since the epoch started holds another transition: skip it
-        rows = self._rows[picks]
-        tau, _ = storage.index.row_coordinates(rows.numpy())
+        """``[k]`` whether each pick (each column of an ensemble) still holds its transition."""
+        tau, _ = storage.index.row_coordinates(self._rows[picks].numpy())
         alive = torch.from_numpy(tau == self._tau[picks.numpy()])
-        if bool(alive.all()):
-            return rows
-        return rows[alive] if rows.ndim == 1 else rows[:, alive.all(0)]
+        return alive if alive.ndim == 1 else alive.all(0)
+
+    def _skip_dead(self, storage: TransitionStorage) -> None:
+        # Move past rows rewritten since the epoch started (they hold other
+        # transitions now), so ran_out is set as soon as nothing live is left.
+        n = self._rows.numel()
+        chunk = 256
+        while self._position < n:
+            alive = self._alive(storage, self._order[..., self._position : self._position + chunk])
+            if bool(alive.any()):
+                self._position += int(alive.int().argmax())
+                break
+            self._position += alive.numel()
+        self._ran_out = self._position >= n
+
+    def extend(self, index: Any) -> None:
+        """After a write: skip the epoch's rows it overwrote (may end the epoch)."""
+        if self._order is not None and self._storage is not None:
+            self._skip_dead(self._storage)
+
+    def add(self, index: Any) -> None:
+        self.extend(index)
 
     @property
     def ran_out(self) -> bool:  # type: ignore[override]
