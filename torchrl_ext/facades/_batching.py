@@ -38,7 +38,7 @@ class StepBatcher:
     def __init__(
         self,
         rb: TensorDictReplayBuffer,
-        adapter: GymVectorAdapter,
+        adapter: GymVectorAdapter | Any,
         chunk: int,
         on_write: Callable[[torch.Tensor], None] | None = None,
     ) -> None:

@@ -36,6 +36,7 @@ _STORED = {
     BOUNDARY: ("next", "boundary"),
 }
 _DONE_KEY, _BOUNDARY_KEY = ("next", "done"), ("next", "boundary")
+_TRAJ_KEY = ("collector", "traj_ids")  # the writer starts an episode where it changes
 
 
 def _array(value: Any) -> Any:
@@ -70,14 +71,23 @@ class _TransitionConverter:
     not real transitions (``("next", "boundary")``), per autoreset mode.
     """
 
-    def __init__(self, mode: AutoresetMode, reward_required: bool) -> None:
+    def __init__(self, mode: AutoresetMode, reward_required: bool, num_actions: int | None) -> None:
         self.mode = mode
         self.reward_required = reward_required
+        self.num_actions = num_actions
         self.num_envs = 0
         self.specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None = None
         self.keys: frozenset[str] = frozenset()
         self.warned = False
-        self.to_tensordict = GymVectorAdapter.to_tensordict
+        self.traj = np.zeros(0, np.int64)  # [N] episode counter per env
+        self.open = np.zeros(0, bool)  # [N] the env's last step did not end its episode
+        self.last_next: dict[tuple[str, ...], np.ndarray] = {}  # its next observation entries
+
+    def to_tensordict(self, entries: dict[tuple[str, ...], np.ndarray], batch: list[int]) -> Any:
+        """``[N, T]`` TensorDicts (a single step gets ``T = 1``: the writer's stream layout)."""
+        if len(batch) == 1:
+            entries, batch = {k: v[:, None] for k, v in entries.items()}, [batch[0], 1]
+        return GymVectorAdapter.to_tensordict(entries, batch)
 
     def resolve(self, sample: Mapping[str, Any], where: str) -> dict[tuple[str, ...], np.ndarray]:
         if not isinstance(sample, Mapping):
@@ -99,14 +109,15 @@ class _TransitionConverter:
                 f"{REW!r} may only be left out when actor.dynamics_model.reward_function is set"
                 f"{', and Done marks reset steps in NEXT_STEP autoreset mode' if DONE in missing else ''}."
             )
-        if self.specs is not None and present != self.keys:
+        if self.specs is not None and present - {BOUNDARY} != self.keys:
             raise KeyError(
-                f"{where}: keys {sorted(present)} differ from the first insert's {sorted(self.keys)}; "
+                f"{where}: keys {sorted(present - {BOUNDARY})} differ from the first insert's {sorted(self.keys)}; "
                 "every insert must carry the same keys."
             )
         entries: dict[tuple[str, ...], np.ndarray] = {}
-        for name in sorted(present):
-            entries.update(_leaves(_array(sample[name]), _STORED[name]))
+        for name in _STORED:  # checked in this order: Observation first
+            if name in present:
+                entries.update(_leaves(_array(sample[name]), _STORED[name]))
         self._check(entries, where, present)
         n = self.num_envs
         done2 = entries[_STORED[DONE2]].reshape(n) != 0
@@ -116,9 +127,26 @@ class _TransitionConverter:
             boundary = self._boundary(sample, entries, done2, where)
         entries[_BOUNDARY_KEY] = boundary.reshape(n, 1)
         entries[_DONE_KEY] = done2.reshape(n, 1)
+        entries[_TRAJ_KEY] = self._episodes(entries, done2 | boundary)
         if REW not in present:  # a reward function is known: the writer still wants an entry
             entries[_STORED[REW]] = np.zeros((n, 1), np.float32)
         return entries
+
+    def _episodes(self, entries: dict, ends: np.ndarray) -> np.ndarray:
+        # A step that does not start at the previous step's next observation
+        # (slices from several collectors, unrelated inserts) starts a new
+        # episode, although the previous step was not done: the stored rows
+        # keep each observation once, so they must not be joined.
+        n = self.num_envs
+        if not self.traj.size:
+            self.traj, self.open = np.zeros(n, np.int64), np.zeros(n, bool)
+        jump = np.zeros(n, bool)
+        for key, last in self.last_next.items():
+            jump |= (entries[key[1:]] != last).reshape(n, -1).any(1)
+        self.traj += self.open & jump
+        self.open = ~ends
+        self.last_next = {k: v.copy() for k, v in entries.items() if k[:2] == _STORED[OBS2]}
+        return self.traj.copy()
 
     def _boundary(
         self, sample: Mapping[str, Any], entries: dict, done2: np.ndarray, where: str
@@ -131,8 +159,9 @@ class _TransitionConverter:
         if self.mode is not AutoresetMode.SAME_STEP or not done2.any():
             return boundary
         info = sample.get(INFO)
-        final = info.get("final_obs") if isinstance(info, Mapping) else None
-        has = info.get("_final_obs") if final is not None else None
+        final = has = None
+        if isinstance(info, Mapping):
+            final, has = info.get("final_obs"), info.get("_final_obs")
         copied: set[tuple[str, ...]] = set()
         for i in np.flatnonzero(done2).tolist():
             if final is None or has is None or not has[i]:
@@ -146,7 +175,8 @@ class _TransitionConverter:
                         f"{value.shape}, expected {want}."
                     )
                 if key not in copied:  # the arrays may be the caller's
-                    entries[key], _ = entries[key].copy(), copied.add(key)
+                    entries[key] = entries[key].copy()
+                    copied.add(key)
                 entries[key][i] = value
         if boundary.any() and not self.warned:
             self.warned = True
@@ -176,9 +206,17 @@ class _TransitionConverter:
                 raise ValueError(f"{where}: {name} has shape {value.shape}, expected ({n}, 1).")
             if value.ndim == 1 and key in (_STORED[DONE], _STORED[DONE2], _STORED[REW], _BOUNDARY_KEY):
                 entries[key] = value.reshape(n, 1)
-        specs = {k: (v.shape, v.dtype) for k, v in entries.items()}
+        action = entries[_STORED[ACT]]
+        if self.num_actions is not None and not (
+            (action >= 0) & (action < self.num_actions) & (action == np.round(action))
+        ).all():
+            raise ValueError(
+                f"{where}: 'Action' holds {np.unique(action).tolist()[:8]}, expected integers in "
+                f"[0, {self.num_actions}) for the Discrete({self.num_actions}) action space."
+            )
+        specs = {k: (v.shape, v.dtype) for k, v in entries.items() if k != _BOUNDARY_KEY}
         if self.specs is None:
-            self.specs, self.keys = specs, frozenset(present)
+            self.specs, self.keys = specs, frozenset(present - {BOUNDARY})
             return
         for key, (shape, dtype) in specs.items():
             want = self.specs.get(key)
@@ -347,11 +385,13 @@ class MBReplayBuffer:
         self.size = 0  # steps held
         self.step = 0  # write position in the time ring
         self.rb: Any = None  # built on the first insert (the env count fixes the streams)
-        self._converter = _TransitionConverter(self.autoreset_mode, self.reward_function is None)
-        self._rows: torch.Tensor | None = None  # [max_size, N] storage row of each step
-        self._boundary: torch.Tensor | None = None  # [max_size, N] not a real transition
+        self._converter = _TransitionConverter(
+            self.autoreset_mode, self.reward_function is None, self.num_actions
+        )
+        self._rows = torch.empty(0, 0, dtype=torch.int64)  # [max_size, N] storage row of each step
+        self._boundary = torch.empty(0, 0, dtype=torch.bool)  # [max_size, N] not a real transition
         self._unplaced: list[int] = []  # time positions of steps held by the batcher
-        self._batcher: StepBatcher | None = None
+        self._batcher: Any = None  # a StepBatcher once the buffer exists
 
     def init_tensors(self, sample: dict[str, Any]) -> None:
         """Fix the key set, shapes, dtypes and ``N`` from ``sample`` and allocate the buffer.
@@ -363,7 +403,7 @@ class MBReplayBuffer:
         self._converter.resolve(sample, "MBReplayBuffer.init_tensors")
         converter = self._converter
         n = converter.num_envs
-        obs_keys = [k for k in converter.specs if k[:1] == ("observation",)]
+        obs_keys = [k for k in converter.specs or () if k[:1] == ("observation",)]
         self.rb = make_model_based_buffer(
             n * (2 * self.max_size + 2),
             num_streams=n,
@@ -618,7 +658,7 @@ class MBReplayBuffer:
             self._scaler_fitted = True
         if mini_batch_size is None:
             n = dataset.sampler.train_rows(self.rb.storage, dataset.rows).numel()
-            mini_batch_size = -(-n // int(num_mini_batch))
+            mini_batch_size = -(-n // int(num_mini_batch or 1))
         dataset.batch_size = int(mini_batch_size)
         return self._batches(dataset, int(num_epochs))
 

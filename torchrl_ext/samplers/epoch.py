@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
+from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.storages.transition import TransitionStorage
 
@@ -42,6 +43,14 @@ def holdout_mask(stream: np.ndarray, tau: np.ndarray, fraction: float, seed: int
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         x = x ^ (x >> np.uint64(31))
     return (x >> np.uint64(11)).astype(np.float64) * 2.0**-53 < fraction
+
+
+def _index(storage: TransitionStorage) -> EpisodeIndex:
+    if storage.index is None:
+        raise ValueError(
+            "EpochSampler: the buffer holds no transition yet; extend it before sampling."
+        )
+    return storage.index
 
 
 def epoch_order(
@@ -176,12 +185,8 @@ class EpochSampler(Sampler):
         self, storage: TransitionStorage, rows: torch.Tensor | None
     ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         """``(rows, tau, held_out)`` of the candidate transitions."""
-        if storage.index is None:
-            raise ValueError(
-                "EpochSampler: the buffer holds no transition yet; extend it before sampling."
-            )
         rows = storage.live_transition_rows() if rows is None else torch.as_tensor(rows).long()
-        tau, stream = storage.index.row_coordinates(rows.numpy())
+        tau, stream = _index(storage).row_coordinates(rows.numpy())
         return rows, tau, holdout_mask(stream, tau, self.holdout_fraction, self._seed())
 
     def train_rows(self, storage: TransitionStorage, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -260,10 +265,11 @@ class EpochSampler(Sampler):
             if self._order is None or self._position >= self._rows.numel():
                 self.start_epoch(storage)
             self._skip_dead(storage)  # rows overwritten since the last look
-            if self._position >= self._rows.numel():
+            order = self._order
+            if order is None or self._position >= self._rows.numel():
                 continue
             lo, self._position = self._position, self._position + int(batch_size)
-            picks = self._order[..., lo : self._position]
+            picks = order[..., lo : self._position]
             alive = self._alive(storage, picks)  # the first pick is alive
             rows = self._rows[picks]
             if not bool(alive.all()):
@@ -274,17 +280,17 @@ class EpochSampler(Sampler):
 
     def _alive(self, storage: TransitionStorage, picks: torch.Tensor) -> torch.Tensor:
         """``[k]`` whether each pick (each column of an ensemble) still holds its transition."""
-        tau, _ = storage.index.row_coordinates(self._rows[picks].numpy())
+        tau, _ = _index(storage).row_coordinates(self._rows[picks].numpy())
         alive = torch.from_numpy(tau == self._tau[picks.numpy()])
         return alive if alive.ndim == 1 else alive.all(0)
 
     def _skip_dead(self, storage: TransitionStorage) -> None:
         # Move past rows rewritten since the epoch started (they hold other
         # transitions now), so ran_out is set as soon as nothing live is left.
-        n = self._rows.numel()
+        n, order = self._rows.numel(), self._order
         chunk = 256
-        while self._position < n:
-            alive = self._alive(storage, self._order[..., self._position : self._position + chunk])
+        while order is not None and self._position < n:
+            alive = self._alive(storage, order[..., self._position : self._position + chunk])
             if bool(alive.any()):
                 self._position += int(alive.int().argmax())
                 break

@@ -9,6 +9,7 @@ __all__ = ["StandardScaler"]
 
 #: a feature whose standard deviation is below this is left unscaled (std := 1)
 MIN_STD = 1e-8
+_UNFITTED = "StandardScaler.{where}: not fitted yet; call fit(inputs, targets) first."
 
 
 class StandardScaler:
@@ -75,11 +76,12 @@ class StandardScaler:
         Raises:
             RuntimeError: the scaler was never fitted.
         """
-        self._check_fitted("transform")
+        if self.input_mu is None or self.input_std is None:
+            raise RuntimeError(_UNFITTED.format(where="transform"))
         norm_inputs = (inputs - self.input_mu) / self.input_std
         if targets is None:
             return norm_inputs, None
-        if self.target_mu is None:
+        if self.target_mu is None or self.target_std is None:
             raise RuntimeError(
                 "StandardScaler.transform: got targets, but fit() was called without "
                 "targets; call fit(inputs, targets)."
@@ -88,8 +90,9 @@ class StandardScaler:
 
     def inverse_transform(self, targets: torch.Tensor) -> torch.Tensor:
         """Normalised targets back to their units: ``targets * target_std + target_mu``."""
-        self._check_fitted("inverse_transform")
-        if self.target_mu is None:
+        if self.input_mu is None:
+            raise RuntimeError(_UNFITTED.format(where="inverse_transform"))
+        if self.target_mu is None or self.target_std is None:
             raise RuntimeError(
                 "StandardScaler.inverse_transform: fit() was called without targets."
             )
@@ -121,14 +124,8 @@ class StandardScaler:
         std = torch.where(torch.isfinite(std) & (std >= MIN_STD), std, torch.ones_like(std))
         return mu, std
 
-    def _check_fitted(self, where: str) -> None:
-        if not self.fitted:
-            raise RuntimeError(
-                f"StandardScaler.{where}: not fitted yet; call fit(inputs, targets) first."
-            )
-
     def __repr__(self) -> str:
-        dims = "unfitted" if not self.fitted else (
+        dims = "unfitted" if self.input_mu is None else (
             f"in_dim={self.input_mu.shape[-1]}, "
             f"out_dim={None if self.target_mu is None else self.target_mu.shape[-1]}"
         )

@@ -1,0 +1,386 @@
+"""MBReplayBuffer (pytorchrl API): regressions M1-M13, gymnasium vector envs, errors."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from torchrl_ext import MBReplayBuffer
+from torchrl_ext.facades import MBReplayBuffer as FacadeExport
+from torchrl_ext.transforms import StandardScaler
+
+MODES = gym.vector.AutoresetMode
+
+
+def make_actor(space=None, scaler=None, reward_function=None):
+    space = gym.spaces.Discrete(2) if space is None else space
+    model = SimpleNamespace(standard_scaler=scaler if scaler is not None else StandardScaler(),
+                            reward_function=reward_function)
+    return SimpleNamespace(action_space=space, dynamics_model=model)
+
+
+def step(t, n=1, done=0.0, next_done=0.0, obs_dim=2, action=None):
+    """A pytorchrl transition dict of ``n`` envs whose observation is ``t`` (env i: ``t + 100 i``)."""
+    base = (t + 100.0 * np.arange(n, dtype=np.float32))[:, None]
+    return {
+        "Observation": np.repeat(base, obs_dim, 1).astype(np.float32),
+        "Action": np.zeros((n, 1), np.int64) if action is None else action,
+        "Reward": base.astype(np.float32),
+        "NextObservation": np.repeat(base + 1, obs_dim, 1).astype(np.float32),
+        "Done": np.full((n, 1), done, np.float32),
+        "NextDone": np.full((n, 1), next_done, np.float32),
+    }
+
+
+def filled(steps, size=50, n=1, **kwargs):
+    buffer = MBReplayBuffer(size, "cpu", make_actor(), None, None, seed=0, **kwargs)
+    for t in range(steps):
+        buffer.insert_transition(step(t, n))
+    return buffer
+
+
+def decoded(buffer, batches):
+    """De-normalised ``(inputs, labels)`` of every training batch."""
+    scaler = buffer.scaler
+    inputs = torch.cat([b["train_input"] for b in batches]) * scaler.input_std + scaler.input_mu
+    labels = scaler.inverse_transform(torch.cat([b["train_label"] for b in batches]))
+    return inputs, labels
+
+
+# ------------------------------------------------------------ gymnasium vector envs
+def drive(buffer, mode, steps=40, num_envs=3, pass_info=True, seed=0):
+    """Run CartPole (5-step episodes) in ``mode``, inserting pytorchrl transition dicts."""
+    env = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=5)] * num_envs, autoreset_mode=mode
+    )
+    obs, _ = env.reset(seed=seed)
+    done = np.zeros(num_envs, bool)
+    rng = np.random.default_rng(seed)
+    real = 0
+    for _ in range(steps):
+        action = rng.integers(0, 2, num_envs)
+        nxt, reward, term, trunc, info = env.step(action)
+        next_done = term | trunc
+        sample = {"Observation": obs, "Action": action[:, None], "Reward": reward[:, None].astype(np.float32),
+                  "NextObservation": nxt, "Done": done[:, None].astype(np.float32),
+                  "NextDone": next_done[:, None].astype(np.float32)}
+        if pass_info:
+            sample["EnvironmentInformation"] = info
+        buffer.insert_transition(sample)
+        real += int((~done).sum()) if mode == MODES.NEXT_STEP else num_envs
+        if mode == MODES.DISABLED and next_done.any():
+            nxt, _ = env.reset(options={"reset_mask": next_done})
+        obs, done = nxt, next_done
+    env.close()
+    return real
+
+
+def assert_cartpole_dynamics(inputs, labels):
+    """Every pair is a real CartPole step: obs + delta == step(obs, action), reward 1."""
+    sim = gym.make("CartPole-v1").unwrapped
+    sim.reset(seed=0)
+    for x, y in zip(inputs.tolist(), labels.tolist()):
+        sim.state, sim.steps_beyond_terminated = np.array(x[:4], np.float64), None
+        nxt, *_ = sim.step(int(np.argmax(x[4:])))
+        np.testing.assert_allclose(np.array(x[:4]) + np.array(y[:4]), nxt, atol=2e-4)
+        assert abs(y[4] - 1.0) < 1e-4
+
+
+@pytest.mark.parametrize("mode", [MODES.NEXT_STEP, MODES.SAME_STEP, MODES.DISABLED])
+def test_m1_only_real_transitions_in_every_autoreset_mode(mode):
+    env_like = SimpleNamespace(autoreset_mode=mode)  # the mode is read from envs
+    buffer = MBReplayBuffer(200, "cpu", make_actor(), None, env_like, seed=0)
+    real = drive(buffer, mode)
+    inputs, labels = decoded(buffer, list(buffer.generate_batches(1, 32)))
+    assert inputs.shape[0] == real  # every real transition, once; reset steps left out
+    assert_cartpole_dynamics(inputs, labels)  # no final -> reset jump anywhere
+
+
+def test_m1_same_step_without_final_obs_is_stored_never_trained_and_warned_once():
+    buffer = MBReplayBuffer(200, "cpu", make_actor(), None, None, autoreset_mode="SameStep", seed=0)
+    with pytest.warns(UserWarning, match=r"without their true final observation .* never trained on") as record:
+        drive(buffer, MODES.SAME_STEP, pass_info=False)
+    assert len(record) == 1
+    data = buffer.get_all_buffer_data()
+    boundary = data["Boundary"][..., 0]
+    assert (boundary == (data["NextDone"][..., 0] != 0)).all() and boundary.any()
+    inputs, labels = decoded(buffer, list(buffer.generate_batches(1, 32)))
+    assert inputs.shape[0] == boundary.size - boundary.sum()
+    assert_cartpole_dynamics(inputs, labels)
+
+
+def test_m1_next_step_keeps_reset_steps_in_slices_but_not_in_batches():
+    buffer = MBReplayBuffer(200, "cpu", make_actor(), None, None, seed=0)
+    drive(buffer, MODES.NEXT_STEP, steps=12, num_envs=2)
+    data = buffer.get_all_buffer_data()
+    assert data["Observation"].shape == (12, 2, 4)  # every inserted step is stored
+    assert (data["Boundary"][..., 0] == (data["Done"][..., 0] != 0)).all()
+
+
+def test_m2_no_empty_last_batch():
+    buffer = filled(8)
+    assert [b["train_input"].shape[0] for b in buffer.generate_batches(1, 4)] == [4, 4]
+    assert [b["train_input"].shape[0] for b in buffer.generate_batches(1, 3)] == [3, 3, 2]
+
+
+def test_m3_one_hot_width_from_the_action_space():
+    buffer = MBReplayBuffer(20, "cpu", make_actor(gym.spaces.Discrete(5)), None, None)
+    for t in range(4):  # only actions 0 and 1 occur
+        buffer.insert_transition(step(t, action=np.array([[t % 2]])))
+    batch = next(buffer.generate_batches(1, 4))
+    assert batch["train_input"].shape == (4, 2 + 5)
+
+
+def test_m4_max_size_resizes_and_keeps_the_newest_steps():
+    buffer = filled(9, size=6)
+    buffer.update_storage_parameter("max_size", 4)
+    assert (buffer.max_size, buffer.size) == (4, 4)
+    assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [5.0, 6.0, 7.0, 8.0]
+    buffer.update_storage_parameter("max_size", 10)
+    buffer.insert_transition(step(9))
+    assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [5.0, 6.0, 7.0, 8.0, 9.0]
+    assert sum(b["train_input"].shape[0] for b in buffer.generate_batches(1, 2)) == 5
+
+
+def test_m5_reset_empties():
+    buffer = filled(5)
+    buffer.reset()
+    assert (buffer.size, buffer.step, len(buffer)) == (0, 0, 0)
+    assert all(v is None for v in buffer.get_all_buffer_data().values())
+    with pytest.raises(ValueError, match=r"the buffer is empty; insert transitions first"):
+        buffer.generate_batches(1, 4)
+    buffer.insert_transition(step(7))
+    assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [7.0]
+
+
+def test_m6_get_all_buffer_data_copies_in_time_order_across_the_wrap():
+    buffer = filled(13, size=5)
+    data = buffer.get_all_buffer_data(data_to_cpu=True)
+    assert data["Observation"][:, 0, 0].tolist() == [8.0, 9.0, 10.0, 11.0, 12.0]
+    assert data["NextObservation"][:, 0, 0].tolist() == [9.0, 10.0, 11.0, 12.0, 13.0]
+    data["Observation"][:] = -1  # a copy: the buffer is unchanged
+    assert buffer.get_all_buffer_data()["Observation"][0, 0, 0] == 8.0
+
+
+def test_m7_n_envs_are_flattened_into_one_dataset():
+    buffer = filled(4, n=3)
+    batches = list(buffer.generate_batches(1, 5))
+    assert [b["train_input"].shape for b in batches] == [(5, 4), (5, 4), (2, 4)]
+    inputs, _ = decoded(buffer, batches)
+    assert sorted(inputs[:, 0].round().tolist()) == sorted(t + 100.0 * i for t in range(4) for i in range(3))
+
+
+def test_m8_native_dtypes_and_dict_observations():
+    buffer = MBReplayBuffer(10, "cpu", make_actor(), None, None)
+    for t in range(3):
+        obs = {"a": np.full((2, 2), t, np.float64), "b": np.full((2, 3), t, np.uint8)}
+        nxt = {"a": np.full((2, 2), t + 1, np.float64), "b": np.full((2, 3), t + 1, np.uint8)}
+        buffer.insert_transition({"Observation": obs, "NextObservation": nxt, "Action": np.ones((2, 1), np.int64),
+                                  "Reward": np.zeros((2, 1), np.float16), "NextDone": np.zeros((2, 1), bool),
+                                  "Done": np.zeros((2, 1), bool),
+                                  "RecurrentHiddenStates": {"world_model_rhs": np.zeros((2, 1), np.float32)}})
+    data = buffer.get_data_slice(0, 3)
+    assert data["Observation"]["b"].dtype == np.uint8 and data["Observation"]["a"].dtype == np.float64
+    assert data["Action"].dtype == np.int64 and data["Reward"].dtype == np.float16
+    assert data["RecurrentHiddenStates"]["world_model_rhs"].shape == (3, 2, 1)
+    assert data["NextObservation"]["b"][:, 0, 0].tolist() == [1, 2, 3]
+    batch = next(buffer.generate_batches(1, 6))
+    assert batch["train_input"].shape == (6, 2 + 3 + 2) and batch["train_label"].shape == (6, 2 + 3 + 1)
+
+
+class CountingScaler(StandardScaler):
+    def __init__(self):
+        super().__init__()
+        self.fits = 0
+
+    def fit(self, inputs, targets=None):
+        self.fits += 1
+        super().fit(inputs, targets)
+
+
+def test_m9_scaler_fitted_on_training_rows_only_and_only_when_asked():
+    scaler = CountingScaler()
+    buffer = MBReplayBuffer(100, "cpu", make_actor(scaler=scaler), None, None, holdout_fraction=0.3, seed=1)
+    for t in range(40):
+        buffer.insert_transition(step(t))
+    first = list(buffer.generate_batches(1, 8))
+    inputs, _ = decoded(buffer, first)
+    held = first[0]["holdout_input"] * scaler.input_std + scaler.input_mu
+    assert held.shape[0] > 0 and inputs.shape[0] + held.shape[0] == 40
+    assert torch.allclose(scaler.input_mu[0, 0], inputs[:, 0].mean())  # training rows only
+    mu = scaler.input_mu.clone()
+    for t in range(40, 60):
+        buffer.insert_transition(step(t))
+    list(buffer.generate_batches(1, 8))
+    assert scaler.fits == 1 and torch.equal(scaler.input_mu, mu)  # not refitted behind the model's back
+    buffer.before_gradients()  # new data arrived: refit, once
+    assert scaler.fits == 2 and not torch.equal(scaler.input_mu, mu)
+    single = MBReplayBuffer(10, "cpu", make_actor(), None, None)
+    single.insert_transition(step(0))
+    assert torch.isfinite(next(single.generate_batches(1, 4))["train_input"]).all()  # std 1, not NaN
+
+
+def test_m10_num_epochs_num_mini_batch_and_holdout():
+    buffer = filled(20, holdout_fraction=0.25)
+    batches = list(buffer.generate_batches(1, 4, num_epochs=3))
+    assert sorted({b["epoch"] for b in batches}) == [0, 1, 2]
+    per_epoch = [torch.cat([b["train_input"] for b in batches if b["epoch"] == e]) for e in range(3)]
+    held = batches[0]["holdout_input"]
+    n = 20 - held.shape[0]
+    assert all(x.shape[0] == n for x in per_epoch)
+    assert all(torch.equal(x[x[:, 0].argsort()], per_epoch[0][per_epoch[0][:, 0].argsort()]) for x in per_epoch)
+    assert not set(held[:, 0].tolist()) & set(per_epoch[0][:, 0].tolist())  # never trained on
+    sized = list(buffer.generate_batches(4, mini_batch_size=None))
+    assert len(sized) == 4 and sum(b["train_input"].shape[0] for b in sized) == n
+    assert [b["batch_number"] for b in sized] == [0, 1, 2, 3]
+
+
+def test_m10_ensembles():
+    buffer = filled(10, ensemble_size=3)
+    batches = list(buffer.generate_batches(1, 4))
+    assert [tuple(b["train_input"].shape) for b in batches] == [(3, 4, 4), (3, 4, 4), (3, 2, 4)]
+    for member in torch.cat([b["train_input"] for b in batches], 1):
+        assert member[:, 0].unique().numel() == 10  # each member: a permutation
+
+
+def test_m11_slices_are_validated():
+    buffer = filled(3, size=5)
+    data = buffer.get_all_buffer_data()
+    too_long = {k: None if v is None else np.concatenate([v, v]) for k, v in data.items()}
+    with pytest.raises(ValueError, match=r"'Observation' has 6 steps, more than the capacity size=5"):
+        buffer.insert_data_slice(too_long)
+    with pytest.raises(KeyError, match=r"unknown key 'Pixels'"):
+        buffer.insert_data_slice({**data, "Pixels": data["Observation"]})
+    uneven = {**data, "Reward": data["Reward"][:2]}
+    with pytest.raises(ValueError, match=r"keys have different lengths"):
+        buffer.insert_data_slice(uneven)
+    with pytest.raises(KeyError, match=r"keys \[.*\] differ from the first insert's"):
+        buffer.insert_data_slice({k: v for k, v in data.items() if k != "Done"})
+    buffer.insert_data_slice(data)  # a valid slice goes in after the rejected ones
+    assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [1.0, 2.0, 0.0, 1.0, 2.0]
+
+
+def test_m12_get_data_slice_wraps_around():
+    buffer = filled(7, size=5)  # positions 0, 1 hold steps 5, 6; 2..4 hold 2..4
+    assert buffer.step == 2
+    assert buffer.get_data_slice(3, 1)["Observation"][:, 0, 0].tolist() == [3.0, 4.0, 5.0]
+    assert buffer.get_data_slice(2, 2)["Observation"] is None or buffer.get_data_slice(2, 2)["Observation"].size == 0
+    with pytest.raises(ValueError, match=r"start_pos=5, expected 0 <= start_pos <= 4"):
+        buffer.get_data_slice(5, 1)
+
+
+def test_m13_reward_optional_with_a_reward_function():
+    actor = make_actor(reward_function=lambda obs, action, next_obs: 0.0)
+    buffer = MBReplayBuffer(10, "cpu", actor, None, None)
+    for t in range(3):
+        sample = step(t)
+        del sample["Reward"]
+        buffer.insert_transition(sample)
+    assert next(buffer.generate_batches(1, 3))["train_label"].shape == (3, 2)  # delta only
+    assert buffer.get_all_buffer_data()["Reward"] is None
+    without = MBReplayBuffer(10, "cpu", make_actor(), None, None)
+    sample = step(0)
+    del sample["Reward"]
+    with pytest.raises(KeyError, match=r"missing keys \['Reward'\].*reward_function is set"):
+        without.insert_transition(sample)
+
+
+def test_collector_to_learner_round_trip_keeps_the_training_set():
+    collector = MBReplayBuffer(300, "cpu", make_actor(), None, None, autoreset_mode="SameStep", seed=0)
+    drive(collector, MODES.SAME_STEP, steps=30)
+    learner = MBReplayBuffer(300, "cpu", make_actor(), None, None, autoreset_mode="SameStep", seed=0)
+    learner.insert_data_slice(collector.get_all_buffer_data(data_to_cpu=True))
+    collector.reset()
+    a, _ = decoded(learner, list(learner.generate_batches(1, 64)))
+    assert a.shape[0] == 90
+    assert_cartpole_dynamics(*decoded(learner, list(learner.generate_batches(1, 64))))
+
+
+def test_slices_of_two_collectors_are_not_joined():
+    # async pytorchrl: a learner gets slices of several collectors one after the other
+    learner = MBReplayBuffer(300, "cpu", make_actor(), None, None, autoreset_mode="SameStep", seed=0)
+    for seed in (1, 2, 3):
+        collector = MBReplayBuffer(300, "cpu", make_actor(), None, None, autoreset_mode="SameStep")
+        drive(collector, MODES.SAME_STEP, steps=7, seed=seed)
+        learner.insert_data_slice(collector.get_all_buffer_data())
+    inputs, labels = decoded(learner, list(learner.generate_batches(1, 64)))
+    assert inputs.shape[0] == 3 * 7 * 3
+    assert_cartpole_dynamics(inputs, labels)
+    assert learner.get_all_buffer_data()["Observation"].shape == (21, 3, 4)
+
+
+def test_pytorchrl_style_scaler_without_fitted_attribute():
+    class PlainScaler:  # pytorchrl's interface: fit / transform, no `fitted`
+        def fit(self, inputs, targets):
+            self.mu, self.std = inputs.mean(0), inputs.std(0) + 1
+
+        def transform(self, inputs, targets=None):
+            return (inputs - self.mu) / self.std, targets
+
+    buffer = MBReplayBuffer(10, "cpu", make_actor(scaler=PlainScaler()), None, None)
+    for t in range(4):
+        buffer.insert_transition(step(t))
+    assert next(buffer.generate_batches(1, 4))["train_input"].shape == (4, 4)
+
+
+def test_factory_torch_inputs_and_export():
+    assert FacadeExport is MBReplayBuffer
+    buffer = MBReplayBuffer.create_factory(8, holdout_fraction=0.0)("cpu", make_actor(gym.spaces.Box(-1, 1, (2,))), None, None)
+    sample = {k: torch.from_numpy(v) for k, v in step(0, action=np.zeros((1, 2), np.float32)).items()}
+    buffer.insert_transition(sample)
+    assert buffer.get_all_buffer_data()["Action"].dtype == np.float32
+    assert buffer.after_gradients({}, {"loss": 1.0}) == {"loss": 1.0}
+    assert MBReplayBuffer.storage_tensors == ("Observation", "RecurrentHiddenStates", "Done", "Action",
+                                              "Reward", "NextObservation", "NextRecurrentHiddenStates", "NextDone")
+
+
+def test_errors():
+    with pytest.raises(AttributeError, match=r"actor.dynamics_model.standard_scaler must exist"):
+        MBReplayBuffer(10, "cpu", SimpleNamespace(action_space=gym.spaces.Discrete(2)), None, None)
+    no_reward_fn = SimpleNamespace(action_space=gym.spaces.Discrete(2),
+                                   dynamics_model=SimpleNamespace(standard_scaler=StandardScaler()))
+    with pytest.raises(AttributeError, match=r"no reward_function attribute"):
+        MBReplayBuffer(10, "cpu", no_reward_fn, None, None)
+    with pytest.raises(TypeError, match=r"actor.action_space is MultiBinary, expected a gym or gymnasium Discrete or Box"):
+        MBReplayBuffer(10, "cpu", make_actor(gym.spaces.MultiBinary(3)), None, None)
+    with pytest.raises(ValueError, match=r"size=0, expected an int >= 1"):
+        MBReplayBuffer(0, "cpu", make_actor(), None, None)
+    with pytest.raises(ValueError, match=r"autoreset_mode='Sometimes'"):
+        MBReplayBuffer(10, "cpu", make_actor(), None, None, autoreset_mode="Sometimes")
+    buffer = filled(2)
+    bad = step(2)
+    bad["NextObservation"] = np.zeros((1, 3), np.float32)
+    with pytest.raises(ValueError, match=r"'NextObservation' has shape \(1, 3\), expected \(1, 2\) as in the first insert"):
+        buffer.insert_transition(bad)
+    bad = step(2)
+    bad["Action"] = bad["Action"].astype(np.int32)
+    with pytest.raises(TypeError, match=r"'Action' has dtype int32, expected int64 as in the first insert"):
+        buffer.insert_transition(bad)
+    bad = step(2, n=2)
+    with pytest.raises(ValueError, match=r"'Observation' has shape \(2, 2\), expected \(1, \.\.\.\) \(one row per env\)"):
+        buffer.insert_transition(bad)
+    missing = step(2)
+    del missing["NextDone"]
+    with pytest.raises(KeyError, match=r"missing keys \['NextDone'\]"):
+        buffer.insert_transition(missing)
+    with pytest.raises(KeyError, match=r"unknown keys \['Extra'\]"):
+        buffer.insert_transition({**step(2), "Extra": np.zeros(1)})
+    with pytest.raises(ValueError, match=r"'Action' holds \[7\], expected integers in \[0, 2\) for the Discrete\(2\)"):
+        buffer.insert_transition(step(2, action=np.array([[7]])))
+    with pytest.raises(ValueError, match=r"unknown parameter 'gamma'"):
+        buffer.update_storage_parameter("gamma", 0.9)
+    with pytest.raises(ValueError, match=r"max_size=-1, expected an int >= 1"):
+        buffer.update_storage_parameter("max_size", -1)
+    with pytest.raises(ValueError, match=r"validation_percentage=1.5, expected a value in \[0, 1\)"):
+        buffer.update_storage_parameter("validation_percentage", 1.5)
+    with pytest.raises(ValueError, match=r"mini_batch_size=0, expected >= 1"):
+        buffer.generate_batches(1, 0)
+    with pytest.raises(ValueError, match=r"num_epochs=0, expected >= 1"):
+        buffer.generate_batches(1, 4, num_epochs=0)
+    with pytest.raises(ValueError, match=r"num_mini_batch=None, expected >= 1 when mini_batch_size is None"):
+        buffer.generate_batches(None, None)
+    with pytest.raises(TypeError, match=r"expected a dict of transition entries, got list"):
+        buffer.insert_transition([1, 2])
