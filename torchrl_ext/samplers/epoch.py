@@ -185,8 +185,9 @@ class EpochSampler(Sampler):
         self, storage: TransitionStorage, rows: torch.Tensor | None
     ) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         """``(rows, tau, held_out)`` of the candidate transitions."""
+        index = _index(storage)
         rows = storage.live_transition_rows() if rows is None else torch.as_tensor(rows).long()
-        tau, stream = _index(storage).row_coordinates(rows.numpy())
+        tau, stream = index.row_coordinates(rows.numpy())
         return rows, tau, holdout_mask(stream, tau, self.holdout_fraction, self._seed())
 
     def train_rows(self, storage: TransitionStorage, rows: torch.Tensor | None = None) -> torch.Tensor:
