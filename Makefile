@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[test,docs]"
+	$(PY) -m pip install -q -e ".[test,docs,examples]"
 	touch $(STAMP)
 
 .PHONY: demo test docs bench
@@ -23,4 +23,7 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
+	# model-based peers (W5): their pins would move gymnasium / omegaconf, so no deps; then their imports
+	$(PY) -m pip install -q --no-deps mbrl==0.2.0 pytorchrl==3.2.15 gym==0.26.2 gym-notices==0.1.0
+	$(PY) -m pip install -q omegaconf termcolor pyyaml attrs
 	$(PY) benchmarks/run.py

@@ -9,7 +9,10 @@ Run with ``make demo`` (or ``.venv/bin/python examples/demo.py``). It
 3. samples both, checks that terminated transitions carry the true terminal
    observation, and round-trips each buffer through a checkpoint;
 4. runs ``examples/sequence_replay.py --quick``: a collector feeding an
-   ``EpisodeReplayBuffer`` step by step, ``[batch, length]`` sequences for a GRU.
+   ``EpisodeReplayBuffer`` step by step, ``[batch, length]`` sequences for a GRU;
+5. runs ``examples/model_based_pendulum.py --quick``: a collector filling pytorchrl's
+   ``MBReplayBuffer`` API, an ensemble dynamics model trained on ``generate_batches``
+   and a CEM planner on Pendulum.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from torchrl.envs import GymEnv, SerialEnv
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.envs import GymVectorAdapter
 
+import model_based_pendulum  # examples/model_based_pendulum.py, next to this script
 import sequence_replay  # examples/sequence_replay.py, next to this script
 
 # torchrl logs storage allocations at INFO level; keep the output to the table
@@ -177,6 +181,7 @@ def main() -> None:
     for label, text in notes:
         print(f"{label:<14}{text}")
     sequence_section()
+    model_based_section()
     print(f"done in {time.perf_counter() - started:.1f} s")
 
 
@@ -196,6 +201,28 @@ def sequence_section() -> None:
                          f"(mean {result['mean_mse']:.4f}): CartPole velocities from positions"),
         ("", f"only, held-out episodes ({result['seconds']:.1f} s; full run: "
              "examples/sequence_replay.py)"),
+    ]
+    for label, text in rows:
+        print(f"{label:<14}{text}")
+
+
+def model_based_section() -> None:
+    """Model-based replay: the quick run of examples/model_based_pendulum.py, summarized."""
+    print()
+    print("model-based: Collector SerialEnv(2 x Pendulum) -> MBReplayBuffer.insert_data_slice "
+          "-> generate_batches -> ensemble MLP + CEM ...", flush=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # its own table: see the script
+        result = model_based_pendulum.main(["--quick", "--no-plot", "--no-progress",
+                                            "--seed", str(SEED)])
+    (last,) = result["history"][-1:]
+    clean, jumps = result["m1"].values()
+    rows = [
+        ("model", f"held-out one-step MSE {last['heldout_error']:.2e} after "
+                  f"{last['transitions']:,.0f} transitions (quick run: 5 epochs)"),
+        ("planner", f"CEM mean return {last['return']:.0f} vs random {result['random_return']:.0f} "
+                    "(short episodes; full run: examples/model_based_pendulum.py)"),
+        ("M1", f"held-out MSE {clean:.2e} trained on real transitions, {jumps:.2e} with "
+               "pytorchrl's final -> reset jumps kept"),
     ]
     for label, text in rows:
         print(f"{label:<14}{text}")

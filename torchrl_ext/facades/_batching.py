@@ -1,10 +1,9 @@
 """Facade writes in ``[num_envs, T]`` chunks: one buffer write per ``T`` env steps."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-import torch
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext.envs.gym import GymVectorAdapter
@@ -28,36 +27,23 @@ class StepBatcher:
 
     Args:
         rb: the buffer (its writer takes ``[num_envs, T]`` data with a mask).
-        adapter: resolves each step's autoreset semantics (``resolve``), and
-            has ``num_envs`` and ``to_tensordict``.
+        adapter: resolves each step's autoreset semantics.
         chunk: steps held before a write.
-        on_write: called with the ``[num_envs, T]`` rows of every write, in
-            the order the steps were added.
     """
 
-    def __init__(
-        self,
-        rb: TensorDictReplayBuffer,
-        adapter: GymVectorAdapter | Any,
-        chunk: int,
-        on_write: Callable[[torch.Tensor], None] | None = None,
-    ) -> None:
+    def __init__(self, rb: TensorDictReplayBuffer, adapter: GymVectorAdapter, chunk: int) -> None:
         self.rb = rb
         self.adapter = adapter
         self.chunk = max(1, int(chunk))
-        self.on_write = on_write
         self._pending: list[dict[tuple[str, ...], np.ndarray]] = []
         self._specs: dict[tuple[str, ...], tuple] | None = None
 
     def add(self, *step: Any) -> None:
-        self.add_entries(self.adapter.resolve(*step))
-
-    def add_entries(self, entries: dict[tuple[str, ...], np.ndarray]) -> None:
-        """Hold (or write) one step already resolved into TorchRL entries."""
+        entries = self.adapter.resolve(*step)
         specs = {k: (v.shape, v.dtype) for k, v in entries.items()}
         if self._specs is None or specs != self._specs:
             self.flush()
-            self._extend(self.adapter.to_tensordict(entries, [self.adapter.num_envs]))
+            self.rb.extend(self.adapter.to_tensordict(entries, [self.adapter.num_envs]))
             self._specs = specs  # reached only if the buffer took the step
             return
         # copies: the caller may reuse its arrays for the next step
@@ -71,12 +57,7 @@ class StepBatcher:
             return
         pending, self._pending = self._pending, []
         stacked = {k: np.stack([p[k] for p in pending], axis=1) for k in pending[0]}
-        self._extend(self.adapter.to_tensordict(stacked, [self.adapter.num_envs, len(pending)]))
-
-    def _extend(self, data: Any) -> None:
-        rows = self.rb.extend(data)
-        if self.on_write is not None:
-            self.on_write(rows.reshape(self.adapter.num_envs, -1))
+        self.rb.extend(self.adapter.to_tensordict(stacked, [self.adapter.num_envs, len(pending)]))
 
     def clear(self) -> None:
         """Drop held steps (the buffer is being emptied)."""

@@ -1,8 +1,6 @@
 """pytorchrl's ``MBReplayBuffer`` API over the episode-aware components."""
 from __future__ import annotations
 
-import warnings
-from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -10,222 +8,21 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
-from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
+from torchrl_ext.facades._mb_steps import (
+    BOUNDARY,
+    BOUNDARY_KEY,
+    INFO,
+    STORAGE_TENSORS,
+    STORED,
+    PytorchrlSteps,
+    tree_map,
+)
 from torchrl_ext.model_based import ModelEpochDataset, make_model_based_buffer
 from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS
 
 __all__ = ["MBReplayBuffer"]
 
-OBS, RHS, DONE, ACT, REW = "Observation", "RecurrentHiddenStates", "Done", "Action", "Reward"
-OBS2, RHS2, DONE2, INFO = "NextObservation", "NextRecurrentHiddenStates", "NextDone", "EnvironmentInformation"
-#: extra slice entry: the row is not a real transition (never trained on)
-BOUNDARY = "Boundary"
-STORAGE_TENSORS = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
-
-# pytorchrl key -> TorchRL key of the stored row (Done, RHS and NextDone verbatim
-# under "pytorchrl"; the writer's bool done flags are derived from NextDone / Boundary)
-_STORED = {
-    OBS: ("observation",),
-    OBS2: ("next", "observation"),
-    ACT: ("action",),
-    REW: ("next", "reward"),
-    DONE: ("pytorchrl", DONE),
-    DONE2: ("pytorchrl", DONE2),
-    RHS: ("pytorchrl", RHS),
-    RHS2: ("pytorchrl", RHS2),
-    BOUNDARY: ("next", "boundary"),
-}
-_DONE_KEY, _BOUNDARY_KEY = ("next", "done"), ("next", "boundary")
-_TRAJ_KEY = ("collector", "traj_ids")  # the writer starts an episode where it changes
-
-
-def _array(value: Any) -> Any:
-    """numpy arrays (nested dicts kept), in their native dtype."""
-    return _tree_map(
-        lambda v: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v), value
-    )
-
-
-def _leaves(value: Any, prefix: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from _leaves(v, prefix + (str(k),))
-    else:
-        yield prefix, value
-
-
-def _name(key: tuple[str, ...]) -> str:
-    """The pytorchrl name of a stored entry, for messages: ``'Observation'``, ``"RecurrentHiddenStates['h']"``."""
-    for name, prefix in _STORED.items():
-        if key[: len(prefix)] == prefix:
-            rest = key[len(prefix):]
-            return repr(name) + "".join(f"[{k!r}]" for k in rest)
-    return repr(key)
-
-
-class _TransitionConverter:
-    """pytorchrl transition dicts of ``N`` envs -> TorchRL entries (numpy, ``[N, ...]``).
-
-    Fixes the key set, shapes and dtypes on the first step and checks every
-    later step against them, naming the pytorchrl key. Decides which steps are
-    not real transitions (``("next", "boundary")``), per autoreset mode.
-    """
-
-    def __init__(self, mode: AutoresetMode, reward_required: bool, num_actions: int | None) -> None:
-        self.mode = mode
-        self.reward_required = reward_required
-        self.num_actions = num_actions
-        self.num_envs = 0
-        self.specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None = None
-        self.keys: frozenset[str] = frozenset()
-        self.warned = False
-        self.traj = np.zeros(0, np.int64)  # [N] episode counter per env
-        self.open = np.zeros(0, bool)  # [N] the env's last step did not end its episode
-        self.last_next: dict[tuple[str, ...], np.ndarray] = {}  # its next observation entries
-
-    def to_tensordict(self, entries: dict[tuple[str, ...], np.ndarray], batch: list[int]) -> Any:
-        """``[N, T]`` TensorDicts (a single step gets ``T = 1``: the writer's stream layout)."""
-        if len(batch) == 1:
-            entries, batch = {k: v[:, None] for k, v in entries.items()}, [batch[0], 1]
-        return GymVectorAdapter.to_tensordict(entries, batch)
-
-    def resolve(self, sample: Mapping[str, Any], where: str) -> dict[tuple[str, ...], np.ndarray]:
-        if not isinstance(sample, Mapping):
-            raise TypeError(f"{where}: expected a dict of transition entries, got {type(sample).__name__}.")
-        present = {k for k, v in sample.items() if v is not None and k != INFO}
-        unknown = sorted(map(str, present - set(_STORED)))
-        if unknown:
-            raise KeyError(
-                f"{where}: unknown keys {unknown}; expected keys of MBReplayBuffer.storage_tensors "
-                f"{list(STORAGE_TENSORS)}, {BOUNDARY!r} or {INFO!r}."
-            )
-        required = {OBS, ACT, OBS2, DONE2} | ({REW} if self.reward_required else set())
-        if self.mode is AutoresetMode.NEXT_STEP and BOUNDARY not in present:
-            required.add(DONE)  # a Done step is the reset step, not a transition
-        missing = sorted(required - present)
-        if missing:
-            raise KeyError(
-                f"{where}: missing keys {missing} (present: {sorted(present)}); "
-                f"{REW!r} may only be left out when actor.dynamics_model.reward_function is set"
-                f"{', and Done marks reset steps in NEXT_STEP autoreset mode' if DONE in missing else ''}."
-            )
-        if self.specs is not None and present - {BOUNDARY} != self.keys:
-            raise KeyError(
-                f"{where}: keys {sorted(present - {BOUNDARY})} differ from the first insert's {sorted(self.keys)}; "
-                "every insert must carry the same keys."
-            )
-        entries: dict[tuple[str, ...], np.ndarray] = {}
-        for name in _STORED:  # checked in this order: Observation first
-            if name in present:
-                entries.update(_leaves(_array(sample[name]), _STORED[name]))
-        self._check(entries, where, present)
-        n = self.num_envs
-        done2 = entries[_STORED[DONE2]].reshape(n) != 0
-        if BOUNDARY in present:  # resolved data (a slice of another buffer): authoritative
-            boundary = entries[_BOUNDARY_KEY].reshape(n).astype(bool)
-        else:
-            boundary = self._boundary(sample, entries, done2, where)
-        entries[_BOUNDARY_KEY] = boundary.reshape(n, 1)
-        entries[_DONE_KEY] = done2.reshape(n, 1)
-        entries[_TRAJ_KEY] = self._episodes(entries, done2 | boundary)
-        if REW not in present:  # a reward function is known: the writer still wants an entry
-            entries[_STORED[REW]] = np.zeros((n, 1), np.float32)
-        return entries
-
-    def _episodes(self, entries: dict, ends: np.ndarray) -> np.ndarray:
-        # A step that does not start at the previous step's next observation
-        # (slices from several collectors, unrelated inserts) starts a new
-        # episode, although the previous step was not done: the stored rows
-        # keep each observation once, so they must not be joined.
-        n = self.num_envs
-        if not self.traj.size:
-            self.traj, self.open = np.zeros(n, np.int64), np.zeros(n, bool)
-        jump = np.zeros(n, bool)
-        for key, last in self.last_next.items():
-            jump |= (entries[key[1:]] != last).reshape(n, -1).any(1)
-        self.traj += self.open & jump
-        self.open = ~ends
-        self.last_next = {k: v.copy() for k, v in entries.items() if k[:2] == _STORED[OBS2]}
-        return self.traj.copy()
-
-    def _boundary(
-        self, sample: Mapping[str, Any], entries: dict, done2: np.ndarray, where: str
-    ) -> np.ndarray:
-        n = self.num_envs
-        if self.mode is AutoresetMode.NEXT_STEP:
-            # the step after a done starts at the final observation: the reset step
-            return entries[_STORED[DONE]].reshape(n) != 0
-        boundary = np.zeros(n, dtype=bool)
-        if self.mode is not AutoresetMode.SAME_STEP or not done2.any():
-            return boundary
-        info = sample.get(INFO)
-        final = has = None
-        if isinstance(info, Mapping):
-            final, has = info.get("final_obs"), info.get("_final_obs")
-        copied: set[tuple[str, ...]] = set()
-        for i in np.flatnonzero(done2).tolist():
-            if final is None or has is None or not has[i]:
-                boundary[i] = True  # next observation is a reset observation: keep, never train
-                continue
-            for key, value in _leaves(_array(final[i]), _STORED[OBS2]):
-                if key not in entries or value.shape != entries[key].shape[1:]:
-                    want = entries[key].shape[1:] if key in entries else "no such entry"
-                    raise ValueError(
-                        f"{where}: {INFO}['final_obs'][{i}] gives {_name(key)} shape "
-                        f"{value.shape}, expected {want}."
-                    )
-                if key not in copied:  # the arrays may be the caller's
-                    entries[key] = entries[key].copy()
-                    copied.add(key)
-                entries[key][i] = value
-        if boundary.any() and not self.warned:
-            self.warned = True
-            warnings.warn(
-                f"MBReplayBuffer: {int(boundary.sum())} done step(s) without their true final "
-                f"observation ({INFO}['final_obs'] missing in SAME_STEP autoreset mode): they are "
-                "stored but never trained on. Pass the vector env's infos to train on them.",
-                UserWarning,
-                stacklevel=4,
-            )
-        return boundary
-
-    def _check(self, entries: dict, where: str, present: set[str]) -> None:
-        if self.specs is None:
-            first = entries[_STORED[OBS]] if _STORED[OBS] in entries else next(iter(entries.values()))
-            self.num_envs = int(first.shape[0]) if first.ndim else 0
-            if self.num_envs < 1:
-                raise ValueError(f"{where}: {OBS!r} has shape {first.shape}, expected (num_envs, ...).")
-        n = self.num_envs
-        for key, value in entries.items():
-            name = _name(key)
-            if value.ndim == 0 or value.shape[0] != n:
-                raise ValueError(
-                    f"{where}: {name} has shape {value.shape}, expected ({n}, ...) (one row per env)."
-                )
-            if key in (_STORED[DONE], _STORED[DONE2], _STORED[REW], _BOUNDARY_KEY) and value.shape not in ((n,), (n, 1)):
-                raise ValueError(f"{where}: {name} has shape {value.shape}, expected ({n}, 1).")
-            if value.ndim == 1 and key in (_STORED[DONE], _STORED[DONE2], _STORED[REW], _BOUNDARY_KEY):
-                entries[key] = value.reshape(n, 1)
-        action = entries[_STORED[ACT]]
-        if self.num_actions is not None and not (
-            (action >= 0) & (action < self.num_actions) & (action == np.round(action))
-        ).all():
-            raise ValueError(
-                f"{where}: 'Action' holds {np.unique(action).tolist()[:8]}, expected integers in "
-                f"[0, {self.num_actions}) for the Discrete({self.num_actions}) action space."
-            )
-        specs = {k: (v.shape, v.dtype) for k, v in entries.items() if k != _BOUNDARY_KEY}
-        if self.specs is None:
-            self.specs, self.keys = specs, frozenset(present - {BOUNDARY})
-            return
-        for key, (shape, dtype) in specs.items():
-            want = self.specs.get(key)
-            if want is None:
-                raise KeyError(f"{where}: entry {_name(key)} was not in the first insert.")
-            if shape != want[0]:
-                raise ValueError(f"{where}: {_name(key)} has shape {shape}, expected {want[0]} as in the first insert.")
-            if dtype != want[1]:
-                raise TypeError(f"{where}: {_name(key)} has dtype {dtype}, expected {want[1]} as in the first insert.")
+_CHUNK = 256  # steps staged per buffer write (each write has a fixed cost)
 
 
 class MBReplayBuffer:
@@ -385,76 +182,74 @@ class MBReplayBuffer:
         self.size = 0  # steps held
         self.step = 0  # write position in the time ring
         self.rb: Any = None  # built on the first insert (the env count fixes the streams)
-        self._converter = _TransitionConverter(
-            self.autoreset_mode, self.reward_function is None, self.num_actions
+        self._steps = PytorchrlSteps(
+            self.autoreset_mode, self.reward_function is None, self.num_actions, _CHUNK
         )
         self._rows = torch.empty(0, 0, dtype=torch.int64)  # [max_size, N] storage row of each step
-        self._boundary = torch.empty(0, 0, dtype=torch.bool)  # [max_size, N] not a real transition
-        self._unplaced: list[int] = []  # time positions of steps held by the batcher
-        self._batcher: Any = None  # a StepBatcher once the buffer exists
+        self._boundary = np.empty((0, 0), bool)  # [max_size, N] not a real transition
+        self._staged_at: list[int] = []  # time positions of the staged steps
 
     def init_tensors(self, sample: dict[str, Any]) -> None:
         """Fix the key set, shapes, dtypes and ``N`` from ``sample`` and allocate the buffer.
 
-        Called by the first insert; calling it first only validates earlier.
+        The first insert calls it; calling it first only validates earlier.
         """
-        if self.rb is not None:
-            return
-        self._converter.resolve(sample, "MBReplayBuffer.init_tensors")
-        converter = self._converter
-        n = converter.num_envs
-        obs_keys = [k for k in converter.specs or () if k[:1] == ("observation",)]
+        if self.rb is None:
+            self._steps.step(sample, "MBReplayBuffer.init_tensors")
+            self._build()
+
+    def _build(self) -> None:
+        steps = self._steps
+        n = steps.num_envs
         self.rb = make_model_based_buffer(
             n * (2 * self.max_size + 2),
             num_streams=n,
-            observation_keys=obs_keys,
-            reward_key=None if self.reward_function is not None else ("next", "reward"),
+            observation_keys=[k for k in steps.specs or () if k[:1] == STORED["Observation"]],
+            reward_key=None if self.reward_function is not None else STORED["Reward"],
             num_actions=self.num_actions,
             holdout_fraction=self.holdout_fraction,
             ensemble_size=self.ensemble_size,
             bootstrap=self.bootstrap,
             scaler=self.scaler,
-            done_keys=(*DEFAULT_DONE_KEYS, _BOUNDARY_KEY),
+            done_keys=(*DEFAULT_DONE_KEYS, BOUNDARY_KEY),
             seed=self.seed,
         )
         self._rows = torch.full((self.max_size, n), -1, dtype=torch.int64)
-        self._boundary = torch.zeros(self.max_size, n, dtype=torch.bool)
-        self._batcher = StepBatcher(self.rb, converter, ADD_CHUNK, on_write=self._placed)
-
-    def _placed(self, rows: torch.Tensor) -> None:
-        # rows [N, T] of the next T held steps, in insertion order
-        slots, self._unplaced = self._unplaced[: rows.shape[1]], self._unplaced[rows.shape[1]:]
-        self._rows[slots] = rows.T
+        self._boundary = np.zeros((self.max_size, n), bool)
 
     def _flush(self) -> None:
-        if self._batcher is not None:
-            self._batcher.flush()
+        if self._steps.staged:
+            self._write(self._steps.take(), self._staged_at)
+            self._staged_at = []
+
+    def _write(self, leaves: dict[tuple[str, ...], np.ndarray], positions: list[int]) -> None:
+        rows = self.rb.extend(self._steps.batch(leaves))  # [N, T]
+        self._rows[positions] = rows.T
+
+    def _advance(self, steps: int) -> None:
+        self.step = (self.step + steps) % self.max_size
+        self.size = min(self.size + steps, self.max_size)
 
     # ---------------------------------------------------------------- inserts
     def insert_transition(self, sample: dict[str, Any]) -> None:
         """Store one step of all ``N`` envs (numpy or torch values, ``[N, ...]``).
+
+        Steps are copied into a staging block and written 256 at a time (and
+        before any read), so an insert costs one copy per entry.
 
         Raises:
             KeyError: a required key is missing, a key is unknown, or the key set
                 differs from the first insert's.
             ValueError / TypeError: an entry's shape / dtype differs from the first insert's.
         """
-        self._insert(sample, "MBReplayBuffer.insert_transition")
-
-    def _insert(self, sample: dict[str, Any], where: str) -> None:
+        leaves = self._steps.step(sample, "MBReplayBuffer.insert_transition")
         if self.rb is None:
-            self.init_tensors(sample)
-        entries = self._converter.resolve(sample, where)
-        self._unplaced.append(self.step)
-        try:
-            self._batcher.add_entries(entries)
-        except Exception:
-            self._unplaced.pop()
-            raise
-        self._boundary[self.step] = torch.from_numpy(entries[_BOUNDARY_KEY].reshape(-1))
-        self.step = (self.step + 1) % self.max_size
-        self.size = min(self.size + 1, self.max_size)
-
+            self._build()
+        self._boundary[self.step] = leaves[BOUNDARY_KEY][:, 0]
+        self._staged_at.append(self.step)
+        self._advance(1)
+        if self._steps.stage(leaves):
+            self._flush()
 
     def insert_single_tensor_slice(
         self, tensor_storage: dict[str, Any], tensor_key: str, tensor_values: Any
@@ -468,13 +263,17 @@ class MBReplayBuffer:
             KeyError: ``tensor_key`` is not a storage key.
             ValueError: the values have no time axis, or more steps than ``size``.
         """
-        if tensor_key not in _STORED:
+        if tensor_key not in STORED:
             raise KeyError(
                 f"MBReplayBuffer.insert_single_tensor_slice: unknown key {tensor_key!r}; expected "
                 f"one of {list(STORAGE_TENSORS)} or {BOUNDARY!r}."
             )
-        values = _array(tensor_values)
-        lengths = {np.shape(v)[0] if np.ndim(v) else 0 for _, v in _leaves(values, ())}
+        values = tree_map(
+            lambda v: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v),
+            tensor_values,
+        )
+        lengths: set[int] = set()
+        tree_map(lambda v: lengths.add(np.shape(v)[0] if np.ndim(v) else 0), values)
         if len(lengths) != 1 or 0 in lengths:
             raise ValueError(
                 f"MBReplayBuffer.insert_single_tensor_slice: {tensor_key!r} has time lengths "
@@ -510,13 +309,22 @@ class MBReplayBuffer:
         }
         if len(set(lengths.values())) > 1:
             raise ValueError(f"{where}: keys have different lengths {lengths}; expected one time length.")
-        if INFO in new_data and new_data[INFO] is not None:
+        if new_data.get(INFO) is not None:
             raise ValueError(
                 f"{where}: {INFO!r} cannot be sliced; resolve final observations with "
                 "insert_transition, or pass slices from get_data_slice (with 'Boundary')."
             )
-        for t in range(next(iter(lengths.values()), 0)):
-            self._insert(_at(staged, t), where)
+        if not lengths:
+            return
+        leaves = self._steps.slice(staged, where)
+        if self.rb is None:
+            self._build()
+        self._flush()
+        T = next(iter(lengths.values()))
+        positions = [(self.step + t) % self.max_size for t in range(T)]
+        self._boundary[positions] = leaves[BOUNDARY_KEY][..., 0]
+        self._write(leaves, positions)
+        self._advance(T)
 
     # ------------------------------------------------------------------ reads
     def get_data_slice(self, start_pos: int, end_pos: int) -> dict[str, Any]:
@@ -558,8 +366,8 @@ class MBReplayBuffer:
         self._flush()
         rows = self._rows[positions]  # [T, N]
         data = self.rb.storage.get(rows.reshape(-1)).reshape(rows.shape)
-        for name in (*self._converter.keys, BOUNDARY):
-            value = data.get(_STORED[name])
+        for name in (*self._steps.keys, BOUNDARY):
+            value = data.get(STORED[name])
             if isinstance(value, TensorDictBase):
                 out[name] = _numpy_tree(value)
             else:
@@ -608,7 +416,7 @@ class MBReplayBuffer:
         if not self.size:
             raise ValueError("MBReplayBuffer: the buffer is empty; insert transitions first.")
         window, boundary = self._rows[: self.size], self._boundary[: self.size]
-        rows = window[~boundary]
+        rows = window[torch.from_numpy(~boundary)]
         if not rows.numel():
             raise ValueError(
                 f"MBReplayBuffer: none of the {self.size} stored steps is a real transition "
@@ -711,7 +519,7 @@ class MBReplayBuffer:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(size={self.size}/{self.max_size}, step={self.step}, "
-            f"num_envs={self._converter.num_envs}, autoreset_mode={self.autoreset_mode.value})"
+            f"num_envs={self._steps.num_envs}, autoreset_mode={self.autoreset_mode.value})"
         )
 
 
@@ -728,21 +536,9 @@ def _num_actions(space: Any) -> int | None:
     )
 
 
-def _tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
-    """``fn`` applied to every leaf of nested dicts."""
-    if isinstance(value, Mapping):
-        return {k: _tree_map(fn, v) for k, v in value.items()}
-    return fn(value)
-
-
-def _at(staged: dict[str, Any], t: int) -> dict[str, Any]:
-    """Step ``t`` of staged ``[T, N, ...]`` values."""
-    return {k: _tree_map(lambda v: v[t], value) for k, value in staged.items()}
-
-
 def _tail(data: dict[str, Any], keep: int) -> dict[str, Any]:
     """The newest ``keep`` steps of a :meth:`MBReplayBuffer.get_all_buffer_data` result."""
-    return {k: None if v is None else _tree_map(lambda x: x[-keep:], v) for k, v in data.items()}
+    return {k: None if v is None else tree_map(lambda x: x[-keep:], v) for k, v in data.items()}
 
 
 def _numpy_tree(td: TensorDictBase) -> dict[str, Any]:

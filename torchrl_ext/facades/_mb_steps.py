@@ -1,0 +1,344 @@
+"""pytorchrl transition dicts -> TorchRL ``[N, T]`` batches for :class:`MBReplayBuffer`.
+
+Validation (keys, shapes, dtypes, named as pytorchrl names them), the autoreset
+rules that decide which steps are real transitions, per-step staging (a step is
+one copy into preallocated blocks; the rest is vectorised per block of steps),
+and the episode cuts the episode-aware writer needs.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+
+OBS, RHS, DONE, ACT, REW = "Observation", "RecurrentHiddenStates", "Done", "Action", "Reward"
+OBS2, RHS2, DONE2, INFO = "NextObservation", "NextRecurrentHiddenStates", "NextDone", "EnvironmentInformation"
+#: extra slice entry: the row is not a real transition (never trained on)
+BOUNDARY = "Boundary"
+STORAGE_TENSORS = (OBS, RHS, DONE, ACT, REW, OBS2, RHS2, DONE2)
+
+# pytorchrl key -> TorchRL key of the stored row (Done, RHS and NextDone verbatim
+# under "pytorchrl"; the writer's bool done flags are derived from NextDone / Boundary)
+STORED = {
+    OBS: ("observation",),
+    OBS2: ("next", "observation"),
+    ACT: ("action",),
+    REW: ("next", "reward"),
+    DONE: ("pytorchrl", DONE),
+    DONE2: ("pytorchrl", DONE2),
+    RHS: ("pytorchrl", RHS),
+    RHS2: ("pytorchrl", RHS2),
+    BOUNDARY: ("next", "boundary"),
+}
+DONE_KEY, BOUNDARY_KEY = ("next", "done"), ("next", "boundary")
+TRAJ_KEY = ("collector", "traj_ids")  # the writer starts an episode where it changes
+_FLAGS = (STORED[DONE], STORED[DONE2], STORED[REW], BOUNDARY_KEY)  # [..., N, 1] each
+
+
+def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
+    """``fn`` applied to every leaf of nested dicts."""
+    if isinstance(value, Mapping):
+        return {k: tree_map(fn, v) for k, v in value.items()}
+    return fn(value)
+
+
+def _array(value: Any) -> np.ndarray:
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def _leaves(value: Any, prefix: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _leaves(v, prefix + (str(k),))
+    else:
+        yield prefix, _array(value)
+
+
+def entry_name(key: tuple[str, ...]) -> str:
+    """The pytorchrl name of a stored entry: ``'Observation'``, ``"RecurrentHiddenStates['h']"``."""
+    for name, prefix in STORED.items():
+        if key[: len(prefix)] == prefix:
+            return repr(name) + "".join(f"[{k!r}]" for k in key[len(prefix):])
+    return repr(key)
+
+
+class PytorchrlSteps:
+    """Validates pytorchrl transition dicts of ``N`` envs and makes TorchRL batches of them.
+
+    The first insert fixes the key set, every entry's shape and dtype and
+    ``N``; later inserts are checked against them, errors naming the pytorchrl
+    key. ``("next", "boundary")`` marks the steps that are not real transitions:
+    in NEXT_STEP autoreset mode a step starting at a final observation
+    (``"Done"`` set, the reset step); in SAME_STEP mode a done step whose true
+    final observation is not in ``EnvironmentInformation["final_obs"]`` (warned
+    once); a slice's own ``"Boundary"`` when it has one.
+    """
+
+    def __init__(
+        self, mode: AutoresetMode, reward_required: bool, num_actions: int | None, chunk: int
+    ) -> None:
+        self.mode = mode
+        self.reward_required = reward_required
+        self.num_actions = num_actions
+        self.chunk = chunk
+        self.num_envs = 0
+        self.specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None = None
+        self.keys: frozenset[str] = frozenset()
+        self._fast: tuple[tuple[tuple[str, ...], tuple[int, ...], np.dtype], ...] | None = None
+        self.warned = False
+        self._stage: dict[tuple[str, ...], np.ndarray] = {}
+        self.staged = 0
+        # episode cuts: per env, an episode counter, whether the last step left its
+        # episode open, and that step's next observation entries
+        self._traj = np.zeros(0, np.int64)
+        self._open = np.zeros(0, bool)
+        self._last_next: dict[tuple[str, ...], np.ndarray] = {}
+
+    # ------------------------------------------------------------- validation
+    def step(self, sample: Any, where: str) -> dict[tuple[str, ...], np.ndarray]:
+        """One step's entries ``[N, ...]`` by stored key, with ``("next", "boundary")``."""
+        present = self._present(sample, where)
+        leaves = self._collect(sample, present)
+        self._check(leaves, where, present, ())
+        n = self.num_envs
+        boundary = np.zeros((n, 1), bool)
+        if BOUNDARY in present:  # resolved data: authoritative
+            boundary = leaves[BOUNDARY_KEY] != 0
+        elif self.mode is AutoresetMode.NEXT_STEP:
+            boundary = leaves[STORED[DONE]] != 0  # the step after a done: the reset step
+        elif self.mode is AutoresetMode.SAME_STEP:
+            done = leaves[STORED[DONE2]][:, 0] != 0
+            if done.any():
+                boundary[:, 0] = self._final_observations(sample, leaves, done, where)
+        leaves[BOUNDARY_KEY] = boundary
+        return leaves
+
+    def slice(self, data: dict[str, Any], where: str) -> dict[tuple[str, ...], np.ndarray]:
+        """A slice's entries ``[T, N, ...]`` by stored key, with ``("next", "boundary")``.
+
+        A slice has no ``EnvironmentInformation``: in SAME_STEP mode its done steps
+        are boundaries unless the slice brings its own ``"Boundary"`` (slices from
+        :meth:`MBReplayBuffer.get_data_slice` do).
+        """
+        present = self._present(data, where)
+        leaves = self._collect(data, present)
+        T = next(iter(leaves.values())).shape[0]
+        self._check(leaves, where, present, (T,))
+        if BOUNDARY in present:
+            boundary = leaves[BOUNDARY_KEY] != 0
+        elif self.mode is AutoresetMode.NEXT_STEP:
+            boundary = leaves[STORED[DONE]] != 0
+        elif self.mode is AutoresetMode.SAME_STEP:
+            boundary = leaves[STORED[DONE2]] != 0
+            self._warn(int(boundary.sum()))
+        else:
+            boundary = np.zeros((T, self.num_envs, 1), bool)
+        leaves[BOUNDARY_KEY] = boundary
+        return leaves
+
+    def _present(self, sample: Any, where: str) -> set[str]:
+        if not isinstance(sample, Mapping):
+            raise TypeError(f"{where}: expected a dict of transition entries, got {type(sample).__name__}.")
+        present = {k for k, v in sample.items() if v is not None and k != INFO}
+        if not present <= STORED.keys():
+            raise KeyError(
+                f"{where}: unknown keys {sorted(map(str, present - STORED.keys()))}; expected keys "
+                f"of MBReplayBuffer.storage_tensors {list(STORAGE_TENSORS)}, {BOUNDARY!r} or {INFO!r}."
+            )
+        keys = present - {BOUNDARY}
+        if self.specs is not None and keys == self.keys:
+            return present  # the first insert's keys, validated then
+        required = {OBS, ACT, OBS2, DONE2} | ({REW} if self.reward_required else set())
+        if self.mode is AutoresetMode.NEXT_STEP and BOUNDARY not in present:
+            required.add(DONE)  # a Done step is the reset step, not a transition
+        missing = sorted(required - present)
+        if missing:
+            raise KeyError(
+                f"{where}: missing keys {missing} (present: {sorted(present)}); "
+                f"{REW!r} may only be left out when actor.dynamics_model.reward_function is set"
+                f"{', and Done marks reset steps in NEXT_STEP autoreset mode' if DONE in missing else ''}."
+            )
+        if self.specs is not None:
+            raise KeyError(
+                f"{where}: keys {sorted(keys)} differ from the first insert's {sorted(self.keys)}; "
+                "every insert must carry the same keys."
+            )
+        return present
+
+    @staticmethod
+    def _collect(sample: Mapping[str, Any], present: set[str]) -> dict[tuple[str, ...], np.ndarray]:
+        leaves: dict[tuple[str, ...], np.ndarray] = {}
+        for name, key in STORED.items():  # checked in this order: Observation first
+            if name in present:
+                value = sample[name]
+                if type(value) is np.ndarray:
+                    leaves[key] = value
+                else:
+                    leaves.update(_leaves(value, key))
+        return leaves
+
+    def _check(self, leaves: dict, where: str, present: set[str], lead: tuple[int, ...]) -> None:
+        fast = self._fast
+        if not lead and fast is not None and len(leaves) == len(fast):
+            for key, shape, dtype in fast:  # a step exactly like the first insert's
+                value = leaves.get(key)
+                if value is None or value.shape != shape or (value.dtype is not dtype and value.dtype != dtype):
+                    break
+            else:
+                if self.num_actions is not None:
+                    self._check_actions(leaves[STORED[ACT]], where)
+                return
+        nl = len(lead)
+        if self.specs is None:
+            first = leaves[STORED[OBS]] if STORED[OBS] in leaves else next(iter(leaves.values()))
+            self.num_envs = int(first.shape[nl]) if first.ndim > nl else 0
+            if self.num_envs < 1:
+                raise ValueError(f"{where}: {OBS!r} has shape {first.shape}, expected (num_envs, ...).")
+        n = self.num_envs
+        for key in _FLAGS:  # [..., N] -> [..., N, 1], as stored
+            value = leaves.get(key)
+            if value is not None and value.shape == lead + (n,):
+                leaves[key] = value.reshape(*lead, n, 1)
+        specs = self.specs
+        if specs is not None and all(  # the common case: exactly the first insert's entries
+            (spec := specs.get(k)) is not None and v.shape[nl:] == spec[0] and v.shape[:nl] == lead
+            and v.dtype == spec[1]
+            for k, v in leaves.items() if k != BOUNDARY_KEY
+        ):
+            self._check_actions(leaves[STORED[ACT]], where)
+            return
+        rows = ", ".join(map(str, lead + (n,)))
+        for key, value in leaves.items():
+            if value.shape[: nl + 1] != lead + (n,):
+                raise ValueError(
+                    f"{where}: {entry_name(key)} has shape {value.shape}, expected ({rows}, ...)"
+                    f"{' (one row per env)' if not nl else ' (time, env, ...)'}."
+                )
+            if key in _FLAGS and value.shape[nl:] != (n, 1):
+                raise ValueError(f"{where}: {entry_name(key)} has shape {value.shape}, expected ({rows}, 1).")
+            if specs is None or key == BOUNDARY_KEY:
+                continue
+            want = specs.get(key)
+            if want is None:
+                raise KeyError(f"{where}: entry {entry_name(key)} was not in the first insert.")
+            if value.shape[nl:] != want[0]:
+                raise ValueError(
+                    f"{where}: {entry_name(key)} has shape {value.shape}, expected "
+                    f"{lead + want[0]} as in the first insert."
+                )
+            if value.dtype != want[1]:
+                raise TypeError(
+                    f"{where}: {entry_name(key)} has dtype {value.dtype}, expected {want[1]} as in "
+                    "the first insert."
+                )
+        self._check_actions(leaves[STORED[ACT]], where)
+        if specs is None:
+            self.specs = {k: (v.shape[nl:], v.dtype) for k, v in leaves.items() if k != BOUNDARY_KEY}
+            self.keys = frozenset(present - {BOUNDARY})
+        if not nl and self._fast is None and BOUNDARY_KEY not in leaves:
+            self._fast = tuple((k, v.shape, v.dtype) for k, v in leaves.items())
+
+    def _check_actions(self, action: np.ndarray, where: str) -> None:
+        n = self.num_actions
+        if n is not None and not ((action >= 0) & (action < n) & (action == np.round(action))).all():
+            raise ValueError(
+                f"{where}: 'Action' holds {np.unique(action).tolist()[:8]}, expected integers in "
+                f"[0, {n}) for the Discrete({n}) action space."
+            )
+
+    def _final_observations(
+        self, sample: Mapping[str, Any], leaves: dict, done: np.ndarray, where: str
+    ) -> np.ndarray:
+        """SAME_STEP: put ``final_obs`` in the next observation of done envs; ``[N]`` unknown ones."""
+        info = sample.get(INFO)
+        final = has = None
+        if isinstance(info, Mapping):
+            final, has = info.get("final_obs"), info.get("_final_obs")
+        unknown = np.zeros(self.num_envs, bool)
+        copied: set[tuple[str, ...]] = set()
+        for i in np.flatnonzero(done).tolist():
+            if final is None or has is None or not has[i]:
+                unknown[i] = True  # the next observation is a reset observation: keep, never train
+                continue
+            for key, value in _leaves(final[i], STORED[OBS2]):
+                if key not in leaves or value.shape != leaves[key].shape[1:]:
+                    want = leaves[key].shape[1:] if key in leaves else "no such entry"
+                    raise ValueError(
+                        f"{where}: {INFO}['final_obs'][{i}] gives {entry_name(key)} shape "
+                        f"{value.shape}, expected {want}."
+                    )
+                if key not in copied:  # the arrays may be the caller's
+                    leaves[key] = leaves[key].copy()
+                    copied.add(key)
+                leaves[key][i] = value
+        self._warn(int(unknown.sum()))
+        return unknown
+
+    def _warn(self, count: int) -> None:
+        if count and not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"MBReplayBuffer: {count} done step(s) without their true final observation "
+                f"({INFO}['final_obs'] missing in SAME_STEP autoreset mode): they are stored but "
+                "never trained on. Pass the vector env's infos to train on them.",
+                UserWarning,
+                stacklevel=4,
+            )
+
+    # ---------------------------------------------------------------- staging
+    def stage(self, leaves: dict[tuple[str, ...], np.ndarray]) -> bool:
+        """Copy one step into the staging blocks; True when ``chunk`` steps are held."""
+        if not self._stage:
+            self._stage = {k: np.empty((self.chunk, *v.shape), v.dtype) for k, v in leaves.items()}
+        i = self.staged
+        for key, value in leaves.items():
+            self._stage[key][i] = value
+        self.staged = i + 1
+        return self.staged == self.chunk
+
+    def take(self) -> dict[tuple[str, ...], np.ndarray]:
+        """The staged steps ``[T, N, ...]`` (views, valid until the next :meth:`stage`)."""
+        T, self.staged = self.staged, 0
+        return {k: v[:T] for k, v in self._stage.items()}
+
+    # ------------------------------------------------------------------ batch
+    def batch(self, leaves: dict[tuple[str, ...], np.ndarray]) -> TensorDict:
+        """``[T, N, ...]`` steps as the writer's ``[N, T]`` TorchRL TensorDict.
+
+        Adds ``("next", "done")`` (bool, from ``"NextDone"``), a zero reward when a
+        reward function replaces it, and trajectory ids that start a new episode
+        wherever a step does not start at the previous step's next observation
+        while that episode was still open (unrelated slices one after the other):
+        rows keep each observation once, so such steps must not be joined.
+        """
+        done = leaves[STORED[DONE2]] != 0  # [T, N, 1]
+        ends = (done | leaves[BOUNDARY_KEY])[..., 0]  # [T, N]
+        T, n = ends.shape
+        if not self._traj.size:
+            self._traj, self._open = np.zeros(n, np.int64), np.zeros(n, bool)
+        jump = np.zeros((T, n), bool)
+        for key, nxt in leaves.items():
+            if key[:2] != STORED[OBS2]:
+                continue
+            obs = leaves[key[1:]]
+            last = self._last_next.get(key, obs[0])  # [N, ...]
+            prev = np.concatenate([last[None], nxt[:-1]])  # [T, N, ...]
+            jump |= (obs != prev).reshape(T, n, -1).any(-1)
+            self._last_next[key] = nxt[-1].copy()
+        was_open = np.concatenate([self._open[None], ~ends[:-1]])  # [T, N]
+        traj = self._traj + np.cumsum(was_open & jump, 0)  # [T, N]
+        self._traj, self._open = traj[-1], ~ends[-1]
+        entries = dict(leaves)
+        entries[DONE_KEY] = done
+        entries[TRAJ_KEY] = traj
+        if STORED[REW] not in entries:  # a reward function is known; the writer wants an entry
+            entries[STORED[REW]] = np.zeros((T, n, 1), np.float32)
+        return GymVectorAdapter.to_tensordict(
+            {k: v.swapaxes(0, 1) for k, v in entries.items()}, [n, T]
+        )
