@@ -135,7 +135,7 @@ class ModelEpochDataset(IterableDataset):
         device: torch.device | str = "cpu",
         rows: torch.Tensor | None = None,
     ) -> None:
-        sampler, transform = rb.sampler, rb._transform
+        sampler, transform = rb.sampler, rb.transform
         transform = next((t for t in (transform or []) if isinstance(t, ModelPairTransform)), None)
         if not isinstance(sampler, EpochSampler) or transform is None:
             raise TypeError(
@@ -143,7 +143,7 @@ class ModelEpochDataset(IterableDataset):
                 f"(got sampler {type(sampler).__name__}); build it with make_model_based_buffer()."
             )
         self.rb, self.sampler, self.transform = rb, sampler, transform
-        self.batch_size = int(batch_size if batch_size is not None else rb._batch_size or 256)
+        self.batch_size = int(batch_size if batch_size is not None else rb.batch_size or 256)
         self.device = torch.device(device)
         self.rows = rows
 
@@ -200,8 +200,7 @@ class ModelEpochDataset(IterableDataset):
                 inputs.index_select(0, flat).view(*index.shape, -1),
                 targets.index_select(0, flat).view(*index.shape, -1),
             )
-        self.sampler._position = n  # the buffer's next sample starts a new epoch
-        self.sampler.ran_out = True
+        self.sampler.end_epoch()  # the buffer's next sample starts a new epoch
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         keys = (self.transform.inputs_key, self.transform.targets_key)

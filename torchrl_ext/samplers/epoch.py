@@ -251,6 +251,11 @@ class EpochSampler(Sampler):
         """Transitions of the current epoch served so far (per member)."""
         return self._position
 
+    def end_epoch(self) -> None:
+        """Mark the current epoch as served (the next sample starts a new one)."""
+        self._position = self._rows.numel()
+        self._ran_out = True
+
     def epoch_state(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(rows, order)`` of the current epoch: batch ``j`` of size ``B`` is
         ``rows[order[..., j * B : (j + 1) * B]]``."""
