@@ -326,6 +326,13 @@ def test_pytorchrl_style_scaler_without_fitted_attribute():
     assert next(buffer.generate_batches(1, 4))["train_input"].shape == (4, 4)
 
 
+def test_autoreset_mode_is_read_from_a_gymnasium_vector_env():
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")], autoreset_mode=MODES.SAME_STEP)
+    assert MBReplayBuffer(5, "cpu", make_actor(), None, env).autoreset_mode.value == "SameStep"
+    assert MBReplayBuffer(5, "cpu", make_actor(), None, None).autoreset_mode.value == "NextStep"
+    env.close()
+
+
 def test_factory_torch_inputs_and_export():
     assert FacadeExport is MBReplayBuffer
     buffer = MBReplayBuffer.create_factory(8, holdout_fraction=0.0)("cpu", make_actor(gym.spaces.Box(-1, 1, (2,))), None, None)
@@ -348,6 +355,8 @@ def test_errors():
         MBReplayBuffer(10, "cpu", make_actor(gym.spaces.MultiBinary(3)), None, None)
     with pytest.raises(ValueError, match=r"size=0, expected an int >= 1"):
         MBReplayBuffer(0, "cpu", make_actor(), None, None)
+    with pytest.raises(ValueError, match=r"EpochSampler: holdout_fraction=1.0, expected a value in \[0, 1\)"):
+        MBReplayBuffer(10, "cpu", make_actor(), None, None, holdout_fraction=1.0)
     with pytest.raises(ValueError, match=r"autoreset_mode='Sometimes'"):
         MBReplayBuffer(10, "cpu", make_actor(), None, None, autoreset_mode="Sometimes")
     buffer = filled(2)

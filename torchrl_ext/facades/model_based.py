@@ -18,6 +18,7 @@ from torchrl_ext.facades._mb_steps import (
     tree_map,
 )
 from torchrl_ext.model_based import ModelEpochDataset, make_model_based_buffer
+from torchrl_ext.samplers.epoch import EpochSampler
 from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS
 
 __all__ = ["MBReplayBuffer"]
@@ -139,6 +140,8 @@ class MBReplayBuffer:
         if autoreset_mode is None:
             autoreset_mode = getattr(envs, "autoreset_mode", AutoresetMode.NEXT_STEP)
         self.autoreset_mode = GymVectorAdapter(1, autoreset_mode=autoreset_mode).autoreset_mode
+        # the sampler's own checks, now rather than at the first insert
+        EpochSampler(holdout_fraction=holdout_fraction, ensemble_size=ensemble_size, bootstrap=bootstrap)
         self.holdout_fraction = float(holdout_fraction)
         self.ensemble_size = ensemble_size
         self.bootstrap = bool(bootstrap)
@@ -382,8 +385,8 @@ class MBReplayBuffer:
     def reset(self) -> None:
         """Empty the buffer: ``size`` and ``step`` to zero, no step kept (M5).
 
-        The key set and the scaler are kept; the next insert may start a new
-        key set.
+        The scaler keeps its statistics; the next insert fixes the key set,
+        shapes and dtypes anew.
         """
         self._clear()
 
