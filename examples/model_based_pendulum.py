@@ -289,6 +289,8 @@ def run(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
     history: list[dict[str, float]] = []
     bar = tqdm(range(1, cfg.iterations + 1), desc="train/plan", disable=args.no_progress,
                leave=False)
+    print(f"random actions: mean return {random_return:.1f}")
+    print(HEADER, flush=True)
     for it in bar:
         buffer.before_gradients()  # new data: refit the normaliser, once
         loss = model.train_epochs(buffer, cfg.epochs)
@@ -297,12 +299,16 @@ def run(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
         history.append({"iteration": it, "transitions": float(buffer.size * cfg.num_envs),
                         "loss": loss, "heldout_error": error, "return": score})
         bar.set_postfix(heldout=f"{error:.2e}", ret=f"{score:.0f}")
+        bar.write(row(history[-1]))
         if it < cfg.iterations:
             collect(cfg, planner, cfg.frames_per_iteration, buffer, args.seed + it)
     bar.close()
 
     m1 = m1_effect(buffer, cfg, args.seed)
-    report(history, random_return, m1, time.perf_counter() - started)
+    print("M1: held-out one-step MSE on real transitions, same model and steps:")
+    for name, value in m1.items():
+        print(f"  trained on {name:<22} {value:.2e}")
+    print(f"total time {time.perf_counter() - started:.0f}s")
     if not args.no_plot:
         plot(args.plot, history, random_return, m1)
         print(f"plot: {args.plot}")
@@ -342,16 +348,12 @@ def m1_effect(buffer: MBReplayBuffer, cfg: Config, seed: int) -> dict[str, float
     return errors
 
 
-def report(history: list[dict[str, float]], random_return: float, m1: dict[str, float], seconds: float) -> None:
-    print(f"{'iter':>4}  {'transitions':>11}  {'train loss':>10}  {'held-out MSE':>12}  {'CEM return':>10}")
-    for h in history:
-        print(f"{h['iteration']:>4}  {h['transitions']:>11.0f}  {h['loss']:>10.4f}  "
-              f"{h['heldout_error']:>12.2e}  {h['return']:>10.1f}")
-    print(f"random actions: mean return {random_return:.1f}")
-    print("M1: held-out one-step MSE on real transitions, same model and steps:")
-    for name, value in m1.items():
-        print(f"  trained on {name:<22} {value:.2e}")
-    print(f"total time {seconds:.0f}s")
+HEADER = f"{'iter':>4}  {'transitions':>11}  {'train loss':>10}  {'held-out MSE':>12}  {'CEM return':>10}"
+
+
+def row(h: dict[str, float]) -> str:
+    return (f"{h['iteration']:>4.0f}  {h['transitions']:>11.0f}  {h['loss']:>10.4f}  "
+            f"{h['heldout_error']:>12.2e}  {h['return']:>10.1f}")
 
 
 def plot(path: Path, history: list[dict[str, float]], random_return: float, m1: dict[str, float]) -> None:
