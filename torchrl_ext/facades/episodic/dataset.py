@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import torch
 from tensordict import TensorDictBase
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset
 
 from torchrl_ext.facades.episodic.evictors import Evictor, FIFOEvictor
 from torchrl_ext.facades.episodic.fields import (
@@ -16,7 +16,7 @@ from torchrl_ext.facades.episodic.fields import (
     as_episode,
     verify,
 )
-from torchrl_ext.loader import _DEFAULT_CONTEXT
+from torchrl_ext.loader import SampleStream, worker_loader
 from torchrl_ext.storages.pool import EpisodePool
 
 __all__ = ["EpisodeDataset", "MASK_KEY"]
@@ -99,6 +99,10 @@ class EpisodeDataset(IterableDataset):
 
     def _preferred_num_workers(self, num_workers: int | None) -> int:
         return 0 if num_workers is None else int(num_workers)
+
+    def _max_sampling_rounds(self) -> int:
+        """Rejection rounds before sampling counts the valid windows exactly."""
+        return 16
 
     def _stored(self, episode: TensorDictBase) -> None:
         """Called after an episode is appended (persistence)."""
@@ -326,17 +330,14 @@ class EpisodeDataset(IterableDataset):
             )
         if pin_memory and not torch.cuda.is_available():
             raise ValueError("get_loader: pin_memory=True needs CUDA, which is not available.")
-        workers = self._preferred_num_workers(num_workers)
-        generator = None if seed is None else torch.Generator().manual_seed(seed)
-        stream = SequenceStream(self, chunk_size, sequence_length, pad=pad, seed=seed)
-        return DataLoader(
-            stream,
+        return worker_loader(
+            SequenceStream(self, chunk_size, sequence_length, pad=pad, seed=seed),
             batch_size=batch_size // chunk_size,
             collate_fn=concat_chunks,
-            num_workers=workers,
+            num_workers=self._preferred_num_workers(num_workers),
             pin_memory=bool(pin_memory),
-            generator=generator,
-            multiprocessing_context=(multiprocessing_context or _DEFAULT_CONTEXT) if workers else None,
+            seed=seed,
+            multiprocessing_context=multiprocessing_context,
         )
 
     def __iter__(self) -> Iterator[TensorDictBase]:
@@ -419,7 +420,7 @@ def _pad(chunk: TensorDictBase, width: int) -> TensorDictBase:
     return torch.cat([chunk, tail], 1)
 
 
-class SequenceStream(IterableDataset):
+class SequenceStream(SampleStream):
     """The endless stream of chunks a dataset's loader iterates.
 
     Holds the dataset's :class:`EpisodePool` (shared memory) and the sampling
@@ -437,12 +438,13 @@ class SequenceStream(IterableDataset):
         pad: bool = False,
         seed: int | None = None,
     ) -> None:
+        super().__init__()
         self.dataset = dataset
         self.chunk_size = chunk_size
         self.sequence_length = None if sequence_length is None else int(sequence_length)
         self.pad = pad
         self.seed = seed
-        self.max_rounds = getattr(dataset, "max_sampling_attempts", 16)
+        self.max_rounds = dataset._max_sampling_rounds()
         # the in-process generator (checkpointed by EpisodeReplayBuffer)
         self.generator: torch.Generator | None = None
 
@@ -469,12 +471,8 @@ class SequenceStream(IterableDataset):
             self.generator = torch.Generator().manual_seed(seed)
         return self.generator
 
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        info = get_worker_info()
-        if info is not None:
-            generator = torch.Generator().manual_seed(info.seed)
-        else:
-            generator = self.in_process_generator()
+    def batches(self, generator: torch.Generator | None) -> Iterator[TensorDictBase]:
+        """Endless chunks of ``chunk_size`` sequences drawn from the pool."""
         pool = self._pool()
         while True:
             yield pool.sample(

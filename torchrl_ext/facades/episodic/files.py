@@ -160,6 +160,9 @@ class IndividualFileDataset(EpisodeDataset):
         self._reopening = None
         self._next_id = max((i for i, _ in found), default=-1) + 1
 
+    def _max_sampling_rounds(self) -> int:
+        return self.max_sampling_attempts
+
     def _stored(self, episode: TensorDictBase) -> None:
         if self._reopening is not None:
             self._files.append(self._reopening)
