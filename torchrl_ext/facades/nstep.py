@@ -5,13 +5,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import gymnasium as gym
-import numpy as np
 import torch
 from tensordict import TensorDictBase
 
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
+from torchrl_ext.facades._convert import to_numpy
 from torchrl_ext.facades._tensorclass import documented_tensorclass
 from torchrl_ext.loader import make_loader
 
@@ -204,9 +204,9 @@ class NStepReplayStorage:
         """
         space = self.observation_space
         self._batcher.add(  # written in chunks, flushed before any read
-            _numpy(observations, space), _numpy(actions, self.action_space), _numpy(rewards),
-            _numpy(terminateds).astype(bool), _numpy(truncateds).astype(bool),
-            infos, _numpy(next_observations, space),
+            to_numpy(observations, space), to_numpy(actions, self.action_space), to_numpy(rewards),
+            to_numpy(terminateds).astype(bool), to_numpy(truncateds).astype(bool),
+            infos, to_numpy(next_observations, space),
         )
 
     @property
@@ -276,18 +276,6 @@ class NStepReplayStorage:
             f"{type(self).__name__}(transitions={len(self)}, num_envs={self.num_envs}, "
             f"n_step={self.rb.sampler.n}, batch_size={self.batch_size})"
         )
-
-
-def _numpy(value: Any, space: gym.Space | None = None) -> Any:
-    """numpy arrays, cast to ``space``'s dtype (numpy arithmetic often gives float64)."""
-    if isinstance(value, dict):
-        spaces = getattr(space, "spaces", {})
-        return {k: _numpy(v, spaces.get(k)) for k, v in value.items()}
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    value = np.asarray(value)
-    dtype = getattr(space, "dtype", None)
-    return value if dtype is None else value.astype(dtype, copy=False)
 
 
 def _observations(data: TensorDictBase, keys: list[str]) -> Any:
