@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence, overload
 
 import torch
 from tensordict import TensorDictBase
@@ -108,6 +108,28 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         if not data.ndim:
             data, priority = data.unsqueeze(0), priority.reshape(1)
         self.update_priority(data.get("index"), priority.reshape(data.shape[0], -1).amax(-1))
+
+    @overload
+    def sample(
+        self,
+        batch_size: int | None = None,
+        return_info: Literal[False] = False,
+        include_info: bool | None = None,
+    ) -> TensorDictBase: ...
+
+    @overload
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        return_info: Literal[True],
+        include_info: bool | None = None,
+    ) -> tuple[TensorDictBase, dict]: ...
+
+    @overload
+    def sample(
+        self, batch_size: int | None, return_info: Literal[True], include_info: bool | None = None
+    ) -> tuple[TensorDictBase, dict]: ...
 
     def sample(
         self,

@@ -1,7 +1,7 @@
 """rllte's ``HerReplayStorage`` API over the episode-aware components."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -73,6 +73,25 @@ class HerReplayBatch:
     next_observations: Any
     terminateds: torch.Tensor
     truncateds: torch.Tensor
+
+    if TYPE_CHECKING:  # the signatures tensorclass generates, for type checkers
+
+        def __init__(
+            self,
+            *,
+            observations: Any,
+            actions: torch.Tensor,
+            rewards: torch.Tensor,
+            next_observations: Any,
+            terminateds: torch.Tensor,
+            truncateds: torch.Tensor,
+            batch_size: Sequence[int] | torch.Size,
+            device: torch.device | str | None = None,
+        ) -> None: ...
+
+        def to(self, device: torch.device | str) -> HerReplayBatch: ...
+
+        def __getitem__(self, index: Any) -> HerReplayBatch: ...
 
 
 class HerReplayStorage:
@@ -326,7 +345,7 @@ class HerReplayStorage:
                     found[key] = value
         if self._info_schema is None:
             self._info_schema = {k: (v.dtype, v.shape[1:]) for k, v in found.items()}
-        out = {}
+        out: dict[tuple[str, ...], np.ndarray] = {}
         for key, (dtype, shape) in self._info_schema.items():
             value = found.get(key)
             if value is None or value.shape[1:] != shape:

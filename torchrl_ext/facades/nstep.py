@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import gymnasium as gym
 import torch
@@ -54,6 +54,27 @@ class NStepReplayBatch:
     terminateds: torch.Tensor
     truncateds: torch.Tensor
     steps: torch.Tensor
+
+    if TYPE_CHECKING:  # the signatures tensorclass generates, for type checkers
+
+        def __init__(
+            self,
+            *,
+            observations: Any,
+            actions: torch.Tensor,
+            rewards: torch.Tensor,
+            discounts: torch.Tensor,
+            next_observations: Any,
+            terminateds: torch.Tensor,
+            truncateds: torch.Tensor,
+            steps: torch.Tensor,
+            batch_size: Sequence[int] | torch.Size,
+            device: torch.device | str | None = None,
+        ) -> None: ...
+
+        def to(self, device: torch.device | str) -> NStepReplayBatch: ...
+
+        def __getitem__(self, index: Any) -> NStepReplayBatch: ...
 
 
 class NStepReplayStorage:
@@ -174,8 +195,9 @@ class NStepReplayStorage:
             gamma=discount,
             seed=seed,
         )
-        if self.save_snapshot and (self.snapshot_dir / "buffer").exists():
-            self.rb.loads(self.snapshot_dir / "buffer")
+        if self.snapshot_dir is not None and self.save_snapshot:
+            if (self.snapshot_dir / "buffer").exists():
+                self.rb.loads(self.snapshot_dir / "buffer")
         # workers see added steps once written: at most min(ADD_CHUNK, fetch_every) held
         self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every))
         self._iter: Iterator[TensorDictBase] | None = None
@@ -261,7 +283,7 @@ class NStepReplayStorage:
     # ----------------------------------------------------------------- extras
     def save(self) -> None:
         """Write the episode index and cursors beside the rows in ``snapshot_dir``."""
-        if not self.save_snapshot:
+        if not self.save_snapshot or self.snapshot_dir is None:  # the constructor pairs them
             raise ValueError("NStepReplayStorage.save: only with save_snapshot=True.")
         self._batcher.flush()
         self.rb.dumps(self.snapshot_dir / "buffer")

@@ -10,7 +10,7 @@ from tensordict.utils import NestedKey
 from torchrl_ext.core import windows
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.core.schema import as_key
-from torchrl_ext.samplers.uniform import UniformTransitionSampler
+from torchrl_ext.samplers.uniform import UniformTransitionSampler, check_batch_size, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["SequenceSampler", "draw_episodes", "draw_windows"]
@@ -186,9 +186,9 @@ class SequenceSampler(UniformTransitionSampler):
         self.max_rounds = int(max_rounds)
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
-        index = storage.index
-        if index is None or not index.live_rows().any():
-            raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
+        index = storage_index(storage)
+        if not index.live_rows().any():
+            check_batch_size(batch_size, 0)  # the buffer is empty
         if batch_size < 1:
             raise ValueError(f"cannot sample: batch_size={batch_size}, expected >= 1 sequences.")
         generator = self._generator()

@@ -166,9 +166,16 @@ class EpisodeDataset(IterableDataset):
         )
 
     # ----------------------------------------------------------------- writes
-    def _allocate(self, fields: Fields) -> None:
+    def _allocate(self, fields: Fields) -> EpisodePool:
         self.info.fields = fields
         self._pool = EpisodePool(self.capacity, fields.spec(), **self._pool_options())
+        return self._pool
+
+    def _stored_pool(self) -> EpisodePool:
+        """The pool, which exists once an episode was added (or fields were given)."""
+        if self._pool is None:
+            raise RuntimeError(f"{type(self).__name__}: no episode was added yet.")
+        return self._pool
 
     def add_episode(self, episode: Any) -> None:
         """Store an episode, evicting others (chosen by the evictor) to make room.
@@ -195,9 +202,11 @@ class EpisodeDataset(IterableDataset):
                 f"add_episode: an episode of {length} steps does not fit in "
                 f"{type(self).__name__}(capacity={self.capacity}); raise the capacity."
             )
-        if self._pool is None:
-            self._allocate(Fields.from_episode(episode))
-        verify(episode, self.info.fields, self.info.verification_mode)
+        fields = self.info.fields
+        if fields is None:  # the first episode fixes the fields and allocates the pool
+            fields = Fields.from_episode(episode)
+            self._allocate(fields)
+        verify(episode, fields, self.info.verification_mode)
         while self.num_timesteps + length > self.capacity:
             position = self.evictor(self)
             if not isinstance(position, int) or not 0 <= position < self.num_episodes:
@@ -211,7 +220,7 @@ class EpisodeDataset(IterableDataset):
 
     def append_episode(self, episode: TensorDictBase) -> None:
         """Store ``episode`` in free space (the caller made room) and count it."""
-        self._slots.append(self._pool.append(episode))
+        self._slots.append(self._stored_pool().append(episode))
         length = int(episode.shape[0])
         self.info.episode_lengths.append(length)
         self.info.num_episodes += 1
@@ -221,7 +230,7 @@ class EpisodeDataset(IterableDataset):
 
     def evict_episode(self, idx: int) -> None:
         """Evict the episode at position ``idx`` (0 = oldest) and free its storage."""
-        self._pool.evict(self._slots.pop(idx))
+        self._stored_pool().evict(self._slots.pop(idx))
         length = self.info.episode_lengths.pop(idx)
         self.info.num_episodes -= 1
         self.info.num_timesteps -= length
@@ -271,9 +280,16 @@ class EpisodeDataset(IterableDataset):
         self._slots = list(state["slots"])
         self._longest = max(info.episode_lengths, default=0)
         if state["pool"] is not None:
-            self._pool.load_state_dict(state["pool"])
-        if state["evictor"] is not None:
-            self.evictor.generator.set_state(state["evictor"])  # saved only if it has one
+            self._stored_pool().load_state_dict(state["pool"])
+        if state["evictor"] is not None:  # saved only if the evictor has a generator
+            generator = getattr(self.evictor, "generator", None)
+            if generator is None:
+                raise ValueError(
+                    f"load_state_dict: the checkpoint holds an evictor's generator, but "
+                    f"{type(self.evictor).__name__} has none; restore into a dataset with "
+                    "the same kind of evictor."
+                )
+            generator.set_state(state["evictor"])
 
     # -------------------------------------------------------------- sampling
     def get_loader(

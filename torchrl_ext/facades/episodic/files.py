@@ -47,7 +47,7 @@ class NumpyCompressedSerialization:
                     f"NumpyCompressedSerialization: field {key!r} has dtype {value.dtype}, "
                     "which numpy cannot store; use serialization_strategy='pt'."
                 ) from error
-        np.savez_compressed(file, **arrays)
+        np.savez_compressed(file, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as the allow_pickle flag
 
     def load(self, file: Any) -> dict[str, torch.Tensor]:
         with np.load(file) as data:
