@@ -152,6 +152,46 @@ class EpisodeDataset(IterableDataset):
         return self.num_timesteps / self.num_episodes if self.num_episodes else 0.0
 
     @property
+    def pool(self) -> EpisodePool | None:
+        """The :class:`~torchrl_ext.storages.EpisodePool` holding the episodes.
+
+        ``None`` until the fields are known (the first episode, or ``info.fields``).
+
+        Examples:
+            >>> import torch
+            >>> from torchrl_ext import RingBufferDataset
+            >>> dataset = RingBufferDataset(10, half_precision=True)
+            >>> dataset.pool is None
+            True
+            >>> dataset.add_episode({"obs": torch.zeros(3)})
+            >>> dataset.pool.rows["obs"].dtype  # stored in half precision
+            torch.float16
+        """
+        return self._pool
+
+    def episode(self, position: int) -> TensorDictBase:
+        """The stored episode at ``position`` (0 = oldest), ``[length]`` steps.
+
+        Raises:
+            IndexError: no episode at ``position``.
+
+        Examples:
+            >>> import torch
+            >>> from torchrl_ext import RingBufferDataset
+            >>> dataset = RingBufferDataset(10)
+            >>> dataset.add_episode({"obs": torch.arange(3.0)})
+            >>> dataset.episode(0)["obs"].tolist()
+            [0.0, 1.0, 2.0]
+        """
+        if not -self.num_episodes <= position < self.num_episodes:
+            raise IndexError(
+                f"{type(self).__name__}.episode: position {position}, but {self.num_episodes} "
+                "episodes are stored."
+            )
+        pool = self._stored_pool()
+        return pool.gather(pool.episode_rows(self._slots[position]).numpy())
+
+    @property
     def longest_episode(self) -> int:
         """Length of the longest stored episode (0 when empty)."""
         return self._longest

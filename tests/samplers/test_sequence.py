@@ -17,9 +17,8 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from torchrl.data import TensorDictReplayBuffer
 
-from conftest import CountingSource, steps
+from conftest import CountingSource, run, steps, workloads
 from reference import sequence_reference
-from test_properties import run, workloads
 from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer
 from torchrl_ext.samplers import SequenceSampler
 from torchrl_ext.core import windows
