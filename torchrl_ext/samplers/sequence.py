@@ -33,7 +33,7 @@ def draw_windows(
     gives one window, from its step 0, that the caller pads.
 
     Starts are drawn as live transitions and kept if valid: the one window
-    algorithm, :func:`torchrl_ext.core.windows.draw_windows`, over the
+    algorithm, :func:`torchrl_ext.core.draw_windows`, over the
     episode index (O(batch); exact counting per episode after ``max_rounds``
     rejection rounds, or when valid windows are rare).
 
@@ -141,7 +141,7 @@ class SequenceSampler(UniformTransitionSampler):
         init_key (NestedKey): entry marking episode starts. Defaults to ``"is_init"``.
         max_rounds (int): rejection rounds before the valid windows are counted
             episode by episode (``0``: always count; see
-            :func:`torchrl_ext.core.windows.draw_windows`). Defaults to 16.
+            :func:`torchrl_ext.core.draw_windows`). Defaults to 16.
         generator (torch.Generator, optional): RNG used when the buffer sets none.
 
     Examples:
