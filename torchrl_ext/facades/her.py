@@ -13,7 +13,7 @@ from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext.facades._convert import to_actions, to_numpy
-from torchrl_ext.facades._tensorclass import documented_tensorclass
+from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 
 __all__ = ["HerReplayBatch", "HerReplayStorage", "goal_match_reward"]
 
@@ -40,7 +40,7 @@ def goal_match_reward(
 
 
 @documented_tensorclass
-class HerReplayBatch:
+class HerReplayBatch(TensorclassBatch):
     """A batch of (possibly relabelled) one-step transitions, rllte's fields.
 
     The first ``B - n_virtual`` rows are real, the last ``n_virtual =
@@ -74,7 +74,7 @@ class HerReplayBatch:
     terminateds: torch.Tensor
     truncateds: torch.Tensor
 
-    if TYPE_CHECKING:  # the signatures tensorclass generates, for type checkers
+    if TYPE_CHECKING:  # the constructor tensorclass generates, for type checkers
 
         def __init__(
             self,
@@ -88,10 +88,6 @@ class HerReplayBatch:
             batch_size: Sequence[int] | torch.Size,
             device: torch.device | str | None = None,
         ) -> None: ...
-
-        def to(self, device: torch.device | str) -> HerReplayBatch: ...
-
-        def __getitem__(self, index: Any) -> HerReplayBatch: ...
 
 
 class HerReplayStorage:

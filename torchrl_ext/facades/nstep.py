@@ -12,14 +12,14 @@ from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext.facades._convert import to_numpy
-from torchrl_ext.facades._tensorclass import documented_tensorclass
+from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.loader import make_loader
 
 __all__ = ["NStepReplayBatch", "NStepReplayStorage"]
 
 
 @documented_tensorclass
-class NStepReplayBatch:
+class NStepReplayBatch(TensorclassBatch):
     """A batch of n-step transitions (rllte's fields plus the episode facts).
 
     ``target = rewards + discounts * V(next_observations)``.
@@ -55,7 +55,7 @@ class NStepReplayBatch:
     truncateds: torch.Tensor
     steps: torch.Tensor
 
-    if TYPE_CHECKING:  # the signatures tensorclass generates, for type checkers
+    if TYPE_CHECKING:  # the constructor tensorclass generates, for type checkers
 
         def __init__(
             self,
@@ -71,10 +71,6 @@ class NStepReplayBatch:
             batch_size: Sequence[int] | torch.Size,
             device: torch.device | str | None = None,
         ) -> None: ...
-
-        def to(self, device: torch.device | str) -> NStepReplayBatch: ...
-
-        def __getitem__(self, index: Any) -> NStepReplayBatch: ...
 
 
 class NStepReplayStorage:
