@@ -19,7 +19,9 @@ _COUNTERS = ("free_top", "slot_top", "row_high", "slot_high", "table_head")
 class EpisodePool(NumpyViews):
     """Episodes of step entries stored row by row, with eviction in any order.
 
-    The storage behind the episodic datasets
+    Not a TorchRL ``Storage`` (no buffer writes to it): a store of whole
+    episodes that its owner appends and evicts, and samples windows from (a
+    :class:`~torchrl_ext.core.WindowSource`). The storage behind the episodic datasets
     (:class:`~torchrl_ext.facades.episodic.EpisodeDataset`). Unlike the
     per-stream rings of :class:`~torchrl_ext.storages.TransitionStorage`, whose
     eviction is FIFO by construction, any stored episode can be evicted here,
