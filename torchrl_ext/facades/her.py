@@ -12,7 +12,7 @@ from torchrl_ext.buffer import make_her_replay_buffer
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._convert import to_actions, to_numpy
+from torchrl_ext.facades._convert import space_error, to_actions, to_numpy
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 
 __all__ = ["HerReplayBatch", "HerReplayStorage", "goal_match_reward"]
@@ -199,15 +199,10 @@ class HerReplayStorage:
         seed: int | None = None,
     ) -> None:
         if not isinstance(observation_space, gym.spaces.Dict):
-            raise TypeError(
-                f"HerReplayStorage: observation_space is {type(observation_space).__name__}, "
-                "expected a gymnasium Dict space with the goal entries."
-            )
+            raise space_error("HerReplayStorage", "observation_space", observation_space,
+                              "a gymnasium Dict space with the goal entries")
         if not isinstance(action_space, gym.Space):
-            raise TypeError(
-                f"HerReplayStorage: action_space is {type(action_space).__name__}, "
-                "expected a gymnasium Space."
-            )
+            raise space_error("HerReplayStorage", "action_space", action_space)
         for name, key in (("goal_key", goal_key), ("achieved_goal_key", achieved_goal_key)):
             _subspace(observation_space, as_key(key), name)
         self.num_envs = int(num_envs)

@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._convert import to_numpy
+from torchrl_ext.facades._convert import space_error, to_numpy
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.loader import make_loader
 
@@ -152,16 +152,9 @@ class NStepReplayStorage:
         snapshot_dir: str | Path | None = None,
         seed: int | None = None,
     ) -> None:
-        if not isinstance(observation_space, gym.Space):
-            raise TypeError(
-                f"NStepReplayStorage: observation_space is {type(observation_space).__name__}, "
-                "expected a gymnasium Space."
-            )
-        if not isinstance(action_space, gym.Space):
-            raise TypeError(
-                f"NStepReplayStorage: action_space is {type(action_space).__name__}, "
-                "expected a gymnasium Space."
-            )
+        for name, space in (("observation_space", observation_space), ("action_space", action_space)):
+            if not isinstance(space, gym.Space):
+                raise space_error("NStepReplayStorage", name, space)
         if save_snapshot and snapshot_dir is None:
             raise ValueError(
                 "NStepReplayStorage: save_snapshot=True needs snapshot_dir=...; "
