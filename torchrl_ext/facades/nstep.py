@@ -214,10 +214,10 @@ class NStepReplayStorage:
                 dtype differs from the first step's (the message names it).
         """
         space = self.observation_space
+        # observations and actions take the spaces' dtypes; the adapter converts the rest
         self._batcher.add(  # written in chunks, flushed before any read
-            to_numpy(observations, space), to_numpy(actions, self.action_space), to_numpy(rewards),
-            to_numpy(terminateds).astype(bool), to_numpy(truncateds).astype(bool),
-            infos, to_numpy(next_observations, space),
+            to_numpy(observations, space), to_numpy(actions, self.action_space),
+            rewards, terminateds, truncateds, infos, to_numpy(next_observations, space),
         )
 
     @property
