@@ -183,6 +183,8 @@ class SequenceSampler(UniformTransitionSampler):
         self.pad = bool(pad)
         self.mask_key = as_key(mask_key)
         self.init_key = as_key(init_key)
+        if int(max_rounds) < 0:
+            raise ValueError(f"SequenceSampler: max_rounds={max_rounds}, expected an integer >= 0.")
         self.max_rounds = int(max_rounds)
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
