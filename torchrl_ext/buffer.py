@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence, overload
 
 import torch
 from tensordict import TensorDictBase
@@ -14,6 +14,7 @@ from torchrl.envs.transforms import Compose, Transform
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
+from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
 from torchrl_ext.storages.transition import Backend, TransitionStorage
 from torchrl_ext.transforms.hindsight import HindsightTransform
@@ -99,7 +100,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         maximum priority).
         """
         sampler = self._sampler
-        while isinstance(sampler, (HindsightSampler, NStepSampler)):  # wrappers of a base
+        while isinstance(sampler, RefiningSampler):  # refines the draws of its base
             sampler = sampler.base
         priority = data.get(self.priority_key, None)
         if not isinstance(sampler, PrioritizedTransitionSampler) or priority is None:
@@ -107,6 +108,28 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         if not data.ndim:
             data, priority = data.unsqueeze(0), priority.reshape(1)
         self.update_priority(data.get("index"), priority.reshape(data.shape[0], -1).amax(-1))
+
+    @overload
+    def sample(
+        self,
+        batch_size: int | None = None,
+        return_info: Literal[False] = False,
+        include_info: bool | None = None,
+    ) -> TensorDictBase: ...
+
+    @overload
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        return_info: Literal[True],
+        include_info: bool | None = None,
+    ) -> tuple[TensorDictBase, dict]: ...
+
+    @overload
+    def sample(
+        self, batch_size: int | None, return_info: Literal[True], include_info: bool | None = None
+    ) -> tuple[TensorDictBase, dict]: ...
 
     def sample(
         self,
@@ -231,6 +254,7 @@ def make_her_replay_buffer(
     goal_key: NestedKey = "desired_goal",
     achieved_goal_key: NestedKey = "achieved_goal",
     terminated_fn: Callable[..., Any] | None = None,
+    info_key: NestedKey | None = None,
     sampler: Sampler | None = None,
     **kwargs: Any,
 ) -> TransitionReplayBuffer:
@@ -256,6 +280,8 @@ def make_her_replay_buffer(
         achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
         terminated_fn (callable, optional): recomputes termination of relabelled
             one-step transitions.
+        info_key (NestedKey, optional): a ``"next"`` entry passed to ``reward_fn``
+            as ``infos`` (see :class:`~torchrl_ext.transforms.HindsightTransform`).
         sampler (Sampler, optional): picks the transitions.
         **kwargs: the other keywords of :func:`make_replay_buffer` (``batch_size``,
             ``backend``, ``seed``...).
@@ -278,7 +304,7 @@ def make_her_replay_buffer(
     )
     her = HindsightTransform(
         reward_fn, goal_key=goal_key, achieved_goal_key=achieved_goal_key,
-        terminated_fn=terminated_fn,
+        terminated_fn=terminated_fn, info_key=info_key,
     )
     transform = Compose(her, NStepTransform(gamma))
     return make_replay_buffer(capacity, sampler=sampler, transform=transform, **kwargs)
