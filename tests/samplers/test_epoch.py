@@ -216,7 +216,7 @@ def test_errors():
     with pytest.raises(ValueError, match=r"ensemble_size=0, expected >= 1"):
         EpochSampler(ensemble_size=0)
     rb = make_replay_buffer(10, sampler=EpochSampler(), batch_size=2)
-    with pytest.raises(ValueError, match=r"EpochSampler: the buffer holds no transition yet"):
+    with pytest.raises(ValueError, match=r"EpochSampler: cannot sample: the buffer holds no transition yet"):
         rb.sample()
     rb, _ = fed((1, 10, [2], [[0, 0]]), holdout_fraction=0.5)
     rb.sampler.resplit(0)

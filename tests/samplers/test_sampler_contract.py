@@ -14,6 +14,7 @@ from torchrl.data import TensorDictReplayBuffer
 from conftest import steps
 from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer
 from torchrl_ext.samplers import (
+    EpochSampler,
     HindsightSampler,
     NStepSampler,
     PrioritizedTransitionSampler,
@@ -33,6 +34,8 @@ SAMPLERS = {
     "hindsight-prioritized": lambda: HindsightSampler(
         "episode", 1, base=NStepSampler(1, base=PrioritizedTransitionSampler(alpha=0.6, beta=0.4))
     ),
+    "epoch": EpochSampler,
+    "epoch-ensemble": lambda: EpochSampler(holdout_fraction=0.2, ensemble_size=2, bootstrap=True),
 }
 REFINING = ("nstep", "hindsight-future", "hindsight-random", "hindsight-prioritized")
 

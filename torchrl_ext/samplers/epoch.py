@@ -48,7 +48,7 @@ def holdout_mask(stream: np.ndarray, tau: np.ndarray, fraction: float, seed: int
 def _index(storage: TransitionStorage) -> EpisodeIndex:
     if storage.index is None:
         raise ValueError(
-            "EpochSampler: the buffer holds no transition yet; extend it before sampling."
+            "EpochSampler: cannot sample: the buffer holds no transition yet; extend it first."
         )
     return storage.index
 
