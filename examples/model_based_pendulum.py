@@ -64,7 +64,7 @@ OBS_DIM, ACT_DIM, MAX_TORQUE = 3, 1, 2.0
 class Config:
     num_envs: int = 4
     random_frames: int = 2_000
-    iterations: int = 5
+    iterations: int = 3
     frames_per_iteration: int = 400  # planner-driven frames added per iteration
     epochs: int = 40
     ensemble: int = 5

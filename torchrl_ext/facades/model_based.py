@@ -418,7 +418,8 @@ class MBReplayBuffer:
         self._flush()
         if not self.size:
             raise ValueError("MBReplayBuffer: the buffer is empty; insert transitions first.")
-        window, boundary = self._rows[: self.size], self._boundary[: self.size]
+        # stream by stream, in time order: the epoch's one gather then reads rows in order
+        window, boundary = self._rows[: self.size].T, self._boundary[: self.size].T
         rows = window[torch.from_numpy(~boundary)]
         if not rows.numel():
             raise ValueError(
