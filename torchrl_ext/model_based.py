@@ -88,9 +88,10 @@ class ModelEpochDataset(IterableDataset):
 
     At the start of an epoch the training transitions are gathered from the
     storage once, turned into ``(inputs, targets)`` by the buffer's
-    :class:`~torchrl_ext.transforms.ModelPairTransform` and normalised; each
-    mini-batch is then one ``index_select`` of those tensors on ``device``, in
-    the order :class:`~torchrl_ext.samplers.EpochSampler` drew. The batches
+    :class:`~torchrl_ext.transforms.ModelPairTransform` and normalised on
+    ``device``, in the order :class:`~torchrl_ext.samplers.EpochSampler` drew:
+    each mini-batch is then a slice of them (for an ensemble, one
+    ``index_select`` of ``[E, b]`` rows). The batches
     are the same as ``rb.sample()`` would give for the same epoch, faster.
 
     The scaler is fitted on the first epoch's *training* pairs if it was never
@@ -160,6 +161,7 @@ class ModelEpochDataset(IterableDataset):
         scaler.fit(*self._pairs(self.sampler.train_rows(self.rb.storage, self.rows)))
 
     def _normalise(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # the pairs are fresh tensors: a scaler with an in-place transform_ saves two copies
         scaler = self.transform.scaler
         if scaler is None:
             return inputs, targets
@@ -170,6 +172,9 @@ class ModelEpochDataset(IterableDataset):
                     "iterating with DataLoader workers."
                 )
             scaler.fit(inputs, targets)
+        if callable(getattr(scaler, "transform_", None)):
+            scaler.transform_(inputs, targets)
+            return inputs, targets
         inputs, targets = scaler.transform(inputs, targets)
         return inputs, targets
 
@@ -189,17 +194,24 @@ class ModelEpochDataset(IterableDataset):
             generator = torch.Generator().manual_seed(info.seed - info.id)
         self.sampler.start_epoch(self.rb.storage, self.rows, generator)
         rows, order = self.sampler.epoch_state()
-        inputs, targets = self._normalise(*self._pairs(rows))
-        order = order.to(self.device)
         n, B = rows.numel(), self.batch_size
         first, step = (0, 1) if info is None else (info.id, info.num_workers)
-        for j in range(first, -(-n // B), step):
-            index = order[..., j * B : (j + 1) * B]
-            flat = index.reshape(-1)
-            yield (
-                inputs.index_select(0, flat).view(*index.shape, -1),
-                targets.index_select(0, flat).view(*index.shape, -1),
-            )
+        if order.ndim == 1:
+            # one model: gather the rows in epoch order once; batches are then slices
+            inputs, targets = self._normalise(*self._pairs(rows[order]))
+            for j in range(first, -(-n // B), step):
+                yield inputs[j * B : (j + 1) * B], targets[j * B : (j + 1) * B]
+        else:
+            # ensembles: the pairs once, then [E, b] rows of them per batch
+            inputs, targets = self._normalise(*self._pairs(rows))
+            order = order.to(self.device)
+            for j in range(first, -(-n // B), step):
+                index = order[:, j * B : (j + 1) * B]
+                flat = index.reshape(-1)
+                yield (
+                    inputs.index_select(0, flat).view(*index.shape, -1),
+                    targets.index_select(0, flat).view(*index.shape, -1),
+                )
         self.sampler.end_epoch()  # the buffer's next sample starts a new epoch
 
     def __iter__(self) -> Iterator[TensorDictBase]:

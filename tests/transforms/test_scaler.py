@@ -46,6 +46,17 @@ def test_inverse_transform_undoes_transform(rows, dim, seed):
     torch.testing.assert_close(scaler.inverse_transform(norm), targets)
 
 
+def test_in_place_transform_matches_transform():
+    scaler = StandardScaler()
+    scaler.fit(torch.randn(10, 3), torch.randn(10, 2))
+    x, y = torch.randn(4, 3), torch.randn(4, 2)
+    expected = scaler.transform(x, y)
+    scaler.transform_(x, y)
+    assert torch.equal(x, expected[0]) and torch.equal(y, expected[1])
+    with pytest.raises(RuntimeError, match=r"transform_: not fitted yet"):
+        StandardScaler().transform_(x)
+
+
 def test_ensemble_batches_broadcast():
     scaler = StandardScaler()
     scaler.fit(torch.randn(10, 3), torch.randn(10, 2))

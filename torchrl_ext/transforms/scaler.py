@@ -88,6 +88,29 @@ class StandardScaler:
             )
         return norm_inputs, (targets - self.target_mu) / self.target_std
 
+    def transform_(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> None:
+        """:meth:`transform` in place (float tensors the caller owns; saves two copies).
+
+        Examples:
+            >>> import torch
+            >>> scaler = StandardScaler()
+            >>> scaler.fit(torch.tensor([[1.0], [3.0]]))
+            >>> x = torch.tensor([[3.0]])
+            >>> scaler.transform_(x)
+            >>> x.tolist()
+            [[0.7071067690849304]]
+        """
+        if self.input_mu is None or self.input_std is None:
+            raise RuntimeError(_UNFITTED.format(where="transform_"))
+        inputs.sub_(self.input_mu).div_(self.input_std)
+        if targets is not None:
+            if self.target_mu is None or self.target_std is None:
+                raise RuntimeError(
+                    "StandardScaler.transform_: got targets, but fit() was called without "
+                    "targets; call fit(inputs, targets)."
+                )
+            targets.sub_(self.target_mu).div_(self.target_std)
+
     def inverse_transform(self, targets: torch.Tensor) -> torch.Tensor:
         """Normalised targets back to their units: ``targets * target_std + target_mu``."""
         if self.input_mu is None:
