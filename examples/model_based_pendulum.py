@@ -80,8 +80,8 @@ class Config:
     @classmethod
     def quick(cls) -> Config:
         return cls(num_envs=2, random_frames=600, iterations=1, frames_per_iteration=100,
-                   epochs=5, ensemble=3, hidden=32, horizon=8, population=30, elites=6,
-                   cem_iters=2, eval_envs=1, eval_steps=30, m1_epochs=5)
+                   epochs=60, ensemble=3, hidden=32, horizon=8, population=30, elites=6,
+                   cem_iters=2, eval_envs=1, eval_steps=50, m1_epochs=60)
 
 
 # --------------------------------------------------------------------------- model
