@@ -267,7 +267,7 @@ def test_m12_get_data_slice_wraps_around():
     buffer = filled(7, size=5)  # positions 0, 1 hold steps 5, 6; 2..4 hold 2..4
     assert buffer.step == 2
     assert buffer.get_data_slice(3, 1)["Observation"][:, 0, 0].tolist() == [3.0, 4.0, 5.0]
-    assert buffer.get_data_slice(2, 2)["Observation"] is None or buffer.get_data_slice(2, 2)["Observation"].size == 0
+    assert buffer.get_data_slice(2, 2)["Observation"].shape == (0, 1, 2)  # empty, not missing
     with pytest.raises(ValueError, match=r"start_pos=5, expected 0 <= start_pos <= 4"):
         buffer.get_data_slice(5, 1)
 

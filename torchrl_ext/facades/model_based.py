@@ -364,7 +364,7 @@ class MBReplayBuffer:
 
     def _copy(self, positions: torch.Tensor) -> dict[str, Any]:
         out: dict[str, Any] = {key: None for key in (*STORAGE_TENSORS, BOUNDARY)}
-        if self.rb is None or not positions.numel():
+        if self.rb is None:
             return out
         self._flush()
         rows = self._rows[positions]  # [T, N]
