@@ -1,4 +1,6 @@
 """Samplers: choose rows from the episode index, O(batch) per sample."""
+from torchrl_ext.samplers._wrapper import RefiningSampler
+from torchrl_ext.samplers.frames import FrameStackSampler, frame_steps
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
@@ -6,6 +8,9 @@ from torchrl_ext.samplers.sequence import SequenceSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, draw_transitions
 
 __all__ = [
+    "FrameStackSampler",
+    "RefiningSampler",
+    "frame_steps",
     "HindsightSampler",
     "HindsightStrategy",
     "NStepSampler",

@@ -125,6 +125,15 @@ class PackedRows:
             _put(root, ("next", *c.key), _typed(after, c, c.lo, batch))
         return _tree(root, batch)
 
+    def gather_observations(self, rows: torch.Tensor) -> TensorDictBase:
+        """The observation entries of ``rows`` (``[n]``), ``[n]``: one read of the span."""
+        batch = rows.shape
+        span = _select(self._obs_view, rows) if self.obs else None
+        root: dict[str, Any] = {}
+        for c in self.obs:
+            _put(root, c.key, _typed(span, c, c.lo - self.obs[0].lo, batch))
+        return _tree(root, batch)
+
     def gather_sequences(self, rows: torch.Tensor) -> TensorDictBase:
         """Sequences of consecutive rows: ``[B, L]`` transitions from ``[B, L + 1]`` rows.
 

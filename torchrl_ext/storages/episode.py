@@ -12,6 +12,7 @@ from torchrl.data import Storage, TensorStorage
 
 from torchrl_ext._schema import LeafSpec, RowSchema
 from torchrl_ext.episodes import EpisodeIndex, WritePlan
+from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.storages._packed import PackedRows
 
 __all__ = ["EpisodeStorage"]
@@ -154,11 +155,16 @@ class EpisodeStorage(TensorStorage):
         """Transitions starting at physical ``index`` rows, in TorchRL layout.
 
         ``index`` is a LongTensor (or numpy array) of rows as drawn by the
-        samplers, an int, or ``slice(None)`` for every live transition.
+        samplers (``[B]``, or ``[B, L]`` consecutive rows of sequences), an
+        int, ``slice(None)`` for every live transition, or a
+        :class:`~torchrl_ext.sample_index.SampleIndex` (windows: n-step,
+        hindsight goals, frame stacks...), which reads itself through this
+        storage's row reads (:meth:`get`, :meth:`get_observations`,
+        :meth:`get_windows`); the storage never decodes a window kind.
         """
         self._check_ready("get")
-        if isinstance(index, tuple):
-            return self.get_windows(*index)
+        if isinstance(index, SampleIndex):
+            return index.read(self)
         if isinstance(index, slice):
             if index != slice(None):
                 raise ValueError(f"EpisodeStorage.get: slice {index} unsupported; use [:].")
@@ -174,64 +180,34 @@ class EpisodeStorage(TensorStorage):
         out = self.packed.gather(flat, torch.from_numpy(self.next_rows(flat.numpy())))
         return out if rows.ndim == 1 else out.reshape(rows.shape)
 
-    def window_steps(self, rows: torch.Tensor, n: int) -> torch.Tensor:
-        """Steps of the window of at most ``n`` steps starting at each of ``rows``.
+    def get_observations(self, rows: torch.Tensor) -> TensorDictBase:
+        """The observation entries (root keys) of physical ``rows``, any shape.
 
-        ``min(n, steps of the episode from the row on)``: a window stops at its
-        episode's end, and, in an episode still being written, at its last
-        written step. Rows are live transitions (as drawn by a sampler).
+        One gather of the observation span: a frame stack, a goal or any
+        other per-row observation read costs one cache line per row.
         """
-        tau, stream = self.index.row_coordinates(rows.numpy())
-        _, step, _, length = self.index.locate(tau, stream)
-        return torch.from_numpy(np.minimum(length - step, n))
+        self._check_ready("get_observations")
+        flat = torch.as_tensor(rows, dtype=torch.int64).reshape(-1)
+        return self.packed.gather_observations(flat).reshape(rows.shape)
 
     def get_windows(
-        self, rows: torch.Tensor, steps: torch.Tensor, goal_rows: torch.Tensor | None = None
+        self,
+        rows: torch.Tensor,
+        window_rows: torch.Tensor,
+        last_rows: torch.Tensor,
+        after_rows: torch.Tensor,
+        goal_rows: torch.Tensor | None = None,
+        window_next_rows: torch.Tensor | None = None,
     ) -> TensorDictBase:
-        """Windows of ``steps`` transitions starting at ``rows`` (see :meth:`window_steps`).
+        """Windows of steps given by their physical rows (a reader computes them).
 
-        Returns a ``[B]`` TensorDict with the first step's observation and
-        action, ``("next", obs)`` = the observation after the window's last step
-        (the true final observation when the window ends its episode), the
-        last step's next-only entries (``("next", "terminated")``...),
-        ``"steps_to_next_obs"`` ``[B, 1]``, and under ``"n_step"`` a ``[B, W]``
-        TensorDict (``W = max(steps)``) of each window step's next-only entries
-        (reward, done flags) with ``"mask"`` marking the steps inside the window.
-        :class:`~torchrl_ext.transforms.NStepTransform` reduces it.
-
-        With ``goal_rows`` (from :class:`~torchrl_ext.samplers.HindsightSampler`,
-        ``-1`` for rows kept real), also ``"her"``: the observation entries at
-        the goal rows and ``"relabel"`` (``goal_rows >= 0``), and in
-        ``"n_step"`` each window step's next observation entries.
+        See :meth:`~torchrl_ext.storages._packed.PackedRows.gather_windows` for
+        the arguments and the returned entries.
         """
-        rows_np, steps_np = rows.numpy(), steps.numpy()
-        width = int(steps_np.max())
-        tau, stream = self.index.row_coordinates(rows_np)
-        offsets = np.arange(width)
-        mask = offsets < steps_np[:, None]  # [B, W]
-        # padding reads the first step again; the mask hides it
-        window_tau = tau[:, None] + np.where(mask, offsets, 0)
-        window_rows = self.index.physical_rows(window_tau, stream[:, None])
-        last_rows = self.index.physical_rows(tau + steps_np - 1, stream)
-        after_rows = self.index.physical_rows(tau + steps_np, stream)
-        goals = window_next = None
-        if goal_rows is not None:
-            relabel = goal_rows >= 0
-            goals = torch.where(relabel, goal_rows, rows)  # real rows: any valid row
-            window_next = torch.from_numpy(self.index.physical_rows(window_tau + 1, stream[:, None]))
-        out = self.packed.gather_windows(
-            rows,
-            torch.from_numpy(window_rows),
-            torch.from_numpy(last_rows),
-            torch.from_numpy(after_rows),
-            goals,
-            window_next,
+        self._check_ready("get_windows")
+        return self.packed.gather_windows(
+            rows, window_rows, last_rows, after_rows, goal_rows, window_next_rows
         )
-        if goal_rows is not None:
-            out.set(("her", "relabel"), relabel)
-        out.set(("n_step", "mask"), torch.from_numpy(mask))
-        out.set("steps_to_next_obs", steps.reshape(-1, 1))
-        return out
 
     def live_transition_rows(self) -> torch.Tensor:
         """Physical rows of every live transition, stream by stream (O(capacity))."""
