@@ -14,6 +14,7 @@ from torchrl.envs.transforms import Compose, Transform
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers._wrapper import RefiningSampler
 from torchrl_ext.samplers.frames import FrameStackSampler
+from torchrl_ext.samplers.masks import BootstrapMaskSampler
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
@@ -153,6 +154,8 @@ def make_replay_buffer(
     n_step: int | None = None,
     gamma: float = 0.99,
     n_frames: int | None = None,
+    mask_size: int | None = None,
+    mask_p: float = 0.5,
     done_keys: Sequence[NestedKey] = DEFAULT_DONE_KEYS,
     seed: int | None = None,
 ) -> TransitionReplayBuffer:
@@ -187,6 +190,11 @@ def make_replay_buffer(
         n_frames (int, optional): serve frame stacks of ``n_frames`` observations:
             wraps the sampler (after ``n_step``) in
             :class:`~torchrl_ext.samplers.FrameStackSampler`.
+        mask_size (int, optional): attach ``mask_size`` bootstrap-mask bits
+            (Bernoulli(``mask_p``)) to every sampled transition, as ``"mask"``:
+            wraps the sampler in :class:`~torchrl_ext.samplers.BootstrapMaskSampler`,
+            keyed by the buffer's generator.
+        mask_p (float): probability of each mask bit. Defaults to ``0.5``.
         done_keys (sequence of NestedKey): entries ending an episode.
         seed (int, optional): seeds the buffer's ``torch.Generator`` (checkpointed
             by ``rb.dumps``). Without it, a generator is seeded from torch's global RNG.
@@ -219,6 +227,8 @@ def make_replay_buffer(
         transform = nstep if transform is None else Compose(nstep, transform)
     if n_frames is not None:
         sampler = FrameStackSampler(n_frames, base=sampler)
+    if mask_size is not None:
+        sampler = BootstrapMaskSampler(mask_size, mask_p, base=sampler)
     return TransitionReplayBuffer(
         storage=EpisodeStorage(capacity, backend=backend, scratch_dir=scratch_dir),
         writer=EpisodeWriter(num_streams=num_streams, done_keys=done_keys),
