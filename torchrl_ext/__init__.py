@@ -8,6 +8,8 @@ assembles them.
 from torchrl_ext.buffer import TransitionReplayBuffer, make_her_replay_buffer, make_replay_buffer
 from torchrl_ext.episodes import EpisodeIndex
 from torchrl_ext.facades import (
+    BatchReplayBatch,
+    BatchReplayBuffer,
     EpisodeDataset,
     EpisodeReplayBuffer,
     FIFOEvictor,
@@ -24,6 +26,8 @@ from torchrl_ext.storages import EpisodeStorage
 from torchrl_ext.writers import EpisodeWriter
 
 __all__ = [
+    "BatchReplayBatch",
+    "BatchReplayBuffer",
     "make_replay_buffer",
     "make_her_replay_buffer",
     "EpisodeDataset",
