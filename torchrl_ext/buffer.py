@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence, overload
 
 import torch
 from tensordict import TensorDictBase
@@ -12,17 +12,17 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
 from torchrl_ext.sample_index import SampleIndex
-from torchrl_ext.samplers._wrapper import RefiningSampler
 from torchrl_ext.samplers.frames import FrameStackSampler
 from torchrl_ext.samplers.masks import BootstrapMaskSampler
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
+from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
-from torchrl_ext.storages.episode import Backend, EpisodeStorage
+from torchrl_ext.storages.transition import Backend, TransitionStorage
 from torchrl_ext.transforms.hindsight import HindsightTransform
 from torchrl_ext.transforms.nstep import NStepTransform
-from torchrl_ext.writers.episode import DEFAULT_DONE_KEYS, EpisodeWriter
+from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS, TransitionWriter
 
 __all__ = ["TransitionReplayBuffer", "make_her_replay_buffer", "make_replay_buffer"]
 
@@ -49,9 +49,9 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         >>> from tensordict import TensorDict
         >>> from torchrl_ext import TransitionReplayBuffer
         >>> from torchrl_ext.samplers import UniformTransitionSampler
-        >>> from torchrl_ext.storages import EpisodeStorage
-        >>> from torchrl_ext.writers import EpisodeWriter
-        >>> rb = TransitionReplayBuffer(storage=EpisodeStorage(100), writer=EpisodeWriter(),
+        >>> from torchrl_ext.storages import TransitionStorage
+        >>> from torchrl_ext.writers import TransitionWriter
+        >>> rb = TransitionReplayBuffer(storage=TransitionStorage(100), writer=TransitionWriter(),
         ...     sampler=UniformTransitionSampler(), batch_size=2)
         >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
         ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
@@ -75,7 +75,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
     def extend(
         self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
     ) -> torch.Tensor:
-        """Write ``tensordicts`` (see :class:`~torchrl_ext.writers.EpisodeWriter`); returns their rows."""
+        """Write ``tensordicts`` (see :class:`~torchrl_ext.writers.TransitionWriter`); returns their rows."""
         if (
             not isinstance(tensordicts, TensorDictBase)
             or not self._lean()
@@ -103,7 +103,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         maximum priority).
         """
         sampler = self._sampler
-        while isinstance(sampler, RefiningSampler):  # wrappers of a base
+        while isinstance(sampler, RefiningSampler):  # refines the draws of its base
             sampler = sampler.base
         priority = data.get(self.priority_key, None)
         if not isinstance(sampler, PrioritizedTransitionSampler) or priority is None:
@@ -111,6 +111,28 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         if not data.ndim:
             data, priority = data.unsqueeze(0), priority.reshape(1)
         self.update_priority(data.get("index"), priority.reshape(data.shape[0], -1).amax(-1))
+
+    @overload
+    def sample(
+        self,
+        batch_size: int | None = None,
+        return_info: Literal[False] = False,
+        include_info: bool | None = None,
+    ) -> TensorDictBase: ...
+
+    @overload
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        return_info: Literal[True],
+        include_info: bool | None = None,
+    ) -> tuple[TensorDictBase, dict]: ...
+
+    @overload
+    def sample(
+        self, batch_size: int | None, return_info: Literal[True], include_info: bool | None = None
+    ) -> tuple[TensorDictBase, dict]: ...
 
     def sample(
         self,
@@ -164,8 +186,8 @@ def make_replay_buffer(
     Equivalent to::
 
         TransitionReplayBuffer(
-            storage=EpisodeStorage(capacity, backend=backend, scratch_dir=scratch_dir),
-            writer=EpisodeWriter(num_streams=num_streams, done_keys=done_keys),
+            storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
+            writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),
             sampler=sampler or UniformTransitionSampler(),
             transform=transform, batch_size=batch_size, generator=generator)
 
@@ -230,8 +252,8 @@ def make_replay_buffer(
     if mask_size is not None:
         sampler = BootstrapMaskSampler(mask_size, mask_p, base=sampler)
     return TransitionReplayBuffer(
-        storage=EpisodeStorage(capacity, backend=backend, scratch_dir=scratch_dir),
-        writer=EpisodeWriter(num_streams=num_streams, done_keys=done_keys),
+        storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
+        writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),
         sampler=sampler,
         transform=transform,
         batch_size=batch_size,
@@ -250,6 +272,7 @@ def make_her_replay_buffer(
     goal_key: NestedKey = "desired_goal",
     achieved_goal_key: NestedKey = "achieved_goal",
     terminated_fn: Callable[..., Any] | None = None,
+    info_key: NestedKey | None = None,
     sampler: Sampler | None = None,
     **kwargs: Any,
 ) -> TransitionReplayBuffer:
@@ -275,6 +298,8 @@ def make_her_replay_buffer(
         achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
         terminated_fn (callable, optional): recomputes termination of relabelled
             one-step transitions.
+        info_key (NestedKey, optional): a ``"next"`` entry passed to ``reward_fn``
+            as ``infos`` (see :class:`~torchrl_ext.transforms.HindsightTransform`).
         sampler (Sampler, optional): picks the transitions.
         **kwargs: the other keywords of :func:`make_replay_buffer` (``batch_size``,
             ``backend``, ``seed``...).
@@ -297,7 +322,7 @@ def make_her_replay_buffer(
     )
     her = HindsightTransform(
         reward_fn, goal_key=goal_key, achieved_goal_key=achieved_goal_key,
-        terminated_fn=terminated_fn,
+        terminated_fn=terminated_fn, info_key=info_key,
     )
     transform = Compose(her, NStepTransform(gamma))
     return make_replay_buffer(capacity, sampler=sampler, transform=transform, **kwargs)

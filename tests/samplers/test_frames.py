@@ -7,9 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from conftest import steps
+from conftest import run, steps, workloads
 from reference import frame_reference
-from test_properties import run, workloads
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.sample_index import RowReads, SampleIndex
 from torchrl_ext.samplers import (

@@ -106,9 +106,9 @@ def test_mask_errors():
     with pytest.raises(ValueError, match=r"p=0.0, expected a probability in \(0, 1\]"):
         BootstrapMaskSampler(2, 0.0)
     from torchrl.data import TensorDictReplayBuffer
-    from torchrl_ext import EpisodeStorage, EpisodeWriter
+    from torchrl_ext import TransitionStorage, TransitionWriter
 
-    rb = TensorDictReplayBuffer(storage=EpisodeStorage(16), writer=EpisodeWriter(),
+    rb = TensorDictReplayBuffer(storage=TransitionStorage(16), writer=TransitionWriter(),
                                 sampler=BootstrapMaskSampler(2))
     rb.extend(steps(torch.zeros(2, 1), torch.ones(2, 1)))
     with pytest.raises(ValueError, match=r"no seed and no generator to draw the mask key from"):

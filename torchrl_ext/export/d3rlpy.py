@@ -33,7 +33,7 @@ def to_d3rlpy(
     held step: never more than the buffer holds (D6).
 
     Args:
-        rb: a buffer over an :class:`~torchrl_ext.storages.EpisodeStorage`.
+        rb: a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`.
 
     Keyword Args:
         observation_key, action_key, reward_key, terminated_key (NestedKey): entries.

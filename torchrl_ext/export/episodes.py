@@ -71,7 +71,7 @@ def episodes_of(rb: Any) -> list[HeldEpisode]:
     marked ``finished=False``). O(held transitions).
 
     Args:
-        rb: a buffer over an :class:`~torchrl_ext.storages.EpisodeStorage`
+        rb: a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`
             (or the storage itself).
 
     Examples:

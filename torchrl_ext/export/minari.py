@@ -55,7 +55,7 @@ def to_minari(
     episode whose first rows were overwritten starts at its oldest held step.
 
     Args:
-        rb: a buffer over an :class:`~torchrl_ext.storages.EpisodeStorage`.
+        rb: a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`.
         dataset_id (str): Minari id, e.g. ``"cartpole/replay-v0"``.
 
     Keyword Args:

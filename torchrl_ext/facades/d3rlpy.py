@@ -19,9 +19,9 @@ from torchrl_ext.samplers import (
     UniformTransitionSampler,
 )
 from torchrl_ext.samplers.nstep import StepWindows
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 from torchrl_ext.transforms import NStepTransform
-from torchrl_ext.writers.episode import EpisodeWriter
+from torchrl_ext.writers.transition import TransitionWriter
 
 __all__ = ["BatchReplayBatch", "BatchReplayBuffer", "Episode"]
 
@@ -262,8 +262,8 @@ class BatchReplayBuffer:
         # a stream's episode of L transitions uses L + 1 rows: per_stream + 1 rows
         # hold at most per_stream transitions, so len() <= maxlen (D2)
         self.rb = TransitionReplayBuffer(
-            storage=EpisodeStorage(streams * (per_stream + 1)),
-            writer=EpisodeWriter(num_streams=streams),
+            storage=TransitionStorage(streams * (per_stream + 1)),
+            writer=TransitionWriter(num_streams=streams),
             sampler=self._frames,
             transform=self._nstep,
             generator=generator,

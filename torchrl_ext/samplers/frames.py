@@ -9,11 +9,11 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext._schema import EntryKeyError, as_key, key_str
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.sample_index import SampleIndex, WindowReader, reader_of, splice
-from torchrl_ext.samplers._wrapper import RefiningSampler
+from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 from torchrl_ext.transforms.functional import stack_frames
 
 __all__ = ["FrameStackSampler", "FrameStacks", "frame_steps"]
@@ -81,7 +81,7 @@ class FrameStacks:
     ) -> None:
         self.n_frames, self.keys, self.inner = n_frames, keys, inner
 
-    def read(self, storage: EpisodeStorage, index: torch.Tensor) -> TensorDictBase:
+    def read(self, storage: TransitionStorage, index: torch.Tensor) -> TensorDictBase:
         out = self.inner.read(storage, index)
         rows, steps = self.inner.spans(index)  # [*batch]
         episodes = storage.index
@@ -101,7 +101,7 @@ class FrameStacks:
             out.set(("next", *key), stack_frames(value.select(dims, 1), dims))
         return out
 
-    def _stacked(self, storage: EpisodeStorage) -> tuple[tuple[str, ...], ...]:
+    def _stacked(self, storage: TransitionStorage) -> tuple[tuple[str, ...], ...]:
         held = storage.schema.shared
         if self.keys is None:
             return held
@@ -208,7 +208,7 @@ class FrameStackSampler(RefiningSampler):
             )
         self._n_frames = int(value)
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[SampleIndex, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         index, info = self.base.sample(storage, batch_size)
         reader = reader_of(index)
         for _ in range(_MAX_ROUNDS):
@@ -229,7 +229,7 @@ class FrameStackSampler(RefiningSampler):
             "lower n_frames."
         )
 
-    def _unserved(self, storage: EpisodeStorage, reader: WindowReader, index: Any) -> np.ndarray:
+    def _unserved(self, storage: TransitionStorage, reader: WindowReader, index: Any) -> np.ndarray:
         """Batch positions whose stack needs a frame the ring already overwrote."""
         rows, _ = reader.spans(index)
         episodes = storage.index

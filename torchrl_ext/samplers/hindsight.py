@@ -9,10 +9,10 @@ import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.sample_index import SampleIndex
-from torchrl_ext.samplers._wrapper import RefiningSampler, plain_rows
+from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.nstep import NStepSampler, StepWindows
 from torchrl_ext.samplers.uniform import draw_transitions
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["HindsightSampler", "HindsightStrategy"]
 
@@ -97,7 +97,7 @@ class HindsightSampler(RefiningSampler):
         """How many rows of a batch are relabelled."""
         return int(batch_size * self.num_goals / (self.num_goals + 1))
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[SampleIndex, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         index, info = self.base.sample(storage, batch_size)
         if isinstance(index, SampleIndex) and isinstance(index.reader, StepWindows):
             rows, steps = index.reader.spans(index)
@@ -112,7 +112,7 @@ class HindsightSampler(RefiningSampler):
         columns = torch.stack([rows, steps, torch.from_numpy(goal_rows)], -1)
         return SampleIndex.wrap(columns, StepWindows()), info
 
-    def _goal_rows(self, storage: EpisodeStorage, rows: np.ndarray) -> np.ndarray:
+    def _goal_rows(self, storage: TransitionStorage, rows: np.ndarray) -> np.ndarray:
         """Row holding ``("next", achieved_goal)`` of the goal step, per row."""
         index = storage.index
         generator = self._rng

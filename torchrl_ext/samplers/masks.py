@@ -10,11 +10,11 @@ import torch
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext._schema import as_key
+from torchrl_ext.core.schema import as_key
 from torchrl_ext.sample_index import reader_of
-from torchrl_ext.samplers._wrapper import RefiningSampler
+from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["BootstrapMaskSampler", "bootstrap_masks"]
 
@@ -155,7 +155,7 @@ class BootstrapMaskSampler(RefiningSampler):
             self.key = int(generator.initial_seed())
         return self.key
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[Any, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[Any, dict]:
         index, info = self.base.sample(storage, batch_size)
         rows, _ = reader_of(index).spans(index)
         tau, stream = storage.index.row_coordinates(rows.numpy())

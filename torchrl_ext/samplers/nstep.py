@@ -8,11 +8,11 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext.episodes import EpisodeIndex
+from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.sample_index import SampleIndex
-from torchrl_ext.samplers._wrapper import RefiningSampler, plain_rows
+from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["NStepSampler", "StepWindows", "window_steps"]
 
@@ -66,7 +66,7 @@ class StepWindows:
         (tensor([5, 9]), tensor([3, 1]))
     """
 
-    def read(self, storage: EpisodeStorage, index: torch.Tensor) -> TensorDictBase:
+    def read(self, storage: TransitionStorage, index: torch.Tensor) -> TensorDictBase:
         columns = index.as_subclass(torch.Tensor)
         rows, steps = columns[:, 0].contiguous(), columns[:, 1].contiguous()
         rows_np, steps_np = rows.numpy(), steps.numpy()
@@ -142,10 +142,10 @@ class NStepSampler(RefiningSampler):
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from torchrl_ext import TransitionReplayBuffer, EpisodeStorage, EpisodeWriter
+        >>> from torchrl_ext import TransitionReplayBuffer, TransitionStorage, TransitionWriter
         >>> from torchrl_ext.samplers import NStepSampler
         >>> from torchrl_ext.transforms import NStepTransform
-        >>> rb = TransitionReplayBuffer(storage=EpisodeStorage(32), writer=EpisodeWriter(),
+        >>> rb = TransitionReplayBuffer(storage=TransitionStorage(32), writer=TransitionWriter(),
         ...     sampler=NStepSampler(3), transform=NStepTransform(gamma=0.9), batch_size=2)
         >>> done = torch.tensor([[False, True]]).unsqueeze(-1)
         >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 2, 1), "action": torch.zeros(1, 2, 1),
@@ -161,7 +161,7 @@ class NStepSampler(RefiningSampler):
         super().__init__(base if base is not None else UniformTransitionSampler())
         self.n = int(n)
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[SampleIndex, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         rows, info = self.base.sample(storage, batch_size)
         rows = plain_rows(rows, self)
         steps = window_steps(storage.index, rows, self.n)

@@ -12,8 +12,9 @@ import torch
 from torchrl.data import TensorDictReplayBuffer
 
 from conftest import steps
-from torchrl_ext import EpisodeStorage, EpisodeWriter, TransitionReplayBuffer
+from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer
 from torchrl_ext.samplers import (
+    HindsightSampler,
     NStepSampler,
     PrioritizedTransitionSampler,
     SequenceSampler,
@@ -27,13 +28,19 @@ SAMPLERS = {
     "sequence": lambda: SequenceSampler(2),
     "sequence-pad": lambda: SequenceSampler(3, pad=True),
     "episodes": lambda: SequenceSampler(None),
+    "hindsight-future": lambda: HindsightSampler("future", 2),
+    "hindsight-random": lambda: HindsightSampler("random", 3, base=NStepSampler(2)),
+    "hindsight-prioritized": lambda: HindsightSampler(
+        "episode", 1, base=NStepSampler(1, base=PrioritizedTransitionSampler(alpha=0.6, beta=0.4))
+    ),
 }
+REFINING = ("nstep", "hindsight-future", "hindsight-random", "hindsight-prioritized")
 
 
 def build(make_sampler, backend, directory, seed=0, cls=TransitionReplayBuffer):
     return cls(
-        storage=EpisodeStorage(48, backend=backend, scratch_dir=directory),
-        writer=EpisodeWriter(),
+        storage=TransitionStorage(48, backend=backend, scratch_dir=directory),
+        writer=TransitionWriter(),
         sampler=make_sampler(),
         batch_size=6,
         generator=torch.Generator().manual_seed(seed),
@@ -65,8 +72,13 @@ def test_plain_torchrl_buffer_draws_the_same(kind, backend, tmp_path):
         assert torch.equal(a["observation"], b["observation"])
         assert torch.equal(a["next", "observation"], b["next", "observation"])
         # every row drawn is a live transition (n-step: [row, k]; sequences: [B, L] rows)
-        rows = a["index"][:, 0] if kind == "nstep" else a["index"].reshape(-1)
+        # (refining samplers: [B, k] rows first; sequences: [B, L] rows)
+        rows = a["index"][:, 0] if kind in REFINING else a["index"].reshape(-1)
         assert ours.storage.contains(rows)
+        if kind.startswith("hindsight"):  # goal rows: -1 for real rows, else live rows
+            goals = a["index"][:, 2]
+            assert (goals[: 6 - ours.sampler.n_virtual(6)] == -1).all()
+            assert torch.equal(a["index"][:, 2], b["index"][:, 2])
 
 
 def test_checkpoint_resume_gives_the_same_next_sample(kind, tmp_path):
