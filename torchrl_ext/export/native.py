@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.export.episodes import HeldEpisode, episodes_of
 
@@ -27,7 +27,7 @@ def save_episodes(rb: Any, path: str | Path) -> None:
 
     Examples:
         >>> import tempfile, torch
-        >>> from tensordict import TensorDict
+        >>> from tensordict import TensorDict, TensorDictBase
         >>> from torchrl_ext import make_replay_buffer
         >>> rb = make_replay_buffer(32)
         >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 1), "action": torch.zeros(2, 1),
@@ -51,7 +51,7 @@ def save_episodes(rb: Any, path: str | Path) -> None:
         "episodes": [[e.stream, len(e), e.finished, e.complete] for e in episodes],
     }
     if episodes:
-        torch.cat([e.steps for e in episodes]).memmap(path / "steps")
+        cast(TensorDictBase, torch.cat([e.steps for e in episodes])).memmap(path / "steps")
     (path / "meta.json").write_text(json.dumps(meta))
 
 
@@ -97,10 +97,10 @@ def load_buffer(path: str | Path, **kwargs: Any) -> Any:
     episodes = load_episodes(path)
     if not episodes:
         return rb
-    per_stream: list[list[TensorDict]] = [[] for _ in range(num_streams)]
+    per_stream: list[list[TensorDictBase]] = [[] for _ in range(num_streams)]
     for episode in episodes:
         per_stream[episode.stream].append(episode.steps)
-    joined = [torch.cat(parts) if parts else None for parts in per_stream]
+    joined = [cast(TensorDictBase, torch.cat(parts)) if parts else None for parts in per_stream]
     T = max(len(j) for j in joined if j is not None)
     template = next(j for j in joined if j is not None)
     data = template[:1].expand(num_streams, T).clone()  # [streams, T]

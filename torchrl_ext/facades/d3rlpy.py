@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -76,6 +76,32 @@ class BatchReplayBatch:
     terminals: torch.Tensor
     n_steps: torch.Tensor
     mask: torch.Tensor | None = None
+
+    if TYPE_CHECKING:  # the signatures tensorclass generates, for type checkers
+        batch_size: torch.Size
+
+        def __init__(
+            self,
+            *,
+            observations: torch.Tensor,
+            actions: torch.Tensor,
+            rewards: torch.Tensor,
+            next_observations: torch.Tensor,
+            next_actions: torch.Tensor,
+            next_rewards: torch.Tensor,
+            td_rewards: torch.Tensor,
+            terminals: torch.Tensor,
+            n_steps: torch.Tensor,
+            mask: torch.Tensor | None = None,
+            batch_size: Sequence[int] | torch.Size,
+            device: torch.device | str | None = None,
+        ) -> None: ...
+
+        def to(self, device: torch.device | str) -> BatchReplayBatch: ...
+
+        def __getitem__(self, index: Any) -> BatchReplayBatch: ...
+
+        def __len__(self) -> int: ...
 
     @property
     def masks(self) -> torch.Tensor | None:

@@ -12,7 +12,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.sample_index import SampleIndex, WindowReader, reader_of, splice
 from torchrl_ext.samplers.refining import RefiningSampler
-from torchrl_ext.samplers.uniform import UniformTransitionSampler
+from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 from torchrl_ext.transforms.functional import stack_frames
 
@@ -84,7 +84,7 @@ class FrameStacks:
     def read(self, storage: TransitionStorage, index: torch.Tensor) -> TensorDictBase:
         out = self.inner.read(storage, index)
         rows, steps = self.inner.spans(index)  # [*batch]
-        episodes = storage.index
+        episodes = storage_index(storage)
         tau, stream = episodes.row_coordinates(rows.numpy())
         _, _, start, _ = episodes.locate(tau, stream)
         # [*batch, 2, F]: the observation's frames, then the next observation's
@@ -102,6 +102,8 @@ class FrameStacks:
         return out
 
     def _stacked(self, storage: TransitionStorage) -> tuple[tuple[str, ...], ...]:
+        if storage.schema is None:
+            raise ValueError("FrameStackSampler: the buffer holds no transition yet; extend it first.")
         held = storage.schema.shared
         if self.keys is None:
             return held
@@ -232,7 +234,7 @@ class FrameStackSampler(RefiningSampler):
     def _unserved(self, storage: TransitionStorage, reader: WindowReader, index: Any) -> np.ndarray:
         """Batch positions whose stack needs a frame the ring already overwrote."""
         rows, _ = reader.spans(index)
-        episodes = storage.index
+        episodes = storage_index(storage)
         tau, stream = episodes.row_coordinates(rows.numpy())
         _, _, start, _ = episodes.locate(tau, stream)
         oldest = np.maximum(tau - (self.n_frames - 1), start)

@@ -13,7 +13,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.sample_index import reader_of
 from torchrl_ext.samplers.refining import RefiningSampler
-from torchrl_ext.samplers.uniform import UniformTransitionSampler
+from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["BootstrapMaskSampler", "bootstrap_masks"]
@@ -158,7 +158,7 @@ class BootstrapMaskSampler(RefiningSampler):
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[Any, dict]:
         index, info = self.base.sample(storage, batch_size)
         rows, _ = reader_of(index).spans(index)
-        tau, stream = storage.index.row_coordinates(rows.numpy())
+        tau, stream = storage_index(storage).row_coordinates(rows.numpy())
         bits = bootstrap_masks(self._mask_key(), stream, tau, self.mask_size, self.p)
         info[self.mask_key] = torch.from_numpy(bits)
         return index, info

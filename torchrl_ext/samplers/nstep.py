@@ -11,7 +11,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
-from torchrl_ext.samplers.uniform import UniformTransitionSampler
+from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["NStepSampler", "StepWindows", "window_steps"]
@@ -70,7 +70,7 @@ class StepWindows:
         columns = index.as_subclass(torch.Tensor)
         rows, steps = columns[:, 0].contiguous(), columns[:, 1].contiguous()
         rows_np, steps_np = rows.numpy(), steps.numpy()
-        episodes = storage.index
+        episodes = storage_index(storage)
         width = int(steps_np.max())
         tau, stream = episodes.row_coordinates(rows_np)
         offsets = np.arange(width)
@@ -164,7 +164,7 @@ class NStepSampler(RefiningSampler):
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         rows, info = self.base.sample(storage, batch_size)
         rows = plain_rows(rows, self)
-        steps = window_steps(storage.index, rows, self.n)
+        steps = window_steps(storage_index(storage), rows, self.n)
         return SampleIndex.wrap(torch.stack([rows, steps], -1), StepWindows()), info
 
     def state_dict(self) -> dict[str, Any]:

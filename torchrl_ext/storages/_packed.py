@@ -129,9 +129,11 @@ class PackedRows:
     def gather_observations(self, rows: torch.Tensor) -> TensorDictBase:
         """The observation entries of ``rows`` (``[n]``), ``[n]``: one read of the span."""
         batch = rows.shape
-        # the padded span: its width is a multiple of every itemsize
-        span = _select(self._rows[:, : self._obs_bytes], rows) if self.obs else None
         root: dict[str, Any] = {}
+        if not self.obs:
+            return _tree(root, batch)
+        # the padded span: its width is a multiple of every itemsize
+        span = _select(self._rows[:, : self._obs_bytes], rows)
         for c in self.obs:
             _put(root, c.key, _typed(span, c, c.lo, batch))
         return _tree(root, batch)

@@ -146,7 +146,7 @@ class TransitionStorage(TensorStorage):
     # ------------------------------------------------------------------ reads
     def next_rows(self, rows: np.ndarray) -> np.ndarray:
         """Physical row following ``rows`` in their streams (ring wrap-around)."""
-        capacity = self.index.stream_capacity
+        capacity = self._ready("next_rows")[1].stream_capacity
         nxt = rows + 1
         nxt[nxt % capacity == 0] -= capacity  # past the end of its stream's ring
         return nxt
@@ -211,7 +211,7 @@ class TransitionStorage(TensorStorage):
 
     def live_transition_rows(self) -> torch.Tensor:
         """Physical rows of every live transition, stream by stream (O(capacity))."""
-        index = self.index
+        index = self._ready("live_transition_rows")[1]
         lo, written = index.live_start(), index.written.numpy()
         parts = []
         for s in range(index.num_streams):
@@ -225,10 +225,15 @@ class TransitionStorage(TensorStorage):
         return 0 if self.index is None else self.index.num_transitions()
 
     def _check_ready(self, where: str) -> None:
-        if self.index is None:
+        self._ready(where)
+
+    def _ready(self, where: str) -> tuple[RowSchema, EpisodeIndex, TensorDictBase]:
+        """Schema, episode index and rows, which exist from the first write on."""
+        if self.schema is None or self.index is None or self._storage is None:
             raise RuntimeError(
                 f"TransitionStorage.{where}: the storage is empty (nothing was written yet)."
             )
+        return self.schema, self.index, self._storage
 
     def contains(self, item: Any) -> bool:
         """Whether physical row ``item`` starts a live transition."""
@@ -246,10 +251,10 @@ class TransitionStorage(TensorStorage):
         self._bump_mutation_revision()
 
     def _meta(self) -> dict[str, Any]:
-        schema = self.schema
+        schema, index, _ = self._ready("_meta")
         return {
             "max_size": self.max_size,
-            "num_streams": self.index.num_streams,
+            "num_streams": index.num_streams,
             "shared": [list(k) for k in schema.shared],
             "root_only": [list(k) for k in schema.root_only],
             "next_only": [list(k) for k in schema.next_only],
@@ -274,7 +279,7 @@ class TransitionStorage(TensorStorage):
                 for k, shape, dtype in meta["leaves"]
             },
         )
-        if self.schema is None:
+        if self.schema is None or self.index is None:
             self.initialize(schema, meta["num_streams"])
         elif self.schema != schema or self.index.num_streams != meta["num_streams"]:
             raise ValueError(
@@ -285,15 +290,17 @@ class TransitionStorage(TensorStorage):
     def state_dict(self) -> dict[str, Any]:
         if self.schema is None:
             return {"meta": None}
-        return {"meta": self._meta(), "rows": self._storage.clone(), "index": self.index.state().clone()}
+        _, index, rows = self._ready("state_dict")
+        return {"meta": self._meta(), "rows": rows.clone(), "index": index.state().clone()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict["meta"] is None:
             self._empty()
             return
         self._restore_meta(state_dict["meta"])
-        self._storage.update_(state_dict["rows"])
-        self.index.load_state(state_dict["index"])
+        _, index, rows = self._ready("load_state_dict")
+        rows.update_(state_dict["rows"])
+        index.load_state(state_dict["index"])
 
     def dumps(self, path: str | Path) -> None:
         """Write rows, episode index and schema under ``path``."""
@@ -302,8 +309,9 @@ class TransitionStorage(TensorStorage):
         meta = None if self.schema is None else self._meta()
         (path / "meta.json").write_text(json.dumps(meta))
         if meta is not None:
-            self._storage.memmap(path / "rows", copy_existing=True)
-            self.index.state().memmap(path / "index")
+            _, index, rows = self._ready("dumps")
+            rows.memmap(path / "rows", copy_existing=True)
+            index.state().memmap(path / "index")
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` wrote, in place."""
@@ -313,8 +321,9 @@ class TransitionStorage(TensorStorage):
             self._empty()
             return
         self._restore_meta(meta)
-        self._storage.update_(TensorDict.load_memmap(path / "rows"))
-        self.index.load_state(TensorDict.load_memmap(path / "index"))
+        _, index, rows = self._ready("loads")
+        rows.update_(TensorDict.load_memmap(path / "rows"))
+        index.load_state(TensorDict.load_memmap(path / "index"))
 
     def __getstate__(self) -> dict[str, Any]:
         state = Storage.__getstate__(self)
