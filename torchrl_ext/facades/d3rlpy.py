@@ -27,7 +27,8 @@ __all__ = ["BatchReplayBatch", "BatchReplayBuffer", "Episode"]
 
 _TRAJ = ("collector", "traj_ids")
 _MASK = ("collector", "mask")
-_ORDER = "append_order"  # root-only entry: global creation order of a transition (D7)
+_ORDER = "append_order"
+_CHUNK = 64  # appends held before one write (a write costs about as much for one as for 64)  # root-only entry: global creation order of a transition (D7)
 
 
 @documented_tensorclass
@@ -287,7 +288,7 @@ class BatchReplayBuffer:
         self._nstep = NStepTransform(0.99)
         # a stream's episode of L transitions uses L + 1 rows: per_stream + 1 rows
         # hold at most per_stream transitions, so len() <= maxlen (D2)
-        self.rb = TransitionReplayBuffer(
+        self._rb = TransitionReplayBuffer(
             storage=TransitionStorage(streams * (per_stream + 1)),
             writer=TransitionWriter(num_streams=streams),
             sampler=self._frames,
@@ -300,6 +301,7 @@ class BatchReplayBuffer:
         self._prev_action = np.zeros((n, *self._action_shape()), self._action_dtype())
         self._prev_reward = np.zeros(n, np.float32)
         self._traj = np.arange(streams, dtype=np.int64)  # current episode id per stream
+        self._pending: list[tuple[np.ndarray, ...]] = []  # appends not yet written
         self._order = 0  # transitions created so far
         for episode in episodes or ():
             self.append_episode(episode)
@@ -357,38 +359,45 @@ class BatchReplayBuffer:
                 "terminal but not clipped; a terminal ends the episode: pass clip_episodes=True there."
             )
         if self._has_prev.any():
-            step = self._rows(self._has_prev, self._prev_obs, self._prev_action, self._prev_reward,
-                              obs, act, rew, term, clip)
-            self.rb.extend(step)
+            self._pending.append(self._rows(self._has_prev, self._prev_obs, self._prev_action,
+                                            self._prev_reward, obs, act, rew, term, clip))
+            if len(self._pending) >= _CHUNK:
+                self._flush()
         self._prev_obs, self._prev_action, self._prev_reward = obs, act, rew
         self._has_prev = ~clip
         self._traj[:n][clip] += self.n_envs + 1  # a clipped env's next step opens a new episode
 
     def _rows(self, valid, obs, act, arrival, next_obs, next_act, next_arrival, term, clip):
-        """A ``[streams, 1]`` write of one step per valid env stream."""
+        """The ``[streams, ...]`` arrays of one step of each valid env stream."""
         streams, n = self.n_envs + 1, valid.shape[0]
         count = int(valid.sum())
         order = np.zeros(streams, np.int64)
         order[:n][valid] = np.arange(self._order, self._order + count)
         self._order += count
 
-        def pad(x: np.ndarray) -> torch.Tensor:
+        def pad(x: np.ndarray) -> np.ndarray:
             out = np.zeros((streams, *x.shape[1:]), x.dtype)
             out[:n] = x
-            return torch.from_numpy(out).unsqueeze(1)
+            return out
 
         col = lambda x: pad(np.asarray(x).reshape(n, 1))  # noqa: E731
         mask = np.zeros(streams, bool)
         mask[:n] = valid
-        return self._transitions_td(
-            pad(obs), pad(act), col(arrival), pad(next_obs), pad(next_act), col(next_arrival),
-            col(term), col(clip & ~term), torch.from_numpy(self._traj.copy()).view(-1, 1),
-            torch.from_numpy(order).view(-1, 1), torch.from_numpy(mask).view(-1, 1),
-        )
+        return (pad(obs), pad(act), col(arrival), pad(next_obs), pad(next_act), col(next_arrival),
+                col(term), col(clip & ~term), self._traj.copy(), order, mask)
+
+    def _flush(self) -> None:
+        """Write the held appends as one ``[streams, T]`` batch (reads call this first)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        self._rb.extend(self._transitions_td(*(np.stack(a, axis=1) for a in zip(*pending))))
 
     @staticmethod
-    def _transitions_td(obs, act, arrival, next_obs, next_act, next_arrival, term, trunc,
-                        traj, order, mask) -> TensorDictBase:
+    def _transitions_td(*arrays: np.ndarray) -> TensorDictBase:
+        """``[streams, T]`` rows from numpy arrays (in :meth:`_rows`'s order)."""
+        obs, act, arrival, next_obs, next_act, next_arrival, term, trunc, traj, order, mask = (
+            torch.from_numpy(a) for a in arrays)
         batch = obs.shape[:2]
         return TensorDict({
             "observation": obs, "action": act, "arrival_reward": arrival,
@@ -416,26 +425,26 @@ class BatchReplayBuffer:
                           "append_episode").astype(np.float32)
         L, streams, last = T - 1, self.n_envs + 1, self.n_envs
 
-        def lay(x: np.ndarray) -> torch.Tensor:  # [L, ...] into the last stream of [streams, L]
+        def lay(x: np.ndarray) -> np.ndarray:  # [L, ...] into the last stream of [streams, L]
             out = np.zeros((streams, L, *x.shape[1:]), x.dtype)
             out[last] = x
-            return torch.from_numpy(out)
+            return out
 
         term = np.zeros((L, 1), bool)
         term[-1] = bool(episode.terminal)
         trunc = np.zeros((L, 1), bool)
         trunc[-1] = not bool(episode.terminal)
-        order = np.arange(self._order, self._order + L).reshape(L, 1)
+        order = np.arange(self._order, self._order + L)
         self._order += L
         traj = np.zeros((streams, L), np.int64)
         traj[last] = self._traj[last]
         self._traj[last] += streams
         mask = np.zeros((streams, L), bool)
         mask[last] = True
-        self.rb.extend(self._transitions_td(
+        self._flush()
+        self._rb.extend(self._transitions_td(
             lay(obs[:-1]), lay(act[:-1]), lay(rew[:-1, None]), lay(obs[1:]), lay(act[1:]),
-            lay(rew[1:, None]), lay(term), lay(trunc), torch.from_numpy(traj),
-            lay(order), torch.from_numpy(mask),
+            lay(rew[1:, None]), lay(term), lay(trunc), traj, lay(order), mask,
         ))
 
     def clip_episode(self) -> None:
@@ -497,6 +506,16 @@ class BatchReplayBuffer:
             mask=td.get("mask", None),
             batch_size=td.batch_size,
         )
+
+    @property
+    def rb(self) -> TransitionReplayBuffer:
+        """The TorchRL replay buffer underneath, with every append written.
+
+        Appends are written in chunks of up to 64 steps; this (and every read)
+        writes the held ones first.
+        """
+        self._flush()
+        return self._rb
 
     def size(self) -> int:
         """Number of transitions held (at most ``maxlen``)."""
