@@ -156,7 +156,7 @@ class ReplayDataset(SampleStream):
                 "ReplayDataset: the buffer is empty; write at least one step before "
                 "starting workers, so its rows exist in shared memory."
             )
-        batch_size = batch_size if batch_size is not None else rb._batch_size
+        batch_size = batch_size if batch_size is not None else rb.batch_size
         if batch_size is None:
             raise ValueError("ReplayDataset: batch_size is None and the buffer has none.")
         super().__init__(num_batches=num_batches)
@@ -170,7 +170,7 @@ class ReplayDataset(SampleStream):
         # transient tensor that a spawned process cannot open.)
         rb = self.rb
         return {
-            "parts": (rb.storage, rb.sampler, rb._transform),
+            "parts": (rb.storage, rb.sampler, rb.transform),
             "batch_size": self.batch_size,
             "num_batches": self.num_batches,
             "seed": self.seed,

@@ -109,3 +109,17 @@ def test_empty_buffer_is_a_value_error(kind, tmp_path):
     rb = build(SAMPLERS[kind], "tensor", tmp_path)
     with pytest.raises(ValueError, match="cannot sample"):
         rb.sample()
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "sequence"])
+def test_sampler_own_generator_is_checkpointed(kind, tmp_path):
+    """Without a buffer generator, the sampler's own one is saved and restored."""
+    make = {"uniform": UniformTransitionSampler, "prioritized": PrioritizedTransitionSampler,
+            "sequence": lambda generator: SequenceSampler(2, generator=generator)}[kind]
+    sampler = make(generator=torch.Generator().manual_seed(5))
+    rb = TensorDictReplayBuffer(storage=TransitionStorage(48), writer=TransitionWriter(), sampler=sampler)
+    fill(rb)
+    sampler.dumps(tmp_path)
+    first = rb.sample(4)["index"]
+    sampler.loads(tmp_path)
+    assert torch.equal(rb.sample(4)["index"], first)

@@ -484,3 +484,8 @@ def test_whole_episodes_match_reference(workload, single_sample, seed):
     got = decode(sample_sequences(rb, sampler, 60 * len(expected) + 100), tight=True)
     assert all(init for _, init in got)
     assert {seq for seq, _ in got} == set(expected)
+
+
+def test_max_rounds_must_not_be_negative():
+    with pytest.raises(ValueError, match=r"SequenceSampler: max_rounds=-1, expected an integer >= 0\."):
+        SequenceSampler(3, max_rounds=-1)

@@ -118,16 +118,6 @@ def test_every_assembly_draws_the_same_indices(backend, tmp_path):
         assert torch.equal(sample["next", "observation"], samples[0]["next", "observation"])
 
 
-def test_sampler_own_generator_is_checkpointed(tmp_path):
-    sampler = UniformTransitionSampler(generator=torch.Generator().manual_seed(5))
-    rb = TensorDictReplayBuffer(storage=TransitionStorage(60), writer=TransitionWriter(), sampler=sampler)
-    rb.extend(episodes(0))
-    sampler.dumps(tmp_path)
-    first = rb.sample(4)["index"]
-    sampler.loads(tmp_path)
-    assert torch.equal(rb.sample(4)["index"], first)
-
-
 # ------------------------------------------------- every storage: one contract
 class TransitionCase:
     """A TransitionStorage in a buffer; windows drawn by a SequenceSampler."""

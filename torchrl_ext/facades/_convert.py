@@ -7,7 +7,19 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-__all__ = ["to_numpy", "to_actions"]
+__all__ = ["space_error", "to_actions", "to_numpy"]
+
+
+def space_error(owner: str, name: str, space: Any, expected: str = "a gymnasium Space") -> TypeError:
+    """The ``TypeError`` for a constructor argument that is not the space expected.
+
+    Examples:
+        >>> raise space_error("Facade", "action_space", 3)
+        Traceback (most recent call last):
+        ...
+        TypeError: Facade: action_space is int, expected a gymnasium Space.
+    """
+    return TypeError(f"{owner}: {name} is {type(space).__name__}, expected {expected}.")
 
 
 def to_numpy(value: Any, space: gym.Space | None = None) -> Any:

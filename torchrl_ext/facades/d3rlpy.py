@@ -9,19 +9,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl_ext.buffer import TransitionReplayBuffer
-from torchrl_ext.facades._tensorclass import documented_tensorclass
+from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
+from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.sample_index import SampleIndex
-from torchrl_ext.samplers import (
-    BootstrapMaskSampler,
-    FrameStackSampler,
-    NStepSampler,
-    UniformTransitionSampler,
-)
+from torchrl_ext.samplers import FrameStackSampler, NStepSampler
 from torchrl_ext.samplers.nstep import StepWindows
-from torchrl_ext.storages.transition import TransitionStorage
 from torchrl_ext.transforms import NStepTransform
-from torchrl_ext.writers.transition import TransitionWriter
 
 __all__ = ["BatchReplayBatch", "BatchReplayBuffer", "Episode"]
 
@@ -32,7 +25,7 @@ _CHUNK = 64  # appends held before one write (a write costs about as much for on
 
 
 @documented_tensorclass
-class BatchReplayBatch:
+class BatchReplayBatch(TensorclassBatch):
     """A mini-batch with the fields of d3rlpy's ``TransitionMiniBatch``.
 
     ``y = next_rewards + gamma ** n_steps * (1 - terminals) * Q'(next_observations)``.
@@ -78,8 +71,7 @@ class BatchReplayBatch:
     n_steps: torch.Tensor
     mask: torch.Tensor | None = None
 
-    if TYPE_CHECKING:  # the signatures tensorclass generates, for type checkers
-        batch_size: torch.Size
+    if TYPE_CHECKING:  # the constructor tensorclass generates, for type checkers
 
         def __init__(
             self,
@@ -97,10 +89,6 @@ class BatchReplayBatch:
             batch_size: Sequence[int] | torch.Size,
             device: torch.device | str | None = None,
         ) -> None: ...
-
-        def to(self, device: torch.device | str) -> BatchReplayBatch: ...
-
-        def __getitem__(self, index: Any) -> BatchReplayBatch: ...
 
         def __len__(self) -> int: ...
 
@@ -162,6 +150,13 @@ def _spaces(env: Any, observation_space: Any, action_space: Any, n_envs: Any) ->
             "(the spaces and number of envs an env would give)."
         )
     return observation_space, action_space, int(n_envs)
+
+
+def _find(sampler: Any, kind: type) -> Any:
+    """The sampler of type ``kind`` in a chain of refining samplers."""
+    while not isinstance(sampler, kind):
+        sampler = sampler.base
+    return sampler
 
 
 def _flags(value: Any, name: str, n: int) -> np.ndarray:
@@ -278,23 +273,17 @@ class BatchReplayBuffer:
                 f"maxlen >= {streams}."
             )
         self.create_mask, self.mask_size = bool(create_mask), int(mask_size)
-        generator = torch.Generator()
-        generator.manual_seed(int(torch.randint(2**62, ()).item()) if seed is None else seed)
-        self._windows = NStepSampler(1, base=UniformTransitionSampler())
-        sampler: Any = self._windows
-        if self.create_mask:
-            sampler = BootstrapMaskSampler(self.mask_size, mask_p, base=sampler)
-        self._frames = FrameStackSampler(1, keys=["observation"], base=sampler)
-        self._nstep = NStepTransform(0.99)
         # a stream's episode of L transitions uses L + 1 rows: per_stream + 1 rows
         # hold at most per_stream transitions, so len() <= maxlen (D2)
-        self._rb = TransitionReplayBuffer(
-            storage=TransitionStorage(streams * (per_stream + 1)),
-            writer=TransitionWriter(num_streams=streams),
-            sampler=self._frames,
-            transform=self._nstep,
-            generator=generator,
+        self._rb = make_replay_buffer(
+            streams * (per_stream + 1), num_streams=streams, n_step=1, n_frames=1,
+            mask_size=self.mask_size if self.create_mask else None, mask_p=mask_p, seed=seed,
         )
+        # the per-call knobs: frame count, window length, discount
+        self._frames = _find(self._rb.sampler, FrameStackSampler)
+        self._windows = _find(self._rb.sampler, NStepSampler)
+        self._nstep = next(t for t in self._rb.transform if isinstance(t, NStepTransform))
+        self._frames.keys = (("observation",),)  # actions and rewards are stored once too
         n = self.n_envs
         self._has_prev = np.zeros(n, dtype=bool)
         self._prev_obs = np.zeros((n, *self.observation_shape), self.obs_dtype)

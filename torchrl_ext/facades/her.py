@@ -12,8 +12,8 @@ from torchrl_ext.buffer import make_her_replay_buffer
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._convert import to_actions, to_numpy
-from torchrl_ext.facades._tensorclass import documented_tensorclass
+from torchrl_ext.facades._convert import space_error, to_actions, to_numpy
+from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 
 __all__ = ["HerReplayBatch", "HerReplayStorage", "goal_match_reward"]
 
@@ -40,7 +40,7 @@ def goal_match_reward(
 
 
 @documented_tensorclass
-class HerReplayBatch:
+class HerReplayBatch(TensorclassBatch):
     """A batch of (possibly relabelled) one-step transitions, rllte's fields.
 
     The first ``B - n_virtual`` rows are real, the last ``n_virtual =
@@ -74,7 +74,7 @@ class HerReplayBatch:
     terminateds: torch.Tensor
     truncateds: torch.Tensor
 
-    if TYPE_CHECKING:  # the signatures tensorclass generates, for type checkers
+    if TYPE_CHECKING:  # the constructor tensorclass generates, for type checkers
 
         def __init__(
             self,
@@ -88,10 +88,6 @@ class HerReplayBatch:
             batch_size: Sequence[int] | torch.Size,
             device: torch.device | str | None = None,
         ) -> None: ...
-
-        def to(self, device: torch.device | str) -> HerReplayBatch: ...
-
-        def __getitem__(self, index: Any) -> HerReplayBatch: ...
 
 
 class HerReplayStorage:
@@ -203,15 +199,10 @@ class HerReplayStorage:
         seed: int | None = None,
     ) -> None:
         if not isinstance(observation_space, gym.spaces.Dict):
-            raise TypeError(
-                f"HerReplayStorage: observation_space is {type(observation_space).__name__}, "
-                "expected a gymnasium Dict space with the goal entries."
-            )
+            raise space_error("HerReplayStorage", "observation_space", observation_space,
+                              "a gymnasium Dict space with the goal entries")
         if not isinstance(action_space, gym.Space):
-            raise TypeError(
-                f"HerReplayStorage: action_space is {type(action_space).__name__}, "
-                "expected a gymnasium Space."
-            )
+            raise space_error("HerReplayStorage", "action_space", action_space)
         for name, key in (("goal_key", goal_key), ("achieved_goal_key", achieved_goal_key)):
             _subspace(observation_space, as_key(key), name)
         self.num_envs = int(num_envs)
@@ -269,10 +260,10 @@ class HerReplayStorage:
                 dtype differs from the first step's (the message names it).
         """
         space = self.observation_space
+        # observations and actions take the spaces' dtypes; the adapter converts the rest
         self._batcher.add(  # written in chunks, flushed before any read
             to_numpy(observations, space), to_actions(actions, self.action_space, self.num_envs),
-            to_numpy(rewards), to_numpy(terminateds).astype(bool), to_numpy(truncateds).astype(bool),
-            infos, to_numpy(next_observations, space),
+            rewards, terminateds, truncateds, infos, to_numpy(next_observations, space),
             extra=self._infos(infos) if self.copy_info_dict else None,
         )
 

@@ -11,15 +11,15 @@ from tensordict import TensorDictBase
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._convert import to_numpy
-from torchrl_ext.facades._tensorclass import documented_tensorclass
+from torchrl_ext.facades._convert import space_error, to_numpy
+from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.loader import make_loader
 
 __all__ = ["NStepReplayBatch", "NStepReplayStorage"]
 
 
 @documented_tensorclass
-class NStepReplayBatch:
+class NStepReplayBatch(TensorclassBatch):
     """A batch of n-step transitions (rllte's fields plus the episode facts).
 
     ``target = rewards + discounts * V(next_observations)``.
@@ -55,7 +55,7 @@ class NStepReplayBatch:
     truncateds: torch.Tensor
     steps: torch.Tensor
 
-    if TYPE_CHECKING:  # the signatures tensorclass generates, for type checkers
+    if TYPE_CHECKING:  # the constructor tensorclass generates, for type checkers
 
         def __init__(
             self,
@@ -71,10 +71,6 @@ class NStepReplayBatch:
             batch_size: Sequence[int] | torch.Size,
             device: torch.device | str | None = None,
         ) -> None: ...
-
-        def to(self, device: torch.device | str) -> NStepReplayBatch: ...
-
-        def __getitem__(self, index: Any) -> NStepReplayBatch: ...
 
 
 class NStepReplayStorage:
@@ -156,16 +152,9 @@ class NStepReplayStorage:
         snapshot_dir: str | Path | None = None,
         seed: int | None = None,
     ) -> None:
-        if not isinstance(observation_space, gym.Space):
-            raise TypeError(
-                f"NStepReplayStorage: observation_space is {type(observation_space).__name__}, "
-                "expected a gymnasium Space."
-            )
-        if not isinstance(action_space, gym.Space):
-            raise TypeError(
-                f"NStepReplayStorage: action_space is {type(action_space).__name__}, "
-                "expected a gymnasium Space."
-            )
+        for name, space in (("observation_space", observation_space), ("action_space", action_space)):
+            if not isinstance(space, gym.Space):
+                raise space_error("NStepReplayStorage", name, space)
         if save_snapshot and snapshot_dir is None:
             raise ValueError(
                 "NStepReplayStorage: save_snapshot=True needs snapshot_dir=...; "
@@ -225,10 +214,10 @@ class NStepReplayStorage:
                 dtype differs from the first step's (the message names it).
         """
         space = self.observation_space
+        # observations and actions take the spaces' dtypes; the adapter converts the rest
         self._batcher.add(  # written in chunks, flushed before any read
-            to_numpy(observations, space), to_numpy(actions, self.action_space), to_numpy(rewards),
-            to_numpy(terminateds).astype(bool), to_numpy(truncateds).astype(bool),
-            infos, to_numpy(next_observations, space),
+            to_numpy(observations, space), to_numpy(actions, self.action_space),
+            rewards, terminateds, truncateds, infos, to_numpy(next_observations, space),
         )
 
     @property

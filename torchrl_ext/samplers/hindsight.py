@@ -11,7 +11,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.nstep import NStepSampler, StepWindows
-from torchrl_ext.samplers.uniform import draw_transitions
+from torchrl_ext.samplers.uniform import draw_transitions, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["HindsightSampler", "HindsightStrategy"]
@@ -114,7 +114,7 @@ class HindsightSampler(RefiningSampler):
 
     def _goal_rows(self, storage: TransitionStorage, rows: np.ndarray) -> np.ndarray:
         """Row holding ``("next", achieved_goal)`` of the goal step, per row."""
-        index = storage.index
+        index = storage_index(storage)
         generator = self._rng
         tau, stream = index.row_coordinates(rows)
         if self.strategy is HindsightStrategy.RANDOM:

@@ -38,7 +38,18 @@ class RefiningSampler(Sampler):
     subclass only extends the index (a ``[B, k]``
     :class:`~torchrl_ext.sample_index.SampleIndex` whose first column is the
     rows ``base`` drew, read by the subclass's
-    :class:`~torchrl_ext.sample_index.WindowReader`).
+    :class:`~torchrl_ext.sample_index.WindowReader`). NStepSampler,
+    HindsightSampler, FrameStackSampler and BootstrapMaskSampler are refining
+    samplers; the buffer finds the priorities of ``base`` through them.
+
+    Args:
+        base (Sampler): the sampler whose draws are refined.
+
+    Examples:
+        >>> from torchrl_ext.samplers import NStepSampler, PrioritizedTransitionSampler
+        >>> sampler = NStepSampler(3, base=PrioritizedTransitionSampler())
+        >>> isinstance(sampler, RefiningSampler), type(sampler.base).__name__
+        (True, 'PrioritizedTransitionSampler')
     """
 
     def __init__(self, base: Sampler) -> None:
