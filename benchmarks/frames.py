@@ -253,7 +253,8 @@ class SB3VecFrameStack:
 
         space = spaces.Box(0, 255, FRAME, np.uint8)
         self.stacker = StackedObservations(ENVS, N_FRAMES, space, channels_order="first")
-        self.rb = NStepReplayBuffer(rows // ENVS, self.stacker.stacked_observation_space,
+        # SB3's buffer_size counts transitions of all envs (it keeps buffer_size // n_envs steps)
+        self.rb = NStepReplayBuffer(rows, self.stacker.stacked_observation_space,
                                     spaces.Discrete(6), device="cpu", n_envs=ENVS,
                                     n_steps=N_STEPS, gamma=GAMMA)
         self.stacked = None
