@@ -16,6 +16,7 @@ through; it is also what ends up in the sample's ``"index"`` entry and what
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -44,6 +45,7 @@ class WindowReader(Protocol):
         ...
 
 
+@dataclass(frozen=True)
 class RowReads:
     """The reader of plain rows: ``index`` is ``[B]`` or ``[B, L]`` physical rows.
 
@@ -60,15 +62,6 @@ class RowReads:
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = index.as_subclass(torch.Tensor)
         return rows, torch.ones_like(rows)
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is RowReads
-
-    def __hash__(self) -> int:
-        return hash(RowReads)
-
-    def __repr__(self) -> str:
-        return "RowReads()"
 
 
 class SampleIndex(torch.Tensor):

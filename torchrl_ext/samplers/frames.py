@@ -1,6 +1,7 @@
 """Frame stacks at sample time, by index: each frame is stored once."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -55,6 +56,7 @@ def frame_steps(tau: np.ndarray, start: np.ndarray, n_frames: int) -> np.ndarray
     return np.maximum(np.asarray(tau)[..., None] + offsets, np.asarray(start)[..., None])
 
 
+@dataclass(frozen=True)
 class FrameStacks:
     """The reader of frame stacks over the windows another reader serves.
 
@@ -76,10 +78,9 @@ class FrameStacks:
         FrameStacks(n_frames=4, keys=None, inner=RowReads())
     """
 
-    def __init__(
-        self, n_frames: int, keys: tuple[tuple[str, ...], ...] | None, inner: WindowReader
-    ) -> None:
-        self.n_frames, self.keys, self.inner = n_frames, keys, inner
+    n_frames: int
+    keys: tuple[tuple[str, ...], ...] | None
+    inner: WindowReader
 
     def read(self, storage: TransitionStorage, index: torch.Tensor) -> TensorDictBase:
         out = self.inner.read(storage, index)
@@ -118,17 +119,6 @@ class FrameStacks:
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.inner.spans(index)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FrameStacks) and (self.n_frames, self.keys, self.inner) == (
-            other.n_frames, other.keys, other.inner)
-
-    def __hash__(self) -> int:
-        return hash((self.n_frames, self.keys, self.inner))
-
-    def __repr__(self) -> str:
-        return f"FrameStacks(n_frames={self.n_frames}, keys={self.keys}, inner={self.inner!r})"
-
 
 class FrameStackSampler(RefiningSampler):
     """Serve each sampled transition with stacks of its last ``n_frames`` observations.

@@ -1,6 +1,7 @@
 """n-step windows: a base sampler picks start transitions, windows run to n steps."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ def window_steps(index: EpisodeIndex, rows: torch.Tensor, n: int) -> torch.Tenso
     return torch.from_numpy(np.minimum(length - step, n))
 
 
+@dataclass(frozen=True)
 class StepWindows:
     """The reader of windows of steps: ``[B, 2]`` (row, k) or ``[B, 3]`` (row, k, goal row).
 
@@ -86,7 +88,7 @@ class StepWindows:
             relabel = goal_rows >= 0
             goals = torch.where(relabel, goal_rows, rows)  # real rows: any valid row
             window_next = torch.from_numpy(episodes.physical_rows(window_tau + 1, stream[:, None]))
-        out = storage.get_windows(
+        out = storage.packed.gather_windows(
             rows,
             torch.from_numpy(window_rows),
             torch.from_numpy(last_rows),
@@ -103,16 +105,6 @@ class StepWindows:
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         columns = index.as_subclass(torch.Tensor)
         return columns[:, 0].contiguous(), columns[:, 1].contiguous()
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is StepWindows
-
-    def __hash__(self) -> int:
-        return hash(StepWindows)
-
-    def __repr__(self) -> str:
-        return "StepWindows()"
-
 
 class NStepSampler(RefiningSampler):
     """Windows of up to ``n`` steps, starting at transitions drawn by ``base``.

@@ -159,8 +159,9 @@ class TransitionStorage(TensorStorage):
         int, ``slice(None)`` for every live transition, or a
         :class:`~torchrl_ext.sample_index.SampleIndex` (windows: n-step,
         hindsight goals, frame stacks...), which reads itself through this
-        storage's row reads (:meth:`get`, :meth:`get_observations`,
-        :meth:`get_windows`); the storage never decodes a window kind.
+        storage's row reads (:meth:`get`, :meth:`get_observations`, and
+        ``packed``, the :class:`~torchrl_ext.storages._packed.PackedRows`
+        gathers); the storage never decodes a window kind.
         """
         self._check_ready("get")
         if isinstance(index, SampleIndex):
@@ -189,25 +190,6 @@ class TransitionStorage(TensorStorage):
         self._check_ready("get_observations")
         flat = torch.as_tensor(rows, dtype=torch.int64).reshape(-1)
         return self.packed.gather_observations(flat).reshape(rows.shape)
-
-    def get_windows(
-        self,
-        rows: torch.Tensor,
-        window_rows: torch.Tensor,
-        last_rows: torch.Tensor,
-        after_rows: torch.Tensor,
-        goal_rows: torch.Tensor | None = None,
-        window_next_rows: torch.Tensor | None = None,
-    ) -> TensorDictBase:
-        """Windows of steps given by their physical rows (a reader computes them).
-
-        See :meth:`~torchrl_ext.storages._packed.PackedRows.gather_windows` for
-        the arguments and the returned entries.
-        """
-        self._check_ready("get_windows")
-        return self.packed.gather_windows(
-            rows, window_rows, last_rows, after_rows, goal_rows, window_next_rows
-        )
 
     def live_transition_rows(self) -> torch.Tensor:
         """Physical rows of every live transition, stream by stream (O(capacity))."""
