@@ -1,4 +1,4 @@
-"""W5 model-based benchmark: epochs of normalised dynamics-model batches, side by side.
+"""W6 model-based benchmark: epochs of normalised dynamics-model batches, side by side.
 
     .venv/bin/python benchmarks/model_based.py                 # 1M transitions
     .venv/bin/python benchmarks/model_based.py --quick         # 100k transitions, few repetitions
@@ -256,7 +256,7 @@ def main() -> None:
     n = a.rows or (100_000 if a.quick else 1_000_000)
     reps = 3 if a.quick else 5
     data = episodes(n, ENVS)
-    lines = [f"## W5 model-based epochs ({n:,} transitions, obs f32[{OBS}], action f32[{ACT}], "
+    lines = [f"## W6 model-based epochs ({n:,} transitions, obs f32[{OBS}], action f32[{ACT}], "
              f"B = {B})", "", machine_line(), ""]
     rows = []
     results: dict[str, dict[str, Any]] = {}

@@ -6,7 +6,8 @@
     .venv/bin/python benchmarks/run.py --no-nstep   # skip the W2 n-step tables (nstep.py)
     .venv/bin/python benchmarks/run.py --no-her     # skip the W3 HER tables (her.py)
     .venv/bin/python benchmarks/run.py --no-seq     # skip the W4 sequence tables (sequence.py)
-    .venv/bin/python benchmarks/run.py --no-mb      # skip the W5 model-based tables (model_based.py)
+    .venv/bin/python benchmarks/run.py --no-mb      # skip the W6 model-based tables (model_based.py)
+    .venv/bin/python benchmarks/run.py --no-frames  # skip the W5 frame-stack tables (frames.py)
 
 Prints markdown tables and writes them to benchmarks/results/latest.md; the W2
 n-step tables (``nstep.py``), the W3 HER tables (``her.py``) and the W4 sequence
@@ -84,7 +85,8 @@ def main() -> None:
     ap.add_argument("--no-nstep", action="store_true", help="skip the W2 n-step tables (nstep.py, ~17 GB RSS)")
     ap.add_argument("--no-her", action="store_true", help="skip the W3 HER tables (her.py, ~2 min)")
     ap.add_argument("--no-seq", action="store_true", help="skip the W4 sequence tables (sequence.py)")
-    ap.add_argument("--no-mb", action="store_true", help="skip the W5 model-based tables (model_based.py)")
+    ap.add_argument("--no-mb", action="store_true", help="skip the W6 model-based tables (model_based.py)")
+    ap.add_argument("--no-frames", action="store_true", help="skip the W5 frame-stack tables (frames.py)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "latest.md"))
     a = ap.parse_args()
     run_w1(a)
@@ -103,8 +105,12 @@ def main() -> None:
         flags += ["--no-scale"] if a.no_scale else []
         subprocess.run(cmd + flags, check=False)
     if not a.no_mb:  # fresh interpreter as well
-        log("W5 model-based (model_based.py)")
+        log("W6 model-based (model_based.py)")
         cmd = [sys.executable, os.path.join(HERE, "model_based.py"), "--out", a.out, "--append"]
+        subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
+    if not a.no_frames:  # fresh interpreters, one per buffer (frames.py)
+        log("W5 frame stacks (frames.py)")
+        cmd = [sys.executable, os.path.join(HERE, "frames.py"), "--out", a.out, "--append"]
         subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
 
 

@@ -13,6 +13,10 @@ Run with ``make demo`` (or ``.venv/bin/python examples/demo.py``). It
 5. runs ``examples/model_based_pendulum.py --quick``: a collector filling pytorchrl's
    ``MBReplayBuffer`` API, an ensemble dynamics model trained on ``generate_batches``
    and a CEM planner on Pendulum.
+6. fills d3rlpy's ``BatchReplayBuffer`` API from a gymnasium loop, samples
+   4-frame stacks of 3-step windows (each frame stored once) and checks every
+   stack against the step counter in the observation, then exports the held
+   episodes (our format, reloaded; d3rlpy's ``MDPDataset`` when installed).
 """
 from __future__ import annotations
 
@@ -24,12 +28,14 @@ import tempfile
 import time
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torchrl.collectors import Collector
 from torchrl.envs import GymEnv, SerialEnv
 
-from torchrl_ext import make_replay_buffer
+from torchrl_ext import BatchReplayBuffer, make_replay_buffer
 from torchrl_ext.envs import GymVectorAdapter
+from torchrl_ext.export import episodes_of, load_buffer, save_episodes
 
 import model_based_pendulum  # examples/model_based_pendulum.py, next to this script
 import sequence_replay  # examples/sequence_replay.py, next to this script
@@ -182,6 +188,7 @@ def main() -> None:
         print(f"{label:<14}{text}")
     sequence_section()
     model_based_section()
+    frames_section()
     print(f"done in {time.perf_counter() - started:.1f} s")
 
 
@@ -225,6 +232,52 @@ def model_based_section() -> None:
         ("M1", f"held-out MSE {clean:.2e} trained on real transitions, {jumps:.2e} with "
                "pytorchrl's final -> reset jumps kept"),
     ]
+def frames_section(num_envs: int = 4, steps: int = 3_000, n_frames: int = 4) -> None:
+    """Frame stacks and export through d3rlpy's BatchReplayBuffer API."""
+    print()
+    print(f"frame stacks: gymnasium {num_envs} x CartPole (+ time step) -> BatchReplayBuffer"
+          f".append -> sample(256, n_frames={n_frames}, n_steps=3) ...", flush=True)
+    # the last observation entry is the step in the episode: stacks can be checked
+    env = gym.vector.SyncVectorEnv([
+        lambda: gym.wrappers.TimeAwareObservation(gym.make("CartPole-v1"), normalize_time=False)
+        for _ in range(num_envs)])
+    buffer = BatchReplayBuffer(8_000, env, create_mask=True, mask_size=5, seed=SEED)
+    env.action_space.seed(SEED)
+    obs, _ = env.reset(seed=SEED)
+    reward = np.zeros(num_envs, np.float32)
+    terminal = clip = np.zeros(num_envs, bool)
+    for _ in range(steps):
+        action = env.action_space.sample()
+        buffer.append(obs, action, reward, terminal, clip)
+        obs, reward, terminal, truncated, _ = env.step(action)
+        clip = terminal | truncated
+    exact = total = 0
+    for _ in range(20):
+        batch = buffer.sample(256, n_frames=n_frames, n_steps=3)
+        t = batch.observations[:, -1, -1]  # step of o_t
+        expected = (t[:, None] - torch.arange(n_frames - 1, -1, -1)).clamp(min=0)
+        exact += int((batch.observations[..., -1] == expected).all(-1).sum())
+        total += t.numel()
+    rows = [
+        ("stored", f"{len(buffer):,} transitions (maxlen {buffer.maxlen:,}), each frame once"),
+        ("sample", f"observations {tuple(batch.observations.shape)}, masks "
+                   f"{tuple(batch.masks.shape)}, n_steps up to {int(batch.n_steps.max())}"),
+        ("exact stacks", f"{exact:,}/{total:,} stacks are the true last {n_frames} steps "
+                         "(episode starts padded with the first observation)"),
+    ]
+    with tempfile.TemporaryDirectory() as path:
+        save_episodes(buffer.rb, path)
+        back = load_buffer(path, seed=SEED)
+        held = episodes_of(buffer.rb)
+        rows.append(("export", f"{len(held)} episodes ({sum(not e.finished for e in held)} still "
+                               f"running), reloaded: {len(back):,} transitions"))
+    try:
+        dataset = buffer.to_mdp_dataset()
+        steps = sum(len(e.rewards) for e in dataset.episodes)
+        rows.append(("d3rlpy", f"MDPDataset: {len(dataset.episodes)} episodes, {steps:,} steps "
+                               "(running episodes end with a timeout, not terminal)"))
+    except ImportError as error:
+        rows.append(("d3rlpy", f"skipped: {error}"))
     for label, text in rows:
         print(f"{label:<14}{text}")
 

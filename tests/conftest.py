@@ -120,9 +120,9 @@ def workloads(draw):
     return num_streams, stream_capacity, lengths, endings, single_steps
 
 
-def run(num_streams, stream_capacity, lengths, endings, single_steps):
-    """Feed the same episodes to the buffer and to the reference."""
-    rb = make_replay_buffer(num_streams * stream_capacity, seed=0)
+def run(num_streams, stream_capacity, lengths, endings, single_steps, **kwargs):
+    """Feed the same episodes to the buffer (``make_replay_buffer(**kwargs)``) and the reference."""
+    rb = make_replay_buffer(num_streams * stream_capacity, seed=0, **kwargs)
     ref = LoopReference(num_streams, stream_capacity)
     counter = iter(range(1, 10**9))
     current = [float(next(counter)) for _ in range(num_streams)]  # obs each stream is in

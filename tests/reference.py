@@ -107,3 +107,36 @@ def sequence_reference(rows: list[dict], capacity: int, length: int | None, pad:
                 out[tuple(episode)] = True
         first = j + 1  # row j holds the observation after the episode's last step
     return out
+
+
+def frame_reference(rows: list[dict], capacity: int, n_frames: int, n: int = 1) -> dict:
+    """Every live transition's frame stacks, by walking one stream's rows.
+
+    Row ``r - 1`` is in the episode of row ``r`` iff it holds a step (a row
+    without one is the previous episode's final observation). A stack of the
+    observation in row ``r`` takes rows ``r - F + 1 .. r``, each replaced by
+    the episode's first row if it is earlier. The transition's window runs
+    ``k <= n`` steps forward as in :func:`nstep_reference`.
+
+    Returns ``{obs: (obs_stack, next_obs_stack, k)}``, or ``{obs: None}`` when
+    a frame of the stack lies in a row the ring no longer keeps.
+    """
+    kept_from = max(len(rows) - capacity, 0)
+
+    def stack(r: int) -> tuple[tuple, int]:
+        first = r
+        while first > 0 and "step" in rows[first - 1]:
+            first -= 1
+        picks = [max(r - j, first) for j in range(n_frames - 1, -1, -1)]
+        return tuple(rows[p]["obs"] for p in picks), picks[0]
+
+    out: dict = {}
+    for i in range(kept_from, len(rows) - 1):
+        if "step" not in rows[i]:
+            continue
+        j, k = i, 1
+        while k < n and not (rows[j]["step"][2] or rows[j]["step"][3]) and "step" in rows[j + 1]:
+            j, k = j + 1, k + 1
+        obs_stack, oldest = stack(i)
+        out[rows[i]["obs"]] = (obs_stack, stack(j + 1)[0], k) if oldest >= kept_from else None
+    return out

@@ -9,6 +9,8 @@ from torchrl_ext._compat import moved_names
 from torchrl_ext.buffer import TransitionReplayBuffer, make_her_replay_buffer, make_replay_buffer
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.facades import (
+    BatchReplayBatch,
+    BatchReplayBuffer,
     EpisodeDataset,
     EpisodeReplayBuffer,
     FIFOEvictor,
@@ -27,6 +29,8 @@ from torchrl_ext.storages import TransitionStorage
 from torchrl_ext.writers import TransitionWriter
 
 __all__ = [
+    "BatchReplayBatch",
+    "BatchReplayBuffer",
     "make_replay_buffer",
     "make_her_replay_buffer",
     "EpisodeDataset",

@@ -11,6 +11,9 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
+from torchrl_ext.sample_index import SampleIndex
+from torchrl_ext.samplers.frames import FrameStackSampler
+from torchrl_ext.samplers.masks import BootstrapMaskSampler
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
@@ -93,8 +96,8 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         one passes the entries to a
         :class:`~torchrl_ext.samplers.PrioritizedTransitionSampler`, alone or
         under :class:`~torchrl_ext.samplers.NStepSampler` /
-        :class:`~torchrl_ext.samplers.HindsightSampler` (whose ``[B, 2]`` /
-        ``[B, 3]`` indices start with the row). As in TorchRL, it does nothing when
+        :class:`~torchrl_ext.samplers.HindsightSampler` or any other
+        refining sampler (whose ``[B, k]`` indices start with the row). As in TorchRL, it does nothing when
         the sampler keeps no priorities or the data has no ``priority_key``
         entry (``rb.add`` calls it on every write; new rows already got the
         maximum priority).
@@ -152,9 +155,9 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         for transform in self._transforms():
             data = transform(data)
         for key, value in info.items():
-            if isinstance(value, tuple):  # (rows, steps) of windows, as TorchRL stacks it
-                value = torch.stack(value, -1)
-            elif value.ndim < data.ndim:
+            if isinstance(value, SampleIndex):  # the sample keeps the plain [B, k] index
+                value = value.as_subclass(torch.Tensor)
+            if value.ndim < data.ndim:
                 value = value.expand(data.shape)
             data.set(key, value)
         return (data, info) if return_info else data
@@ -172,6 +175,9 @@ def make_replay_buffer(
     transform: Transform | None = None,
     n_step: int | None = None,
     gamma: float = 0.99,
+    n_frames: int | None = None,
+    mask_size: int | None = None,
+    mask_p: float = 0.5,
     done_keys: Sequence[NestedKey] = DEFAULT_DONE_KEYS,
     seed: int | None = None,
 ) -> TransitionReplayBuffer:
@@ -203,6 +209,14 @@ def make_replay_buffer(
             :class:`~torchrl_ext.samplers.NStepSampler` and appends
             :class:`~torchrl_ext.transforms.NStepTransform` (``gamma``).
         gamma (float): discount of the n-step returns. Defaults to ``0.99``.
+        n_frames (int, optional): serve frame stacks of ``n_frames`` observations:
+            wraps the sampler (after ``n_step``) in
+            :class:`~torchrl_ext.samplers.FrameStackSampler`.
+        mask_size (int, optional): attach ``mask_size`` bootstrap-mask bits
+            (Bernoulli(``mask_p``)) to every sampled transition, as ``"mask"``:
+            wraps the sampler in :class:`~torchrl_ext.samplers.BootstrapMaskSampler`,
+            keyed by the buffer's generator.
+        mask_p (float): probability of each mask bit. Defaults to ``0.5``.
         done_keys (sequence of NestedKey): entries ending an episode.
         seed (int, optional): seeds the buffer's ``torch.Generator`` (checkpointed
             by ``rb.dumps``). Without it, a generator is seeded from torch's global RNG.
@@ -233,6 +247,10 @@ def make_replay_buffer(
         sampler = NStepSampler(n_step, base=sampler)
         nstep = NStepTransform(gamma)
         transform = nstep if transform is None else Compose(nstep, transform)
+    if n_frames is not None:
+        sampler = FrameStackSampler(n_frames, base=sampler)
+    if mask_size is not None:
+        sampler = BootstrapMaskSampler(mask_size, mask_p, base=sampler)
     return TransitionReplayBuffer(
         storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
         writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),

@@ -15,6 +15,8 @@ from conftest import steps
 from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer
 from torchrl_ext.samplers import (
     EpochSampler,
+    BootstrapMaskSampler,
+    FrameStackSampler,
     HindsightSampler,
     NStepSampler,
     PrioritizedTransitionSampler,
@@ -36,8 +38,15 @@ SAMPLERS = {
     ),
     "epoch": EpochSampler,
     "epoch-ensemble": lambda: EpochSampler(holdout_fraction=0.2, ensemble_size=2, bootstrap=True),
+    "frames": lambda: FrameStackSampler(3),
+    "frames-nstep-prioritized": lambda: FrameStackSampler(
+        2, base=NStepSampler(2, base=PrioritizedTransitionSampler(alpha=0.6, beta=0.4))
+    ),
+    "frames-sequence": lambda: FrameStackSampler(2, base=SequenceSampler(2)),
+    "masks": lambda: BootstrapMaskSampler(3, base=FrameStackSampler(2, base=NStepSampler(2))),
 }
-REFINING = ("nstep", "hindsight-future", "hindsight-random", "hindsight-prioritized")
+REFINING = ("nstep", "hindsight-future", "hindsight-random", "hindsight-prioritized",
+            "frames-nstep-prioritized", "masks")
 
 
 def build(make_sampler, backend, directory, seed=0, cls=TransitionReplayBuffer):

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from conftest import run, steps, workloads
 from reference import nstep_reference
 from torchrl_ext import make_replay_buffer
+from torchrl_ext.sample_index import SampleIndex
+from torchrl_ext.samplers.nstep import StepWindows, window_steps
 from torchrl_ext.transforms import NStepTransform, nstep_return
 
 
@@ -18,7 +20,8 @@ def windows(rb, n, gamma):
     """Every live transition's n-step window, as reference tuples, sorted."""
     storage = rb.storage
     rows = storage.live_transition_rows()
-    batch = NStepTransform(gamma)(storage.get((rows, storage.window_steps(rows, n))))
+    index = torch.stack([rows, window_steps(storage.index, rows, n)], -1)
+    batch = NStepTransform(gamma)(storage.get(SampleIndex.wrap(index, StepWindows())))
     return sorted(
         zip(
             batch["observation"][:, 0].tolist(),

@@ -1,4 +1,5 @@
 """Facades: the seed APIs people already use, over the same components."""
+from torchrl_ext.facades.d3rlpy import BatchReplayBatch, BatchReplayBuffer, Episode
 from torchrl_ext.facades.episodic import (
     EpisodeDataset,
     EpisodeReplayBuffer,
@@ -11,6 +12,9 @@ from torchrl_ext.facades.her import HerReplayBatch, HerReplayStorage
 from torchrl_ext.facades.nstep import NStepReplayBatch, NStepReplayStorage
 
 __all__ = [
+    "BatchReplayBatch",
+    "BatchReplayBuffer",
+    "Episode",
     "EpisodeDataset",
     "EpisodeReplayBuffer",
     "FIFOEvictor",

@@ -8,9 +8,10 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext.samplers.refining import RefiningSampler
-from torchrl_ext.samplers.nstep import NStepSampler
-from torchrl_ext.samplers.uniform import draw_transitions
+from torchrl_ext.sample_index import SampleIndex
+from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
+from torchrl_ext.samplers.nstep import NStepSampler, StepWindows
+from torchrl_ext.samplers.uniform import draw_transitions, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["HindsightSampler", "HindsightStrategy"]
@@ -51,10 +52,11 @@ class HindsightSampler(RefiningSampler):
     an episode wraps its stream's ring, and an episode still being written is
     used up to its last written step. Cost is O(batch).
 
-    The sample's index is the tuple ``(rows, steps, goal_rows)`` (``goal_rows``
-    is ``-1`` for real rows; ``steps`` are n-step window lengths when ``base``
-    is an :class:`~torchrl_ext.samplers.NStepSampler`, else ones). The storage
-    reads the observations at the goal rows and
+    The sample's index is a ``[B, 3]`` :class:`~torchrl_ext.sample_index.SampleIndex`
+    ``(row, steps, goal_row)`` read by :class:`~torchrl_ext.samplers.nstep.StepWindows`
+    (``goal_row`` is ``-1`` for real rows; ``steps`` are n-step window lengths
+    when ``base`` is an :class:`~torchrl_ext.samplers.NStepSampler`, else
+    ones), which reads the observations at the goal rows, and
     :class:`~torchrl_ext.transforms.HindsightTransform` relabels.
 
     Args:
@@ -95,19 +97,24 @@ class HindsightSampler(RefiningSampler):
         """How many rows of a batch are relabelled."""
         return int(batch_size * self.num_goals / (self.num_goals + 1))
 
-    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[tuple, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         index, info = self.base.sample(storage, batch_size)
-        rows, steps = index if isinstance(index, tuple) else (index, torch.ones_like(index))
+        if isinstance(index, SampleIndex) and isinstance(index.reader, StepWindows):
+            rows, steps = index.reader.spans(index)
+        else:
+            rows = plain_rows(index, self)
+            steps = torch.ones_like(rows)
         n_virtual = self.n_virtual(batch_size)
         goal_rows = np.full(batch_size, -1, dtype=np.int64)
         if n_virtual:
             virtual = rows[batch_size - n_virtual :].numpy()
             goal_rows[batch_size - n_virtual :] = self._goal_rows(storage, virtual)
-        return (rows, steps, torch.from_numpy(goal_rows)), info
+        columns = torch.stack([rows, steps, torch.from_numpy(goal_rows)], -1)
+        return SampleIndex.wrap(columns, StepWindows()), info
 
     def _goal_rows(self, storage: TransitionStorage, rows: np.ndarray) -> np.ndarray:
         """Row holding ``("next", achieved_goal)`` of the goal step, per row."""
-        index = storage.index
+        index = storage_index(storage)
         generator = self._rng
         tau, stream = index.row_coordinates(rows)
         if self.strategy is HindsightStrategy.RANDOM:

@@ -1,16 +1,110 @@
 """n-step windows: a base sampler picks start transitions, windows run to n steps."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import torch
+from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext.samplers.refining import RefiningSampler
-from torchrl_ext.samplers.uniform import UniformTransitionSampler
+from torchrl_ext.core.episodes import EpisodeIndex
+from torchrl_ext.sample_index import SampleIndex
+from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
+from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 
-__all__ = ["NStepSampler"]
+__all__ = ["NStepSampler", "StepWindows", "window_steps"]
 
+
+def window_steps(index: EpisodeIndex, rows: torch.Tensor, n: int) -> torch.Tensor:
+    """Steps of the window of at most ``n`` steps starting at each of ``rows``.
+
+    ``min(n, steps of the episode from the row on)``: a window stops at its
+    episode's end, and, in an episode still being written, at its last
+    written step. Rows are live transitions (as drawn by a sampler).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(32)
+        >>> done = torch.tensor([[False, True]]).unsqueeze(-1)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 2, 1), "action": torch.zeros(1, 2, 1),
+        ...     "next": {"observation": torch.ones(1, 2, 1), "reward": torch.ones(1, 2, 1),
+        ...              "done": done}}, [1, 2]))
+        >>> rows = rb.storage.live_transition_rows()  # both steps of the episode
+        >>> sorted(window_steps(rb.storage.index, rows, 3).tolist())  # windows stop at the episode end
+        [1, 2]
+    """
+    tau, stream = index.row_coordinates(rows.numpy())
+    _, step, _, length = index.locate(tau, stream)
+    return torch.from_numpy(np.minimum(length - step, n))
+
+
+@dataclass(frozen=True)
+class StepWindows:
+    """The reader of windows of steps: ``[B, 2]`` (row, k) or ``[B, 3]`` (row, k, goal row).
+
+    Reads, for each window of ``k`` steps starting at a row, a ``[B]``
+    TensorDict with the first step's observation and action, ``("next", obs)``
+    = the observation after the window's last step (the true final
+    observation when the window ends its episode), the last step's next-only
+    entries (``("next", "terminated")``...), ``"steps_to_next_obs"`` ``[B, 1]``,
+    and under ``"n_step"`` a ``[B, W]`` TensorDict (``W = max(k)``) of each
+    window step's next-only entries (reward, done flags) with ``"mask"``
+    marking the steps inside the window.
+    :class:`~torchrl_ext.transforms.NStepTransform` reduces it.
+
+    With a goal-row column (from :class:`~torchrl_ext.samplers.HindsightSampler`,
+    ``-1`` for rows kept real), also ``"her"``: the observation entries at
+    the goal rows and ``"relabel"`` (``goal_rows >= 0``), and in ``"n_step"``
+    each window step's next observation entries.
+
+    Examples:
+        >>> import torch
+        >>> StepWindows().spans(torch.tensor([[5, 3], [9, 1]]))
+        (tensor([5, 9]), tensor([3, 1]))
+    """
+
+    def read(self, storage: TransitionStorage, index: torch.Tensor) -> TensorDictBase:
+        columns = index.as_subclass(torch.Tensor)
+        rows, steps = columns[:, 0].contiguous(), columns[:, 1].contiguous()
+        rows_np, steps_np = rows.numpy(), steps.numpy()
+        episodes = storage_index(storage)
+        width = int(steps_np.max())
+        tau, stream = episodes.row_coordinates(rows_np)
+        offsets = np.arange(width)
+        mask = offsets < steps_np[:, None]  # [B, W]
+        # padding reads the first step again; the mask hides it
+        window_tau = tau[:, None] + np.where(mask, offsets, 0)
+        window_rows = episodes.physical_rows(window_tau, stream[:, None])
+        last_rows = episodes.physical_rows(tau + steps_np - 1, stream)
+        after_rows = episodes.physical_rows(tau + steps_np, stream)
+        goals = window_next = relabel = None
+        if columns.shape[1] > 2:
+            goal_rows = columns[:, 2].contiguous()
+            relabel = goal_rows >= 0
+            goals = torch.where(relabel, goal_rows, rows)  # real rows: any valid row
+            window_next = torch.from_numpy(episodes.physical_rows(window_tau + 1, stream[:, None]))
+        out = storage.packed.gather_windows(
+            rows,
+            torch.from_numpy(window_rows),
+            torch.from_numpy(last_rows),
+            torch.from_numpy(after_rows),
+            goals,
+            window_next,
+        )
+        if relabel is not None:
+            out.set(("her", "relabel"), relabel)
+        out.set(("n_step", "mask"), torch.from_numpy(mask))
+        out.set("steps_to_next_obs", steps.reshape(-1, 1))
+        return out
+
+    def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        columns = index.as_subclass(torch.Tensor)
+        return columns[:, 0].contiguous(), columns[:, 1].contiguous()
 
 class NStepSampler(RefiningSampler):
     """Windows of up to ``n`` steps, starting at transitions drawn by ``base``.
@@ -22,10 +116,10 @@ class NStepSampler(RefiningSampler):
     cross streams, episodes or overwritten rows (they run forward from a live
     row, and newer rows of the same stream are never overwritten first).
 
-    The sample's index is the tuple ``(rows, k)``; the storage reads the windows
-    (:meth:`~torchrl_ext.storages.TransitionStorage.get_windows`) and
+    The sample's index is a ``[B, 2]`` :class:`~torchrl_ext.sample_index.SampleIndex`
+    (row, k) read by :class:`StepWindows`, and
     :class:`~torchrl_ext.transforms.NStepTransform` computes the returns. In
-    the sample, ``"index"`` is ``[B, 2]`` (row, k): pass it to
+    the sample, ``"index"`` is that ``[B, 2]`` tensor: pass it to
     ``rb.update_priority`` as is.
 
     Args:
@@ -49,9 +143,6 @@ class NStepSampler(RefiningSampler):
         >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 2, 1), "action": torch.zeros(1, 2, 1),
         ...     "next": {"observation": torch.ones(1, 2, 1), "reward": torch.ones(1, 2, 1),
         ...              "done": done, "terminated": done.clone()}}, [1, 2]))
-        >>> rows = rb.storage.live_transition_rows()  # both steps of the episode
-        >>> sorted(rb.storage.window_steps(rows, 3).tolist())  # windows stop at the episode end
-        [1, 2]
         >>> rb.sample()["steps_to_next_obs"].shape
         torch.Size([2, 1])
     """
@@ -62,9 +153,11 @@ class NStepSampler(RefiningSampler):
         super().__init__(base if base is not None else UniformTransitionSampler())
         self.n = int(n)
 
-    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[tuple, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         rows, info = self.base.sample(storage, batch_size)
-        return (rows, storage.window_steps(rows, self.n)), info
+        rows = plain_rows(rows, self)
+        steps = window_steps(storage_index(storage), rows, self.n)
+        return SampleIndex.wrap(torch.stack([rows, steps], -1), StepWindows()), info
 
     def state_dict(self) -> dict[str, Any]:
         return {"n": self.n, "base": self.base.state_dict()}

@@ -7,7 +7,27 @@ from typing import Any
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
-__all__ = ["RefiningSampler"]
+from torchrl_ext.sample_index import RowReads, SampleIndex
+
+__all__ = ["RefiningSampler", "plain_rows"]
+
+
+def plain_rows(index: Any, sampler: Sampler) -> torch.Tensor:
+    """The ``[B]`` rows of a base sampler's index, for a sampler that builds windows on them.
+
+    Raises:
+        TypeError: the base already serves windows that ``sampler`` cannot extend
+            (e.g. frame stacks under n-step windows: wrap the other way round).
+    """
+    if isinstance(index, SampleIndex):
+        if not isinstance(index.reader, RowReads):
+            raise TypeError(
+                f"{type(sampler).__name__}: its base sampler serves windows read by "
+                f"{index.reader!r}, which {type(sampler).__name__} cannot extend; put that "
+                f"sampler outermost, e.g. FrameStackSampler(4, base={type(sampler).__name__}(...))."
+            )
+        return index.as_subclass(torch.Tensor)
+    return index
 
 
 class RefiningSampler(Sampler):
@@ -15,10 +35,12 @@ class RefiningSampler(Sampler):
 
     Everything about choosing transitions belongs to ``base``: the buffer's
     generator, priorities, write notifications and checkpoints go to it. The
-    subclass only extends the index (``(rows, ...)`` tuples whose first entry
-    is the rows ``base`` drew). :class:`~torchrl_ext.samplers.NStepSampler` and
-    :class:`~torchrl_ext.samplers.HindsightSampler` are refining samplers; the
-    buffer finds the priorities of ``base`` through them.
+    subclass only extends the index (a ``[B, k]``
+    :class:`~torchrl_ext.sample_index.SampleIndex` whose first column is the
+    rows ``base`` drew, read by the subclass's
+    :class:`~torchrl_ext.sample_index.WindowReader`). NStepSampler,
+    HindsightSampler, FrameStackSampler and BootstrapMaskSampler are refining
+    samplers; the buffer finds the priorities of ``base`` through them.
 
     Args:
         base (Sampler): the sampler whose draws are refined.
@@ -44,10 +66,10 @@ class RefiningSampler(Sampler):
             self.base._rng = generator
 
     def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
-        """Give ``base`` the rows of a ``(rows, ...)`` index (``[B, k]`` once stacked)."""
+        """Give ``base`` the rows of a ``[B, k]`` window index (row first)."""
         if isinstance(index, tuple):
             index = index[0]
-        elif isinstance(index, torch.Tensor) and index.ndim == 2 and index.shape[-1] in (2, 3):
+        elif isinstance(index, torch.Tensor) and index.ndim == 2:
             index = index[:, 0]
         self.base.update_priority(index, priority, storage=storage)
 

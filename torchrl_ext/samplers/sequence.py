@@ -12,6 +12,7 @@ from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, check_batch_size, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
+from torchrl_ext.sample_index import RowReads, SampleIndex
 
 __all__ = ["SequenceSampler", "draw_episodes", "draw_windows"]
 
@@ -210,7 +211,8 @@ class SequenceSampler(UniformTransitionSampler):
         else:  # padding repeats a sequence's last real step
             taus = tau[:, None] + np.minimum(offsets, width[:, None] - 1)
             rows_np = index.physical_rows(taus, stream[:, None])
-        rows = torch.from_numpy(rows_np)
+        # read through the same plug point as every window (RowReads: plain rows)
+        rows = SampleIndex.wrap(torch.from_numpy(rows_np), RowReads())
         is_init = np.zeros((len(tau), length, 1), dtype=bool)
         is_init[:, 0] = True
         info: dict[Any, torch.Tensor] = {self.init_key: torch.from_numpy(is_init)}

@@ -66,6 +66,7 @@ class PackedRows:
         self, schema: RowSchema, num_rows: int, backend: str, scratch_dir: str | None
     ) -> None:
         self.obs, obs_end = _place(schema.shared, schema, 0)
+        self._obs_bytes = obs_end  # the observation span, padded to 8 bytes
         step_keys = schema.root_only + tuple(("next", *k) for k in schema.next_only)
         self.step, self.row_bytes = _place(step_keys, schema, obs_end)
         template = TensorDict({"rows": torch.zeros(self.row_bytes, dtype=torch.uint8)}, [])
@@ -123,6 +124,18 @@ class PackedRows:
             _put(root, c.key, _typed(first, c, c.lo, batch))
         for c in self.obs:
             _put(root, ("next", *c.key), _typed(after, c, c.lo, batch))
+        return _tree(root, batch)
+
+    def gather_observations(self, rows: torch.Tensor) -> TensorDictBase:
+        """The observation entries of ``rows`` (``[n]``), ``[n]``: one read of the span."""
+        batch = rows.shape
+        root: dict[str, Any] = {}
+        if not self.obs:
+            return _tree(root, batch)
+        # the padded span: its width is a multiple of every itemsize
+        span = _select(self._rows[:, : self._obs_bytes], rows)
+        for c in self.obs:
+            _put(root, c.key, _typed(span, c, c.lo, batch))
         return _tree(root, batch)
 
     def gather_sequences(self, rows: torch.Tensor) -> TensorDictBase:

@@ -12,6 +12,7 @@ from torchrl.data import Storage, TensorStorage
 
 from torchrl_ext.core.schema import LeafSpec, RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
+from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.storages._packed import PackedRows
 
 __all__ = ["TransitionStorage"]
@@ -145,7 +146,7 @@ class TransitionStorage(TensorStorage):
     # ------------------------------------------------------------------ reads
     def next_rows(self, rows: np.ndarray) -> np.ndarray:
         """Physical row following ``rows`` in their streams (ring wrap-around)."""
-        capacity = self.index.stream_capacity
+        capacity = self._ready("next_rows")[1].stream_capacity
         nxt = rows + 1
         nxt[nxt % capacity == 0] -= capacity  # past the end of its stream's ring
         return nxt
@@ -154,11 +155,17 @@ class TransitionStorage(TensorStorage):
         """Transitions starting at physical ``index`` rows, in TorchRL layout.
 
         ``index`` is a LongTensor (or numpy array) of rows as drawn by the
-        samplers, an int, or ``slice(None)`` for every live transition.
+        samplers (``[B]``, or ``[B, L]`` consecutive rows of sequences), an
+        int, ``slice(None)`` for every live transition, or a
+        :class:`~torchrl_ext.sample_index.SampleIndex` (windows: n-step,
+        hindsight goals, frame stacks...), which reads itself through this
+        storage's row reads (:meth:`get`, :meth:`get_observations`, and
+        ``packed``, the :class:`~torchrl_ext.storages._packed.PackedRows`
+        gathers); the storage never decodes a window kind.
         """
         self._check_ready("get")
-        if isinstance(index, tuple):
-            return self.get_windows(*index)
+        if isinstance(index, SampleIndex):
+            return index.read(self)
         if isinstance(index, slice):
             if index != slice(None):
                 raise ValueError(f"TransitionStorage.get: slice {index} unsupported; use [:].")
@@ -174,68 +181,19 @@ class TransitionStorage(TensorStorage):
         out = self.packed.gather(flat, torch.from_numpy(self.next_rows(flat.numpy())))
         return out if rows.ndim == 1 else out.reshape(rows.shape)
 
-    def window_steps(self, rows: torch.Tensor, n: int) -> torch.Tensor:
-        """Steps of the window of at most ``n`` steps starting at each of ``rows``.
+    def get_observations(self, rows: torch.Tensor) -> TensorDictBase:
+        """The observation entries (root keys) of physical ``rows``, any shape.
 
-        ``min(n, steps of the episode from the row on)``: a window stops at its
-        episode's end, and, in an episode still being written, at its last
-        written step. Rows are live transitions (as drawn by a sampler).
+        One gather of the observation span: a frame stack, a goal or any
+        other per-row observation read costs one cache line per row.
         """
-        tau, stream = self.index.row_coordinates(rows.numpy())
-        _, step, _, length = self.index.locate(tau, stream)
-        return torch.from_numpy(np.minimum(length - step, n))
-
-    def get_windows(
-        self, rows: torch.Tensor, steps: torch.Tensor, goal_rows: torch.Tensor | None = None
-    ) -> TensorDictBase:
-        """Windows of ``steps`` transitions starting at ``rows`` (see :meth:`window_steps`).
-
-        Returns a ``[B]`` TensorDict with the first step's observation and
-        action, ``("next", obs)`` = the observation after the window's last step
-        (the true final observation when the window ends its episode), the
-        last step's next-only entries (``("next", "terminated")``...),
-        ``"steps_to_next_obs"`` ``[B, 1]``, and under ``"n_step"`` a ``[B, W]``
-        TensorDict (``W = max(steps)``) of each window step's next-only entries
-        (reward, done flags) with ``"mask"`` marking the steps inside the window.
-        :class:`~torchrl_ext.transforms.NStepTransform` reduces it.
-
-        With ``goal_rows`` (from :class:`~torchrl_ext.samplers.HindsightSampler`,
-        ``-1`` for rows kept real), also ``"her"``: the observation entries at
-        the goal rows and ``"relabel"`` (``goal_rows >= 0``), and in
-        ``"n_step"`` each window step's next observation entries.
-        """
-        rows_np, steps_np = rows.numpy(), steps.numpy()
-        width = int(steps_np.max())
-        tau, stream = self.index.row_coordinates(rows_np)
-        offsets = np.arange(width)
-        mask = offsets < steps_np[:, None]  # [B, W]
-        # padding reads the first step again; the mask hides it
-        window_tau = tau[:, None] + np.where(mask, offsets, 0)
-        window_rows = self.index.physical_rows(window_tau, stream[:, None])
-        last_rows = self.index.physical_rows(tau + steps_np - 1, stream)
-        after_rows = self.index.physical_rows(tau + steps_np, stream)
-        goals = window_next = None
-        if goal_rows is not None:
-            relabel = goal_rows >= 0
-            goals = torch.where(relabel, goal_rows, rows)  # real rows: any valid row
-            window_next = torch.from_numpy(self.index.physical_rows(window_tau + 1, stream[:, None]))
-        out = self.packed.gather_windows(
-            rows,
-            torch.from_numpy(window_rows),
-            torch.from_numpy(last_rows),
-            torch.from_numpy(after_rows),
-            goals,
-            window_next,
-        )
-        if goal_rows is not None:
-            out.set(("her", "relabel"), relabel)
-        out.set(("n_step", "mask"), torch.from_numpy(mask))
-        out.set("steps_to_next_obs", steps.reshape(-1, 1))
-        return out
+        self._check_ready("get_observations")
+        flat = torch.as_tensor(rows, dtype=torch.int64).reshape(-1)
+        return self.packed.gather_observations(flat).reshape(rows.shape)
 
     def live_transition_rows(self) -> torch.Tensor:
         """Physical rows of every live transition, stream by stream (O(capacity))."""
-        index = self.index
+        index = self._ready("live_transition_rows")[1]
         lo, written = index.live_start(), index.written.numpy()
         parts = []
         for s in range(index.num_streams):
@@ -249,10 +207,15 @@ class TransitionStorage(TensorStorage):
         return 0 if self.index is None else self.index.num_transitions()
 
     def _check_ready(self, where: str) -> None:
-        if self.index is None:
+        self._ready(where)
+
+    def _ready(self, where: str) -> tuple[RowSchema, EpisodeIndex, TensorDictBase]:
+        """Schema, episode index and rows, which exist from the first write on."""
+        if self.schema is None or self.index is None or self._storage is None:
             raise RuntimeError(
                 f"TransitionStorage.{where}: the storage is empty (nothing was written yet)."
             )
+        return self.schema, self.index, self._storage
 
     def contains(self, item: Any) -> bool:
         """Whether physical row ``item`` starts a live transition."""
@@ -270,10 +233,10 @@ class TransitionStorage(TensorStorage):
         self._bump_mutation_revision()
 
     def _meta(self) -> dict[str, Any]:
-        schema = self.schema
+        schema, index, _ = self._ready("_meta")
         return {
             "max_size": self.max_size,
-            "num_streams": self.index.num_streams,
+            "num_streams": index.num_streams,
             "shared": [list(k) for k in schema.shared],
             "root_only": [list(k) for k in schema.root_only],
             "next_only": [list(k) for k in schema.next_only],
@@ -298,7 +261,7 @@ class TransitionStorage(TensorStorage):
                 for k, shape, dtype in meta["leaves"]
             },
         )
-        if self.schema is None:
+        if self.schema is None or self.index is None:
             self.initialize(schema, meta["num_streams"])
         elif self.schema != schema or self.index.num_streams != meta["num_streams"]:
             raise ValueError(
@@ -309,15 +272,17 @@ class TransitionStorage(TensorStorage):
     def state_dict(self) -> dict[str, Any]:
         if self.schema is None:
             return {"meta": None}
-        return {"meta": self._meta(), "rows": self._storage.clone(), "index": self.index.state().clone()}
+        _, index, rows = self._ready("state_dict")
+        return {"meta": self._meta(), "rows": rows.clone(), "index": index.state().clone()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict["meta"] is None:
             self._empty()
             return
         self._restore_meta(state_dict["meta"])
-        self._storage.update_(state_dict["rows"])
-        self.index.load_state(state_dict["index"])
+        _, index, rows = self._ready("load_state_dict")
+        rows.update_(state_dict["rows"])
+        index.load_state(state_dict["index"])
 
     def dumps(self, path: str | Path) -> None:
         """Write rows, episode index and schema under ``path``."""
@@ -326,8 +291,9 @@ class TransitionStorage(TensorStorage):
         meta = None if self.schema is None else self._meta()
         (path / "meta.json").write_text(json.dumps(meta))
         if meta is not None:
-            self._storage.memmap(path / "rows", copy_existing=True)
-            self.index.state().memmap(path / "index")
+            _, index, rows = self._ready("dumps")
+            rows.memmap(path / "rows", copy_existing=True)
+            index.state().memmap(path / "index")
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` wrote, in place."""
@@ -337,8 +303,9 @@ class TransitionStorage(TensorStorage):
             self._empty()
             return
         self._restore_meta(meta)
-        self._storage.update_(TensorDict.load_memmap(path / "rows"))
-        self.index.load_state(TensorDict.load_memmap(path / "index"))
+        _, index, rows = self._ready("loads")
+        rows.update_(TensorDict.load_memmap(path / "rows"))
+        index.load_state(TensorDict.load_memmap(path / "index"))
 
     def __getstate__(self) -> dict[str, Any]:
         state = Storage.__getstate__(self)

@@ -1,5 +1,5 @@
 """Transforms: pure math on sampled batches (the formulas in :mod:`.functional`)."""
-from torchrl_ext.transforms.functional import call_reward_fn, nstep_return
+from torchrl_ext.transforms.functional import call_reward_fn, nstep_return, stack_frames
 from torchrl_ext.transforms.hindsight import HindsightTransform
 from torchrl_ext.transforms.model_pair import ModelPairTransform, encode_actions, model_pairs
 from torchrl_ext.transforms.nstep import NStepTransform
@@ -14,4 +14,5 @@ __all__ = [
     "encode_actions",
     "model_pairs",
     "nstep_return",
+    "stack_frames",
 ]

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["call_reward_fn", "nstep_return"]
+__all__ = ["call_reward_fn", "nstep_return", "stack_frames"]
 
 
 def nstep_return(
@@ -87,3 +87,29 @@ def call_reward_fn(
             f"or ({n}, 1): one reward per (achieved_goal, desired_goal) pair."
         )
     return out.reshape(n, 1).to(torch.float32)
+
+
+def stack_frames(frames: torch.Tensor, batch_dims: int) -> torch.Tensor:
+    """Stack ``F`` frames of one observation entry, oldest first.
+
+    Args:
+        frames (torch.Tensor): ``[*batch, F, *shape]``, frame ``0`` the oldest.
+        batch_dims (int): number of batch dims before the frame axis.
+
+    Returns:
+        for a 3-d entry ``shape = (C, H, W)`` (a channel-first image), the
+        frames concatenated along channels, ``[*batch, F * C, H, W]`` (the
+        newest frame in the last ``C`` channels); for any other entry the
+        frames as they come, ``[*batch, F, *shape]`` (a frame axis right after
+        the batch dims).
+
+    Examples:
+        >>> pixels = torch.arange(2 * 3 * 1 * 2 * 2).view(2, 3, 1, 2, 2)  # B=2, F=3, (1, 2, 2)
+        >>> stack_frames(pixels, 1).shape
+        torch.Size([2, 3, 2, 2])
+        >>> stack_frames(torch.zeros(2, 3, 5), 1).shape  # vectors keep the frame axis
+        torch.Size([2, 3, 5])
+    """
+    if frames.ndim - batch_dims - 1 == 3:
+        return frames.flatten(batch_dims, batch_dims + 1)
+    return frames

@@ -1,0 +1,397 @@
+"""W5 frame-stack benchmark: 4-frame stacks of 3-step windows over u8[1, 84, 84] frames.
+
+    .venv/bin/python benchmarks/frames.py                  # full: 200k transitions
+    .venv/bin/python benchmarks/frames.py --quick          # 20k transitions, few repetitions
+    .venv/bin/python benchmarks/frames.py --out FILE --append   # (what run.py does)
+
+Workload: 4 envs step in lockstep through 500-step episodes (env ``e`` starts
+``125 * e`` steps into its first one, so episode ends do not line up); every
+frame is u8[1, 84, 84] and carries its own identity in its first pixels
+(step in episode, low and high byte; episode and env code), so every sampled
+stack is checked. Buffers hold ``--rows`` transitions; batches of 32 and 256,
+``n_frames=4``, ``n_steps=3`` (gamma 0.99).
+
+Buffers, each built, filled and sampled in its own fresh process (memory is
+the RSS the filled buffer holds, as in the other workloads):
+
+- ``ours``: ``make_replay_buffer(rows, n_frames=4, n_step=3)``: frames stored
+  once, stacks gathered by index at sample time;
+- ``ours-d3rlpy``: the ``BatchReplayBuffer`` facade (d3rlpy 1.0's API) over the
+  same components, ``sample(B, n_frames=4, n_steps=3)``;
+- ``torchrl``: TorchRL's ``CatFrames(N=4).make_rb_transform_and_sampler``: single
+  frames (and next frames) in a ``LazyTensorStorage``, slices of 4 sampled by a
+  ``SliceSampler`` and stacked by the transform (no n-step: TorchRL has no n-step
+  for that pipeline);
+- ``sb3``: Stable-Baselines3's ``NStepReplayBuffer`` (``n_steps=3``) storing the
+  stacked observations that SB3's ``VecFrameStack`` makes (its
+  ``StackedObservations``, zero padding at episode starts), observation and next
+  observation both stored (SB3's n-step buffer refuses ``optimize_memory_usage``);
+- ``d3rlpy-1.0``: d3rlpy 1.0.0's ``BatchReplayBuffer`` (Cython; built in a
+  throwaway venv with ``cython<3``, wheel installed with ``--target`` and put on
+  ``PYTHONPATH`` for its process only: ``--d3rlpy1-path`` or ``$D3RLPY1_PATH``).
+
+"exact at starts": the share of sampled stacks whose last frame is one of the
+first 3 steps of its episode (so the stack reaches back past the episode
+start) that equal d3rlpy's definition: earlier frames repeat the episode's
+first frame, never a frame of another episode, never zeros.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if __name__ == "__main__":
+    sys.path[:0] = [HERE, os.path.dirname(HERE)]  # benchmarks/, repo root
+os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
+
+import numpy as np  # noqa: E402
+
+from measure import logger, machine_line, rss_bytes, settle, table, write_tables  # noqa: E402
+
+ENVS, EPISODE, STAGGER = 4, 500, 125
+FRAME = (1, 84, 84)
+N_FRAMES, N_STEPS, GAMMA = 4, 3, 0.99
+BATCHES = (32, 256)
+CHUNK = 250  # steps per bulk [ENVS, CHUNK] write
+KEYS = ("ours", "ours-d3rlpy", "torchrl", "sb3", "d3rlpy-1.0")
+
+log = logger("frames")
+
+
+# --------------------------------------------------------------------- workload
+def chunk(t0: int, T: int) -> dict[str, np.ndarray]:
+    """Steps ``t0 .. t0+T-1`` of every env: frames ``[ENVS, T, 1, 84, 84]`` and the rest.
+
+    Step ``t`` of env ``e`` is life position ``p = e * STAGGER + t``: episode
+    ``k = p // EPISODE``, step ``i = p % EPISODE``; its frame's first pixels are
+    ``(i % 256, i // 256, (k * ENVS + e) % 251 + 1)``. The next frame of the
+    last step is the final frame ``(EPISODE, same episode)``.
+    """
+    e = np.arange(ENVS)[:, None]
+    p = e * STAGGER + t0 + np.arange(T)[None]
+    k, i = p // EPISODE, p % EPISODE
+    code = (k * ENVS + e) % 251 + 1
+
+    def frames(step: np.ndarray) -> np.ndarray:
+        out = np.zeros((ENVS, T, *FRAME), np.uint8)
+        out[..., 0, 0, 0], out[..., 0, 0, 1], out[..., 0, 0, 2] = step % 256, step // 256, code
+        return out
+
+    last = i == EPISODE - 1
+    return {"obs": frames(i), "next_obs": frames(i + 1), "step": i, "last": last,
+            "action": (p % 6).astype(np.int64), "reward": ((p * 7) % 11 / 10).astype(np.float32)}
+
+
+def chunks(rows: int):
+    steps = rows // ENVS
+    for t0 in range(0, steps, CHUNK):
+        yield chunk(t0, min(CHUNK, steps - t0))
+
+
+def check(stacks: np.ndarray) -> tuple[int, int, int]:
+    """``(exact, at_starts, exact_at_starts)`` of ``[B, 4, 84, 84]`` stacks (oldest first)."""
+    step = stacks[:, :, 0, 0].astype(np.int64) + 256 * stacks[:, :, 0, 1].astype(np.int64)  # [B, F]
+    code = stacks[:, :, 0, 2].astype(np.int64)
+    t = step[:, -1]
+    # an env's first episode starts STAGGER * env steps in: the buffer holds nothing earlier
+    k, env = (code[:, -1] - 1) // ENVS, (code[:, -1] - 1) % ENVS
+    first = np.where(k == 0, env * STAGGER, 0)
+    expected = np.maximum(t[:, None] - np.arange(N_FRAMES - 1, -1, -1), first[:, None])
+    exact = (step == expected).all(1) & (code == code[:, -1:]).all(1)
+    start = t - first < N_FRAMES - 1
+    return int(exact.sum()), int(start.sum()), int((exact & start).sum())
+
+
+# --------------------------------------------------------------------- adapters
+class Ours:
+    """make_replay_buffer(n_frames=4, n_step=3)."""
+
+    def build(self, rows: int) -> None:
+        from torchrl_ext import make_replay_buffer
+
+        # an episode of L steps uses L + 1 rows: room for every live episode's final frame
+        self.rb = make_replay_buffer(rows + 2 * ENVS * (rows // (ENVS * EPISODE) + 2),
+                                     n_frames=N_FRAMES, n_step=N_STEPS, gamma=GAMMA, seed=0)
+
+    def fill(self, c: dict[str, np.ndarray]) -> None:
+        import torch
+        from tensordict import TensorDict
+
+        last = torch.from_numpy(c["last"]).unsqueeze(-1)
+        self.rb.extend(TensorDict({
+            "pixels": torch.from_numpy(c["obs"]), "action": torch.from_numpy(c["action"]),
+            "next": {"pixels": torch.from_numpy(c["next_obs"]),
+                     "reward": torch.from_numpy(c["reward"]).unsqueeze(-1),
+                     "done": last, "terminated": torch.zeros_like(last), "truncated": last.clone()},
+        }, batch_size=c["last"].shape))
+
+    def sample(self, batch: int) -> np.ndarray:
+        return self.rb.sample(batch)["pixels"].numpy()
+
+
+def appends(j0: int, J: int) -> dict[str, np.ndarray]:
+    """Appends ``j0 .. j0+J-1`` of every env in d3rlpy's convention, ``[ENVS, J]``.
+
+    An episode of ``EPISODE`` steps is ``EPISODE + 1`` appends: its observations
+    with the action taken there and the reward received on arriving, then its
+    final frame with ``clip_episodes=1`` (a timeout: not terminal). Env ``e``
+    starts ``STAGGER * e`` appends into its first episode.
+    """
+    slots = EPISODE + 1
+    u = np.arange(ENVS)[:, None] * STAGGER + j0 + np.arange(J)[None]
+    k, slot = u // slots, u % slots
+    code = (k * ENVS + np.arange(ENVS)[:, None]) % 251 + 1
+    obs = np.zeros((ENVS, J, *FRAME), np.uint8)
+    obs[..., 0, 0, 0], obs[..., 0, 0, 1], obs[..., 0, 0, 2] = slot % 256, slot // 256, code
+    arrival = np.where(slot == 0, 0.0, ((k * slots + slot) * 7 % 11) / 10).astype(np.float32)
+    return {"obs": obs, "action": (u % 6).astype(np.int64), "reward": arrival,
+            "clip": slot == EPISODE}
+
+
+class D3rlpyAppends:
+    """Fills a d3rlpy-style buffer (``append(obs, act, rew, terminal, clip)``) append by append."""
+
+    def fill_all(self, rows: int) -> None:
+        total = rows // ENVS * (EPISODE + 1) // EPISODE
+        for j0 in range(0, total, CHUNK):
+            a = appends(j0, min(CHUNK, total - j0))
+            for j in range(a["clip"].shape[1]):
+                self.buf.append(a["obs"][:, j], a["action"][:, j], a["reward"][:, j],
+                                np.zeros(ENVS), a["clip"][:, j].astype(np.float64))
+
+    def sample(self, batch: int) -> np.ndarray:
+        out = self.buf.sample(batch, n_frames=N_FRAMES, n_steps=N_STEPS, gamma=GAMMA).observations
+        return np.asarray(out)
+
+
+class OursD3rlpy(D3rlpyAppends):
+    """torchrl_ext.BatchReplayBuffer: d3rlpy 1.0's API over our components."""
+
+    def build(self, rows: int) -> None:
+        import gymnasium as gym
+
+        from torchrl_ext import BatchReplayBuffer
+
+        # one stream per env and one for whole episodes (unused here): rows / ENVS each
+        self.buf = BatchReplayBuffer(rows // ENVS * (ENVS + 1), None, n_envs=ENVS, seed=0,
+                                     observation_space=gym.spaces.Box(0, 255, FRAME, np.uint8),
+                                     action_space=gym.spaces.Discrete(6))
+
+
+class D3rlpy1(D3rlpyAppends):
+    """d3rlpy 1.0.0's BatchReplayBuffer (its d3rlpy on PYTHONPATH in this process only)."""
+
+    def build(self, rows: int) -> None:
+        import gym
+        from d3rlpy.online.buffers import BatchReplayBuffer
+
+        class BatchEnv:  # what d3rlpy 1.0 reads from its BatchEnv: spaces and len()
+            observation_space = gym.spaces.Box(0, 255, FRAME, np.uint8)
+            action_space = gym.spaces.Discrete(6)
+
+            def __len__(self) -> int:
+                return ENVS
+
+        self.buf = BatchReplayBuffer(rows, BatchEnv())
+
+
+class TorchRLCatFrames:
+    """TorchRL: CatFrames(N=4).make_rb_transform_and_sampler over single stored frames."""
+
+    def build(self, rows: int) -> None:
+        from torchrl.data import LazyTensorStorage, ReplayBuffer
+        from torchrl.envs.transforms import CatFrames
+
+        # make_rb_transform_and_sampler adds ("next", "pixels") itself
+        # distinct out_keys: the transform excludes them from what is stored
+        cat = CatFrames(N=N_FRAMES, dim=-3, in_keys=["pixels"], out_keys=["stack"], done_key="done",
+                        reset_key="_reset")
+        self.transforms = {}
+        for batch in BATCHES:
+            transform, sampler = cat.make_rb_transform_and_sampler(
+                batch_size=batch, traj_key=("collector", "traj_ids"), strict_length=False,
+                cache_values=True)  # no writes between samples here: its fastest mode
+            self.transforms[batch] = (transform, sampler)
+        self.storage = LazyTensorStorage(rows)
+        # a plain ReplayBuffer, as TorchRL's catframes-in-buffer example (the transform
+        # turns B * 4 sampled rows into B stacks)
+        self.rbs = {b: ReplayBuffer(storage=self.storage, sampler=s, transform=t, batch_size=b)
+                    for b, (t, s) in self.transforms.items()}
+        self.writer = self.rbs[BATCHES[0]]
+
+    def fill(self, c: dict[str, np.ndarray]) -> None:
+        import torch
+        from tensordict import TensorDict
+
+        last = torch.from_numpy(c["last"]).unsqueeze(-1)
+        traj = torch.from_numpy((c["obs"][..., 0, 0, 2]).astype(np.int64))
+        td = TensorDict({
+            "pixels": torch.from_numpy(c["obs"]), "action": torch.from_numpy(c["action"]),
+            "collector": {"traj_ids": traj},
+            "next": {"pixels": torch.from_numpy(c["next_obs"]), "done": last,
+                     "reward": torch.from_numpy(c["reward"]).unsqueeze(-1)},
+        }, batch_size=c["last"].shape)
+        self.writer.extend(td.reshape(-1))  # env-major fragments, as a collector's batch
+
+    def sample(self, batch: int) -> np.ndarray:
+        return self.rbs[batch].sample()["stack"].numpy()
+
+
+class SB3VecFrameStack:
+    """SB3 NStepReplayBuffer storing VecFrameStack's stacked observations."""
+
+    def build(self, rows: int) -> None:
+        from gymnasium import spaces
+        from stable_baselines3.common.buffers import NStepReplayBuffer
+        from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
+
+        space = spaces.Box(0, 255, FRAME, np.uint8)
+        self.stacker = StackedObservations(ENVS, N_FRAMES, space, channels_order="first")
+        # SB3's buffer_size counts transitions of all envs (it keeps buffer_size // n_envs steps)
+        self.rb = NStepReplayBuffer(rows, self.stacker.stacked_observation_space,
+                                    spaces.Discrete(6), device="cpu", n_envs=ENVS,
+                                    n_steps=N_STEPS, gamma=GAMMA)
+        self.stacked = None
+
+    def fill(self, c: dict[str, np.ndarray]) -> None:
+        for t in range(c["last"].shape[1]):
+            if self.stacked is None:
+                self.stacked = self.stacker.reset(c["obs"][:, t])
+            done = c["last"][:, t]
+            # what the VecEnv returns: the next frame, or at an episode end the next
+            # episode's first frame, with the final frame in the infos
+            raw = c["next_obs"][:, t].copy()
+            code = raw[done, 0, 0, 2].astype(np.int64)
+            raw[done, 0, 0, :3] = 0
+            raw[done, 0, 0, 2] = (code - 1 + ENVS) % 251 + 1
+            infos = [{"terminal_observation": c["next_obs"][e, t], "TimeLimit.truncated": True}
+                     if done[e] else {} for e in range(ENVS)]
+            new, infos = self.stacker.update(raw, done, infos)
+            next_stack = new.copy()  # as SB3's off-policy loop: the stacked final frame at ends
+            for e in np.flatnonzero(done):
+                next_stack[e] = infos[e]["terminal_observation"]
+            self.rb.add(self.stacked, next_stack, c["action"][:, t, None], c["reward"][:, t], done, infos)
+            self.stacked = new
+
+    def sample(self, batch: int) -> np.ndarray:
+        return self.rb.sample(batch).observations.numpy().astype(np.uint8)
+
+
+ADAPTERS = {"ours": Ours, "ours-d3rlpy": OursD3rlpy, "torchrl": TorchRLCatFrames,
+            "sb3": SB3VecFrameStack, "d3rlpy-1.0": D3rlpy1}
+
+
+# ----------------------------------------------------------------------- probes
+def probe(key: str, rows: int, reps: int) -> dict:
+    """Build, fill and time one buffer in this (fresh) process."""
+    import torch
+
+    torch.set_num_threads(1)
+    ADAPTERS[key]().build(ENVS * EPISODE)  # imports (and their memory) before measuring
+    impl = ADAPTERS[key]()
+    settle()
+    before = rss_bytes()
+    started = time.perf_counter()
+    impl.build(rows)
+    if isinstance(impl, D3rlpyAppends):
+        impl.fill_all(rows)
+    else:
+        for c in chunks(rows):
+            impl.fill(c)
+    fill_s = time.perf_counter() - started
+    gc.collect()
+    settle()
+    out = {"key": key, "mem": rss_bytes() - before, "fill_s": fill_s}
+    for batch in BATCHES:
+        for _ in range(3):
+            impl.sample(batch)  # warm-up
+        times, exact, starts, exact_starts, seen = [], 0, 0, 0, 0
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            stacks = impl.sample(batch)
+            times.append(time.perf_counter() - t0)
+            e, s, es = check(stacks.reshape(batch, N_FRAMES, *FRAME[1:]))
+            exact, starts, exact_starts, seen = exact + e, starts + s, exact_starts + es, seen + batch
+        out[f"rate{batch}"] = batch / float(np.median(times))
+        out[f"exact{batch}"] = exact / seen
+        out[f"starts{batch}"] = (exact_starts, starts)
+    return out
+
+
+def run_probe(key: str, rows: int, reps: int, d3rlpy1_path: str | None) -> dict:
+    env = dict(os.environ)
+    if key == "d3rlpy-1.0":
+        if not d3rlpy1_path:
+            return {"key": key, "error": "not built (pass --d3rlpy1-path, see the module docs)"}
+        env["PYTHONPATH"] = os.pathsep.join([d3rlpy1_path, env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, os.path.abspath(__file__), "--probe", key, "--rows", str(rows),
+           "--reps", str(reps)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    for line in done.stdout.splitlines():
+        if line.startswith("JSON:"):
+            return json.loads(line[5:])
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"key": key, "error": tail[:160]}
+
+
+def report(results: list[dict], rows: int) -> str:
+    ours = next((r for r in results if r["key"] == "ours" and "error" not in r), None)
+    stacked_bytes = rows * 2 * N_FRAMES * int(np.prod(FRAME))  # obs + next obs, stacked
+    header = ["buffer"] + [f"samples/s B={b}" for b in BATCHES] + \
+        [f"vs ours B={b}" for b in BATCHES] + ["memory", "vs stacked layout", "exact stacks",
+                                                "exact at starts"]
+    lines = []
+    for r in results:
+        if "error" in r:
+            lines.append([r["key"]] + [r["error"]] + [""] * (len(header) - 2))
+            continue
+        rates = [f"{r[f'rate{b}']:,.0f}" for b in BATCHES]
+        ratios = [f"{r[f'rate{b}'] / ours[f'rate{b}']:.2f}x" if ours else "n/a" for b in BATCHES]
+        es, s = (sum(r[f"starts{b}"][i] for b in BATCHES) for i in (0, 1))
+        lines.append([r["key"], *rates, *ratios, f"{r['mem'] / 2**20:,.0f} MiB",
+                      f"{r['mem'] / stacked_bytes:.2f}x",
+                      f"{min(r[f'exact{b}'] for b in BATCHES):.1%}",
+                      f"{es}/{s} ({es / max(s, 1):.0%})"])
+    return table(header, lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="20k transitions, few repetitions")
+    ap.add_argument("--rows", type=int, default=None, help="transitions held (default 200k)")
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--only", nargs="+", choices=KEYS, default=list(KEYS))
+    ap.add_argument("--d3rlpy1-path", default=os.environ.get("D3RLPY1_PATH"))
+    ap.add_argument("--probe", choices=KEYS, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "frames.md"))
+    ap.add_argument("--append", action="store_true")
+    a = ap.parse_args()
+    rows = a.rows or (20_000 if a.quick else 200_000)
+    reps = a.reps or (20 if a.quick else 100)
+    if a.probe:
+        print("JSON:" + json.dumps(probe(a.probe, rows, reps)), flush=True)
+        return
+    results = []
+    for key in a.only:
+        log(f"{key}: {rows:,} transitions")
+        results.append(run_probe(key, rows, reps, a.d3rlpy1_path))
+        log(f"{key}: {results[-1]}")
+    out = (f"\n## W5 frame stacks: u8{list(FRAME)}, {ENVS} envs, {EPISODE}-step episodes, "
+           f"{rows:,} transitions, n_frames={N_FRAMES}, n_steps={N_STEPS}\n\n{machine_line()}\n\n"
+           + report(results, rows)
+           + "\n\nEach buffer in its own fresh process (torch.set_num_threads(1)); samples/s: "
+             f"median of {reps} timed batches; memory: RSS held by the filled buffer; stacked "
+             "layout: observation and next observation stored as 4-frame stacks; torchrl: no "
+             "n-step (slices of 4 frames, CatFrames); sb3: VecFrameStack's zero padding at starts.\n")
+    print(out)
+    write_tables(out, a.out, a.append)
+
+
+if __name__ == "__main__":
+    main()

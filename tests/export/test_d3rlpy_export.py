@@ -1,0 +1,54 @@
+"""Export to d3rlpy 2.x: episodes, flags, and an offline algorithm fitting on the export."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+d3rlpy = pytest.importorskip(
+    "d3rlpy", reason="d3rlpy is not importable; `make test` installs it (pip install --no-deps d3rlpy==2.8.1 + its imports)"
+)
+
+import gymnasium as gym  # noqa: E402
+
+from torchrl_ext import BatchReplayBuffer  # noqa: E402
+from torchrl_ext.export import to_d3rlpy  # noqa: E402
+
+BOX = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
+
+
+def filled(maxlen=200):
+    """2 envs: env 0 terminates every 5 steps, env 1 runs on (its episode is in progress)."""
+    buf = BatchReplayBuffer(maxlen, None, observation_space=BOX, action_space=gym.spaces.Discrete(2),
+                            n_envs=2, seed=0)
+    for t in range(23):
+        end = np.array([t % 5 == 4, False])
+        obs = np.array([[t] * 3, [100 + t] * 3], np.float32)
+        buf.append(obs, np.array([t % 2, 1]), np.array([1.0, 2.0]), end, end)
+    return buf
+
+
+def test_d6_mdp_dataset_episodes_and_flags():
+    buf = filled()
+    dataset = buf.to_mdp_dataset()
+    assert sum(len(e.rewards) for e in dataset.episodes) == len(buf)  # never more than held
+    terminated = [bool(e.terminated) for e in dataset.episodes]
+    # env 0: four terminated episodes of 4 transitions, then one running; env 1: one running
+    assert terminated == [True, True, True, True, False, False]
+    assert [len(e.rewards) for e in dataset.episodes] == [4, 4, 4, 4, 2, 22]
+    np.testing.assert_array_equal(dataset.episodes[0].observations[:, 0], [0, 1, 2, 3])
+    assert float(dataset.episodes[5].rewards[0, 0]) == 2.0  # the TD reward
+
+
+def test_offline_algorithm_fits_on_export():
+    dataset = to_d3rlpy(filled().rb)
+    dqn = d3rlpy.algos.DQNConfig(batch_size=8).create(device="cpu:0")
+    dqn.fit(dataset, n_steps=20, n_steps_per_epoch=20, show_progress=False, save_interval=10**9,
+            experiment_name="export_test", with_timestamp=False,
+            logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+    assert dqn.predict(np.zeros((2, 3), np.float32)).shape == (2,)
+
+
+def test_empty_buffer_export_is_an_error():
+    buf = BatchReplayBuffer(20, None, observation_space=BOX, action_space=gym.spaces.Discrete(2), n_envs=1)
+    with pytest.raises(ValueError, match="the buffer holds no transition to export"):
+        buf.to_mdp_dataset()

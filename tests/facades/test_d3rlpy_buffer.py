@@ -1,0 +1,273 @@
+"""BatchReplayBuffer (d3rlpy 1.0 API): the append convention, golden batches, D1-D13."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from torchrl_ext import BatchReplayBuffer
+from torchrl_ext.facades.d3rlpy import Episode
+
+BOX = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+IMAGE = gym.spaces.Box(0, 255, (1, 3, 3), np.uint8)
+DISCRETE = gym.spaces.Discrete(3)
+
+
+def buffer(maxlen=100, n_envs=1, obs_space=BOX, **kwargs):
+    return BatchReplayBuffer(maxlen, None, observation_space=obs_space, action_space=DISCRETE,
+                             n_envs=n_envs, seed=0, **kwargs)
+
+
+def by_obs(batch) -> dict:
+    """first obs feature of o_t -> the batch row, as plain python."""
+    out = {}
+    for i in range(batch.size()):
+        out[float(batch.observations[i].reshape(-1)[-1 if batch.observations.ndim > 2 else 0])] = {
+            "action": int(batch.actions[i]), "reward": float(batch.rewards[i]),
+            "next_obs": float(batch.next_observations[i].reshape(-1)[-1 if batch.observations.ndim > 2 else 0]),
+            "next_action": int(batch.next_actions[i]), "next_reward": round(float(batch.next_rewards[i]), 5),
+            "terminal": float(batch.terminals[i]), "n_steps": float(batch.n_steps[i]),
+        }
+    return out
+
+
+def chain(buf, rewards, terminal_last=True, start=0.0):
+    """One env: obs t = start + t (both features), action t % 3, arrival reward rewards[t]."""
+    T = len(rewards)
+    for t in range(T):
+        last = t == T - 1
+        buf.append(np.full((1, 2), start + t, np.float32), np.array([t % 3]), np.array([rewards[t]]),
+                   np.array([last and terminal_last]), np.array([last]))
+
+
+def all_of(buf, **kwargs):
+    seen = {}
+    for _ in range(40):
+        seen.update(by_obs(buf.sample(8, **kwargs)))
+    return seen
+
+
+# ------------------------------------------------------------ the convention
+def test_append_convention_golden():
+    buf = buffer()
+    chain(buf, [0.0, 1.0, 2.0])  # o0 -> o1 -> o2 (terminal)
+    got = all_of(buf)
+    assert got[0.0] == {"action": 0, "reward": 0.0, "next_obs": 1.0, "next_action": 1,
+                        "next_reward": 1.0, "terminal": 0.0, "n_steps": 1.0}
+    assert got[1.0] == {"action": 1, "reward": 1.0, "next_obs": 2.0, "next_action": 2,
+                        "next_reward": 2.0, "terminal": 1.0, "n_steps": 1.0}
+    assert len(buf) == buf.size() == 2
+
+
+def test_nstep_golden_stops_at_terminal():
+    buf = buffer()
+    chain(buf, [0.0, 1.0, 2.0, 4.0])
+    got = all_of(buf, n_steps=2, gamma=0.5)
+    assert got[0.0]["next_obs"] == 2.0 and got[0.0]["next_reward"] == 1.0 + 0.5 * 2.0
+    assert got[0.0]["n_steps"] == 2.0 and got[0.0]["terminal"] == 0.0
+    assert got[2.0] == {"action": 2, "reward": 2.0, "next_obs": 3.0, "next_action": 0,
+                        "next_reward": 4.0, "terminal": 1.0, "n_steps": 1.0}
+
+
+def test_timeout_clip_bootstraps_and_in_progress_chain_is_sampled():
+    buf = buffer()
+    chain(buf, [0.0, 1.0, 1.0], terminal_last=False)  # clipped by a timeout
+    chain(buf, [0.0, 1.0, 1.0], terminal_last=False, start=10.0)
+    buf.append(np.full((1, 2), 20.0, np.float32), np.array([0]), np.array([0.0]), np.array([False]))
+    buf.append(np.full((1, 2), 21.0, np.float32), np.array([1]), np.array([5.0]), np.array([False]))
+    got = all_of(buf, n_steps=3, gamma=1.0)
+    assert got[1.0]["terminal"] == 0.0 and got[1.0]["next_obs"] == 2.0  # bootstraps from o2
+    assert got[20.0]["next_obs"] == 21.0 and got[20.0]["n_steps"] == 1.0  # running chain
+    assert 2.0 not in got and 12.0 not in got  # final observations start no transition
+
+
+def test_image_frames_d3rlpy_layout():
+    buf = buffer(obs_space=IMAGE)
+    for t in range(5):
+        buf.append(np.full((1, 1, 3, 3), t, np.uint8), np.array([0]), np.array([0.0]),
+                   np.array([t == 4]), np.array([t == 4]))
+    batch = buf.sample(16, n_frames=4)
+    assert batch.observations.shape == (16, 4, 3, 3) and batch.observations.dtype == torch.uint8
+    for o, n in zip(batch.observations[:, :, 0, 0].tolist(), batch.next_observations[:, :, 0, 0].tolist()):
+        t = o[-1]
+        assert o == [max(t - j, 0) for j in (3, 2, 1, 0)]  # padded with o_0 (d3rlpy's rule)
+        assert n == [max(t + 1 - j, 0) for j in (3, 2, 1, 0)]
+
+
+def test_episode_stream_and_envs_do_not_mix():
+    buf = buffer(n_envs=2)
+    for t in range(4):
+        obs = np.array([[t, t], [100 + t, 100 + t]], np.float32)
+        buf.append(obs, np.array([0, 1]), np.zeros(2), np.zeros(2, bool))
+    buf.append_episode(Episode(np.full((3, 2), 50.0, np.float32) + np.arange(3)[:, None],
+                               np.zeros(3, np.int64), np.array([0.0, 1.0, 2.0]), True))
+    got = all_of(buf)
+    assert {o: v["next_obs"] for o, v in got.items()} == {
+        0.0: 1.0, 1.0: 2.0, 2.0: 3.0, 100.0: 101.0, 101.0: 102.0, 102.0: 103.0, 50.0: 51.0, 51.0: 52.0}
+    assert got[51.0]["terminal"] == 1.0 and got[51.0]["next_reward"] == 2.0
+
+
+# ------------------------------------------------------------------- D1-D13
+def test_d1_appended_episodes_get_masks():
+    episode = Episode(np.zeros((6, 2), np.float32) + np.arange(6)[:, None], np.zeros(6), np.ones(6))
+    buf = buffer(episodes=[episode], create_mask=True, mask_size=4)
+    batch = buf.sample(32)
+    assert batch.masks is not None and batch.masks.shape == (4, 32, 1)
+    assert batch.masks.dtype == torch.float32
+
+
+def test_d2_memory_bounded_by_maxlen_for_never_ending_episodes():
+    buf = buffer(maxlen=50, n_envs=2)
+
+    def nbytes() -> int:
+        return buf.rb.storage.state_dict()["rows"].bytes()
+
+    sizes = []
+    for t in range(1000):  # one endless episode per env
+        buf.append(np.full((2, 2), t, np.float32), np.array([0, 1]), np.ones(2), np.zeros(2, bool))
+        assert len(buf) <= 50
+        if t in (1, 999):
+            sizes.append(nbytes())
+    assert sizes[0] == sizes[1]
+    got = all_of(buf)
+    assert min(got) >= 1000 - 50 and all(v["next_obs"] == o + 1 for o, v in got.items())
+
+
+def test_d3_bool_and_numeric_flags():
+    for flags in (np.array([True]), np.array([1.0]), np.array([1])):
+        buf = buffer()
+        buf.append(np.zeros((1, 2), np.float32), np.array([0]), np.zeros(1), np.zeros(1, bool))
+        buf.append(np.ones((1, 2), np.float32), np.array([0]), np.ones(1), flags, flags)
+        assert float(buf.sample(1).terminals) == 1.0
+    with pytest.raises(ValueError, match=r"terminals holds \[2\], expected booleans or 0/1"):
+        buf.append(np.ones((1, 2), np.float32), np.array([0]), np.ones(1), np.array([2]))
+    with pytest.raises(ValueError, match=r"envs \[0\] are terminal but not clipped"):
+        buf.append(np.ones((1, 2), np.float32), np.array([0]), np.ones(1), np.array([True]),
+                   np.array([False]))
+
+
+def test_d4_callers_arrays_are_copied():
+    buf = buffer()
+    obs = np.zeros((1, 2), np.float32)
+    for t in range(3):
+        obs[:] = t  # the caller reuses its array
+        buf.append(obs, np.array([0]), np.zeros(1), np.zeros(1, bool))
+    assert {o: v["next_obs"] for o, v in all_of(buf).items()} == {0.0: 1.0, 1.0: 2.0}
+
+
+def test_d5_gymnasium_vector_env_and_env_none():
+    env = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync")
+    buf = BatchReplayBuffer(300, env, seed=0)
+    assert buf.n_envs == 3 and buf.observation_shape == (4,) and buf.action_size == 2
+    episode = Episode(np.zeros((3, 4), np.float32), np.zeros(3), np.zeros(3))
+    offline = BatchReplayBuffer(30, None, episodes=[episode], observation_space=env.single_observation_space,
+                                action_space=env.single_action_space, n_envs=1)
+    assert len(offline) == 2
+    with pytest.raises(TypeError, match=r"env=None needs observation_space=, action_space=, n_envs="):
+        BatchReplayBuffer(30, None)
+    with pytest.raises(TypeError, match=r"env is int, expected a gymnasium vector env"):
+        BatchReplayBuffer(30, 3)
+
+
+def test_d5_d3rlpy_style_env_with_len():
+    class BatchEnv:  # the attributes d3rlpy's BatchEnv offers
+        observation_space, action_space = BOX, DISCRETE
+
+        def __len__(self) -> int:
+            return 2
+
+    assert BatchReplayBuffer(40, BatchEnv()).n_envs == 2
+
+
+def test_d6_export_marks_in_progress_episodes_unfinished():
+    from torchrl_ext.export import episodes_of
+
+    buf = buffer(maxlen=40)
+    chain(buf, [0.0, 1.0, 2.0])
+    buf.append(np.full((1, 2), 7.0, np.float32), np.array([0]), np.zeros(1), np.zeros(1, bool))
+    buf.append(np.full((1, 2), 8.0, np.float32), np.array([0]), np.zeros(1), np.zeros(1, bool))
+    episodes = episodes_of(buf.rb)
+    assert [(e.finished, len(e)) for e in episodes] == [(True, 2), (False, 1)]
+    assert sum(len(e) for e in episodes) == len(buf)
+
+
+def test_d7_transitions_are_chronological_and_re_entrant():
+    buf = buffer(maxlen=12, n_envs=2)
+    for t in range(20):
+        buf.append(np.array([[t, t], [100 + t, 100 + t]], np.float32), np.array([0, 1]),
+                   np.zeros(2), np.zeros(2, bool))
+    transitions = buf.transitions
+    first = transitions.observations[:, 0].tolist()
+    assert len(transitions) == len(buf)
+    # created in append order: env 0 then env 1 at each step, oldest first
+    assert first == sorted(first, key=lambda o: (o % 100, o >= 100))
+    assert float(transitions[-1].observations[0]) == 118.0  # the newest, after the wrap
+    outer = [float(t.observations[0]) for t in transitions]
+    inner = [[float(u.observations[0]) for u in transitions][:2] for _ in transitions[:2]]
+    assert outer == first and inner[0] == inner[1] == first[:2]
+
+
+def test_d8_frames_for_vectors_and_validation():
+    buf = buffer()
+    chain(buf, [0.0] * 6)
+    batch = buf.sample(4, n_frames=3)
+    assert batch.observations.shape == (4, 3, 2)  # a frame axis for vectors
+    with pytest.raises(ValueError, match=r"n_steps=0, expected an integer >= 1"):
+        buf.sample(4, n_steps=0)
+    with pytest.raises(ValueError, match=r"n_frames=0, expected an integer >= 1"):
+        buf.sample(4, n_frames=0)
+
+
+def test_d9_td_reward_alias():
+    buf = buffer()
+    chain(buf, [0.0, 3.0, 5.0])
+    batch = buf.sample(8)
+    assert torch.equal(batch.td_rewards, batch.next_rewards)
+    assert not torch.equal(batch.td_rewards, batch.rewards)
+
+
+def test_d10_masks_seeded_and_p_configurable():
+    def masks(seed, p):
+        buf = BatchReplayBuffer(400, None, create_mask=True, mask_size=8, mask_p=p, seed=seed,
+                                observation_space=BOX, action_space=DISCRETE, n_envs=1)
+        chain(buf, [0.0] * 200)
+        return buf.sample(199).masks
+
+    assert torch.equal(masks(1, 0.5), masks(1, 0.5))
+    assert not torch.equal(masks(1, 0.5), masks(2, 0.5))
+    assert abs(float(masks(1, 0.2).mean()) - 0.2) < 0.05
+
+
+def test_d11_empty_buffer_sample_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"the buffer holds no transition yet"):
+        buffer().sample(4)
+
+
+def test_d12_gymnasium_env_gives_no_reset_to_reset_transition():
+    env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    buf = BatchReplayBuffer(500, env, seed=0)
+    obs, _ = env.reset(seed=0)
+    first_obs = obs.copy()
+    reward, terminal, clip = np.zeros(2), np.zeros(2, bool), np.zeros(2, bool)
+    for _ in range(3):
+        action = np.array([0, 1])
+        buf.append(obs, action, reward, terminal, clip)
+        obs, reward, terminal, truncated, _ = env.step(action)
+        clip = terminal | truncated
+    transitions = buf.transitions
+    # the first transition of each env starts at the reset obs and earns CartPole's reward
+    assert torch.allclose(transitions.observations[:2], torch.from_numpy(first_obs))
+    assert transitions.td_rewards[:2].view(-1).tolist() == [1.0, 1.0]
+
+
+def test_d13_n_envs_keyword():
+    assert buffer(n_envs=4).n_envs == 4
+
+
+def test_shape_errors_name_the_input():
+    buf = buffer(n_envs=2)
+    with pytest.raises(ValueError, match=r"observations has shape \(1, 2\), expected \(2, 2\)"):
+        buf.append(np.zeros((1, 2)), np.zeros(2), np.zeros(2), np.zeros(2))
+    with pytest.raises(ValueError, match=r"maxlen=2 gives no transition to each of 3 streams"):
+        buffer(maxlen=2, n_envs=2)

@@ -1,0 +1,81 @@
+"""Export to a d3rlpy 2.x ``MDPDataset`` (optional extra ``d3rlpy``)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tensordict.utils import NestedKey
+
+from torchrl_ext.export.episodes import episodes_of, require
+
+__all__ = ["to_d3rlpy"]
+
+
+def to_d3rlpy(
+    rb: Any,
+    *,
+    observation_key: NestedKey = "observation",
+    action_key: NestedKey = "action",
+    reward_key: NestedKey = ("next", "reward"),
+    terminated_key: NestedKey = ("next", "terminated"),
+    discrete: bool | None = None,
+) -> Any:
+    """The episodes ``rb`` holds as a d3rlpy 2.x ``MDPDataset``, which d3rlpy algorithms ``fit`` on.
+
+    d3rlpy 2 stores one row per step (observation, action, the reward of that
+    action) and ends an episode at a ``terminals`` or ``timeouts`` flag on
+    its last step. Here: ``terminals = 1`` on the last step of an episode
+    that terminated, ``timeouts = 1`` on the last step of every other
+    episode: truncated ones, and those still being written, which are thus
+    *not* marked finished (D6) and are bootstrapped from, as d3rlpy treats
+    timeouts. d3rlpy 2 keeps no final observation (its format's limit). An
+    episode whose first rows the ring overwrote is exported from its oldest
+    held step: never more than the buffer holds (D6).
+
+    Args:
+        rb: a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`.
+
+    Keyword Args:
+        observation_key, action_key, reward_key, terminated_key (NestedKey): entries.
+        discrete (bool, optional): discrete actions; defaults to integer action dtypes.
+
+    Returns:
+        ``d3rlpy.dataset.MDPDataset``.
+
+    Raises:
+        ImportError: d3rlpy is not installed (the message names the extra).
+        ValueError: the buffer holds no transition.
+    """
+    d3rlpy = require("d3rlpy", "d3rlpy")
+    episodes = episodes_of(rb)
+    if not episodes:
+        raise ValueError("to_d3rlpy: the buffer holds no transition to export.")
+    obs, actions, rewards, terminals, timeouts = [], [], [], [], []
+    for episode in episodes:
+        steps = episode.steps
+        L = len(episode)
+        obs.append(steps.get(observation_key).numpy())
+        actions.append(steps.get(action_key).numpy())
+        rewards.append(steps.get(reward_key).reshape(L, 1).float().numpy())
+        terminated = steps.get(terminated_key, None)
+        ended_terminal = bool(terminated[-1].any()) if terminated is not None else False
+        end = np.zeros(L, np.float32)
+        end[-1] = 1.0
+        terminals.append(end * ended_terminal)
+        timeouts.append(end * (not ended_terminal))
+    action = np.concatenate(actions)
+    if discrete is None:
+        discrete = not np.issubdtype(action.dtype, np.floating)
+    if discrete:
+        action = action.reshape(-1).astype(np.int64)
+    observations = np.concatenate(obs)
+    space = d3rlpy.constants.ActionSpace.DISCRETE if discrete else d3rlpy.constants.ActionSpace.CONTINUOUS
+    return d3rlpy.dataset.MDPDataset(
+        observations=observations if observations.dtype == np.uint8 else observations.astype(np.float32),
+        actions=action if discrete else action.astype(np.float32),
+        rewards=np.concatenate(rewards),
+        terminals=np.concatenate(terminals),
+        timeouts=np.concatenate(timeouts),
+        action_space=space,
+        action_size=int(action.max()) + 1 if discrete else int(action.shape[-1]),
+    )

@@ -1,0 +1,117 @@
+"""The episodes a buffer holds, in order, as TorchRL transitions: what every export writes."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+__all__ = ["HeldEpisode", "episodes_of", "require"]
+
+
+_INSTALL = {
+    # d3rlpy 2.8 pins gymnasium==1.0.0: install it without its dependencies
+    "d3rlpy": "pip install 'torchrl_ext[d3rlpy]' && pip install --no-deps d3rlpy==2.8.1",
+}
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import an optional dependency on first use, or say which extra installs it.
+
+    Examples:
+        >>> require("json", "none").__name__
+        'json'
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        how = _INSTALL.get(extra, f"pip install 'torchrl_ext[{extra}]'")
+        raise ImportError(
+            f"{module} is needed for this export and is not importable ({error}); install the "
+            f"extra {extra!r}: {how}."
+        ) from error
+
+
+@dataclass(frozen=True)
+class HeldEpisode:
+    """The steps of one episode still held by a buffer, oldest first.
+
+    Attributes:
+        stream (int): the stream (env) that wrote it.
+        steps (TensorDictBase): ``[L]`` TorchRL transitions as stored (observation
+            entries, action, ``("next", ...)`` with the next observation: the
+            true final one at the last step of an ended episode).
+        finished (bool): the episode ended (a done flag, or a new trajectory
+            began in its stream); False for the episode a stream is still
+            writing (D6).
+        complete (bool): its first step is still held (False when the ring
+            overwrote its first rows: ``steps`` start at its oldest held step).
+    """
+
+    stream: int
+    steps: TensorDictBase
+    finished: bool
+    complete: bool
+
+    def __len__(self) -> int:
+        return int(self.steps.shape[0])
+
+
+def episodes_of(rb: Any) -> list[HeldEpisode]:
+    """Every episode with a transition in ``rb``, stream by stream, oldest first.
+
+    Exactly the held transitions, each once: ``sum(len(e)) == len(rb)``. Never
+    more than the buffer holds (an episode whose first rows were overwritten
+    is exported from its oldest held step, marked ``complete=False``); never
+    an episode invented (one still being written is exported as it stands,
+    marked ``finished=False``). O(held transitions).
+
+    Args:
+        rb: a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`
+            (or the storage itself).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(32)
+        >>> done = torch.tensor([[0, 1, 0]], dtype=torch.bool).unsqueeze(-1)
+        >>> _ = rb.extend(TensorDict({"observation": torch.arange(3.).view(1, 3, 1),
+        ...     "action": torch.zeros(1, 3, 1), "next": {"observation": torch.arange(1., 4.).view(1, 3, 1),
+        ...     "reward": torch.ones(1, 3, 1), "done": done}}, [1, 3]))
+        >>> [(len(e), e.finished) for e in episodes_of(rb)]
+        [(2, True), (1, False)]
+    """
+    storage = getattr(rb, "storage", rb)
+    index = storage.index
+    if index is None or len(storage) == 0:
+        return []
+    rows = storage.live_transition_rows()  # stream by stream, in time order
+    tau, stream = index.row_coordinates(rows.numpy())
+    episode, step, start, _ = index.locate(tau, stream)
+    # a new episode wherever (stream, episode) changes
+    cut = np.flatnonzero((np.diff(stream) != 0) | (np.diff(episode) != 0)) + 1
+    bounds = np.concatenate([[0], cut, [rows.numel()]])
+    steps = storage.get(rows)
+    open_stream = index.is_open.numpy()
+    last_episode = index.episode_count.numpy() - 1
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        s, e = int(stream[lo]), int(episode[lo])
+        out.append(HeldEpisode(
+            stream=s,
+            steps=steps[int(lo):int(hi)],
+            finished=not (open_stream[s] and e == last_episode[s]),
+            complete=bool(step[lo] == 0),
+        ))
+    return out
+
+
+def observations_of(episode: HeldEpisode, key: Any = "observation") -> torch.Tensor:
+    """``[L + 1]`` observations: each step's, then the last step's next observation."""
+    steps = episode.steps
+    return torch.cat([steps.get(key), steps.get(("next", *((key,) if isinstance(key, str) else key)))[-1:]])

@@ -1,0 +1,103 @@
+"""Export to a Minari dataset (optional extra ``minari``)."""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import gymnasium as gym
+import numpy as np
+from tensordict.utils import NestedKey
+
+from torchrl_ext.export.episodes import episodes_of, observations_of, require
+
+__all__ = ["to_minari"]
+
+
+@contextmanager
+def _datasets_root(root: str | Path | None) -> Iterator[None]:
+    # Minari reads its root from MINARI_DATASETS_PATH only: set it for the call
+    if root is None:
+        yield
+        return
+    before = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = str(root)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["MINARI_DATASETS_PATH"]
+        else:
+            os.environ["MINARI_DATASETS_PATH"] = before
+
+
+def to_minari(
+    rb: Any,
+    dataset_id: str,
+    *,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    root: str | Path | None = None,
+    observation_key: NestedKey = "observation",
+    action_key: NestedKey = "action",
+    reward_key: NestedKey = ("next", "reward"),
+    terminated_key: NestedKey = ("next", "terminated"),
+    truncated_key: NestedKey = ("next", "truncated"),
+    **metadata: Any,
+) -> Any:
+    """The episodes ``rb`` holds as a Minari dataset (``minari.load_dataset`` reads it back).
+
+    Each episode has ``L + 1`` observations (the last one the true final
+    observation, or the pending one of an episode still being written),
+    ``L`` actions, rewards, ``terminations`` and ``truncations``. An episode
+    still being written ends with both flags False: not finished (D6). An
+    episode whose first rows were overwritten starts at its oldest held step.
+
+    Args:
+        rb: a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`.
+        dataset_id (str): Minari id, e.g. ``"cartpole/replay-v0"``.
+
+    Keyword Args:
+        observation_space, action_space (gym.Space): the env's spaces.
+        root (str or Path, optional): datasets directory (Minari's
+            ``MINARI_DATASETS_PATH``, set for this call only); default: Minari's.
+        observation_key, action_key, reward_key, terminated_key, truncated_key: entries.
+        **metadata: passed to ``minari.create_dataset_from_buffers`` (author, ...).
+
+    Returns:
+        ``minari.MinariDataset``.
+
+    Raises:
+        ImportError: minari is not installed (the message names the extra).
+        ValueError: the buffer holds no transition.
+    """
+    minari = require("minari", "minari")
+    episodes = episodes_of(rb)
+    if not episodes:
+        raise ValueError("to_minari: the buffer holds no transition to export.")
+    buffers = []
+    for i, episode in enumerate(episodes):
+        steps, L = episode.steps, len(episode)
+
+        def flag(key: NestedKey) -> list[bool]:
+            value = steps.get(key, None)
+            return [False] * L if value is None else value.reshape(L).tolist()
+
+        action = steps.get(action_key).numpy()
+        if isinstance(action_space, gym.spaces.Discrete):
+            action = action.reshape(L)
+        buffers.append(minari.data_collector.EpisodeBuffer(
+            id=i,
+            observations=observations_of(episode, observation_key).numpy(),
+            actions=action,
+            rewards=steps.get(reward_key).reshape(L).numpy().astype(np.float64).tolist(),
+            terminations=flag(terminated_key),
+            truncations=flag(truncated_key),
+            infos={},
+        ))
+    with _datasets_root(root):
+        return minari.create_dataset_from_buffers(
+            dataset_id, buffers, observation_space=observation_space,
+            action_space=action_space, **metadata,
+        )

@@ -1,0 +1,114 @@
+"""Our own on-disk episode format: memory-mapped TorchRL transitions, reloadable into our buffers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from torchrl_ext.export.episodes import HeldEpisode, episodes_of
+
+__all__ = ["load_buffer", "load_episodes", "save_episodes"]
+
+_FORMAT = "torchrl_ext.episodes/1"
+
+
+def save_episodes(rb: Any, path: str | Path) -> None:
+    """Write the episodes ``rb`` holds under ``path`` (a new or empty directory).
+
+    ``path/steps``: every held transition as a memory-mapped TensorDict (the
+    stored entries, next observations included), episodes one after another;
+    ``path/meta.json``: each episode's stream, length, ``finished`` and
+    ``complete`` (see :class:`~torchrl_ext.export.HeldEpisode`), and the
+    buffer's ``max_size`` and stream count. Read it back with
+    :func:`load_episodes` or :func:`load_buffer`.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from tensordict import TensorDict, TensorDictBase
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(32)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 1), "action": torch.zeros(2, 1),
+        ...     "next": {"observation": torch.ones(2, 1), "reward": torch.ones(2, 1),
+        ...              "done": torch.tensor([[True], [False]])}}, [2]))
+        >>> with tempfile.TemporaryDirectory() as path:
+        ...     save_episodes(rb, path)
+        ...     [(e.stream, e.finished) for e in load_episodes(path)]
+        [(0, True), (1, False)]
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if (path / "meta.json").exists():
+        raise FileExistsError(f"save_episodes: {path} already holds an export; pass a new directory.")
+    episodes = episodes_of(rb)
+    storage = getattr(rb, "storage", rb)
+    meta = {
+        "format": _FORMAT,
+        "max_size": storage.max_size,
+        "num_streams": storage.num_streams,
+        "episodes": [[e.stream, len(e), e.finished, e.complete] for e in episodes],
+    }
+    if episodes:
+        cast(TensorDictBase, torch.cat([e.steps for e in episodes])).memmap(path / "steps")
+    (path / "meta.json").write_text(json.dumps(meta))
+
+
+def _meta(path: Path) -> dict[str, Any]:
+    meta = json.loads((path / "meta.json").read_text())
+    if meta.get("format") != _FORMAT:
+        raise ValueError(f"{path}: format {meta.get('format')!r}, expected {_FORMAT!r} (save_episodes).")
+    return meta
+
+
+def load_episodes(path: str | Path) -> list[HeldEpisode]:
+    """The episodes :func:`save_episodes` wrote, memory-mapped (no copy)."""
+    path = Path(path)
+    meta = _meta(path)
+    if not meta["episodes"]:
+        return []
+    steps = TensorDict.load_memmap(path / "steps")
+    out, lo = [], 0
+    for stream, length, finished, complete in meta["episodes"]:
+        out.append(HeldEpisode(stream, steps[lo : lo + length], finished, complete))
+        lo += length
+    return out
+
+
+def load_buffer(path: str | Path, **kwargs: Any) -> Any:
+    """A new buffer holding what :func:`save_episodes` wrote, ready to sample and to extend.
+
+    Built by :func:`~torchrl_ext.make_replay_buffer` with the saved
+    ``max_size`` and stream count (override with ``capacity=`` /
+    ``num_streams=``; other keywords go to ``make_replay_buffer``). Each
+    stream's episodes are written back in order; an episode that was still
+    being written stays open, so writing the stream's next steps continues it.
+
+    Raises:
+        ValueError: the directory is not an export of :func:`save_episodes`.
+    """
+    from torchrl_ext.buffer import make_replay_buffer
+
+    path = Path(path)
+    meta = _meta(path)
+    num_streams = kwargs.pop("num_streams", meta["num_streams"])
+    rb = make_replay_buffer(kwargs.pop("capacity", meta["max_size"]), num_streams=num_streams, **kwargs)
+    episodes = load_episodes(path)
+    if not episodes:
+        return rb
+    per_stream: list[list[TensorDictBase]] = [[] for _ in range(num_streams)]
+    for episode in episodes:
+        per_stream[episode.stream].append(episode.steps)
+    joined = [cast(TensorDictBase, torch.cat(parts)) if parts else None for parts in per_stream]
+    T = max(len(j) for j in joined if j is not None)
+    template = next(j for j in joined if j is not None)
+    data = template[:1].expand(num_streams, T).clone()  # [streams, T]
+    mask = torch.zeros(num_streams, T, dtype=torch.bool)
+    for s, steps in enumerate(joined):
+        if steps is not None:
+            data[s, : len(steps)] = steps
+            mask[s, : len(steps)] = True
+    data.set(("collector", "mask"), mask)
+    rb.extend(data)
+    return rb

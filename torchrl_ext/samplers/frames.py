@@ -1,0 +1,246 @@
+"""Frame stacks at sample time, by index: each frame is stored once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
+from torchrl.data.replay_buffers.samplers import Sampler
+
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
+from torchrl_ext.sample_index import SampleIndex, WindowReader, reader_of, splice
+from torchrl_ext.samplers.refining import RefiningSampler
+from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
+from torchrl_ext.storages.transition import TransitionStorage
+from torchrl_ext.transforms.functional import stack_frames
+
+__all__ = ["FrameStackSampler", "FrameStacks", "frame_steps"]
+
+_MAX_ROUNDS = 64
+
+
+def frame_steps(tau: np.ndarray, start: np.ndarray, n_frames: int) -> np.ndarray:
+    """Logical times of the ``n_frames`` observations stacked for the one at ``tau``.
+
+    For the observation at logical time ``tau`` of a stream, in the episode
+    whose step 0 is at ``start`` (``start <= tau``), frame ``j`` (``j = 0`` the
+    oldest, ``j = n_frames - 1`` the observation itself) is the observation at
+
+    .. math::
+
+        \\max(\\tau - (F - 1) + j,\\ \\text{start}),
+
+    so a stack never leaves its episode: frames before the episode's first
+    observation repeat it (d3rlpy's rule). At step 0 the stack is
+    ``[o_0] * F``; the next observation of step 0 (``tau + 1``) stacks as
+    ``[o_0, ..., o_0, o_1]``. Logical times are per stream and grow forever,
+    so the ring seam needs nothing here (the caller maps them to rows).
+
+    Args:
+        tau: int64 array, any shape.
+        start: int64 array of the same shape.
+        n_frames (int): ``F >= 1``.
+
+    Returns:
+        int64 array ``[*tau.shape, F]``.
+
+    Examples:
+        >>> import numpy as np
+        >>> frame_steps(np.array([10, 11, 15]), np.array([10, 10, 10]), 4).tolist()
+        [[10, 10, 10, 10], [10, 10, 10, 11], [12, 13, 14, 15]]
+    """
+    offsets = np.arange(1 - n_frames, 1)  # [F]: -(F-1) .. 0
+    return np.maximum(np.asarray(tau)[..., None] + offsets, np.asarray(start)[..., None])
+
+
+@dataclass(frozen=True)
+class FrameStacks:
+    """The reader of frame stacks over the windows another reader serves.
+
+    Reads the ``inner`` batch, then replaces each stacked observation entry
+    ``key`` and ``("next", key)`` with its stack of ``n_frames`` observations
+    (:func:`frame_steps` of the transition's first row and of the row of its
+    next observation, ``steps`` later), gathered in one read of the
+    observation span and stacked by
+    :func:`~torchrl_ext.transforms.functional.stack_frames`.
+
+    Args:
+        n_frames (int): ``F``.
+        keys (tuple of keys, optional): observation entries to stack; ``None``: all.
+        inner (WindowReader): reads the unstacked batch.
+
+    Examples:
+        >>> from torchrl_ext.sample_index import RowReads
+        >>> FrameStacks(4, None, RowReads())
+        FrameStacks(n_frames=4, keys=None, inner=RowReads())
+    """
+
+    n_frames: int
+    keys: tuple[tuple[str, ...], ...] | None
+    inner: WindowReader
+
+    def read(self, storage: TransitionStorage, index: torch.Tensor) -> TensorDictBase:
+        out = self.inner.read(storage, index)
+        rows, steps = self.inner.spans(index)  # [*batch]
+        episodes = storage_index(storage)
+        tau, stream = episodes.row_coordinates(rows.numpy())
+        _, _, start, _ = episodes.locate(tau, stream)
+        # [*batch, 2, F]: the observation's frames, then the next observation's
+        taus = np.stack(
+            [frame_steps(tau, start, self.n_frames),
+             frame_steps(tau + steps.numpy(), start, self.n_frames)], -2
+        )
+        frame_rows = episodes.physical_rows(taus, stream[..., None, None])
+        frames = storage.get_observations(torch.from_numpy(frame_rows))
+        dims = rows.ndim
+        for key in self._stacked(storage):
+            value = frames.get(key)  # [*batch, 2, F, *shape]
+            out.set(key, stack_frames(value.select(dims, 0), dims))
+            out.set(("next", *key), stack_frames(value.select(dims, 1), dims))
+        return out
+
+    def _stacked(self, storage: TransitionStorage) -> tuple[tuple[str, ...], ...]:
+        if storage.schema is None:
+            raise ValueError("FrameStackSampler: the buffer holds no transition yet; extend it first.")
+        held = storage.schema.shared
+        if self.keys is None:
+            return held
+        for key in self.keys:
+            if key not in held:
+                raise EntryKeyError(
+                    f"FrameStackSampler: keys has {key_str(key)}, which is not an observation "
+                    f"entry of the buffer (held: {[key_str(k) for k in held]}); pass keys among "
+                    "them, or keys=None to stack every observation entry."
+                )
+        return self.keys
+
+    def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inner.spans(index)
+
+class FrameStackSampler(RefiningSampler):
+    """Serve each sampled transition with stacks of its last ``n_frames`` observations.
+
+    ``base`` draws the transitions (uniform, prioritized, n-step windows,
+    hindsight goals, sequences); this sampler stacks, for the observation and
+    for the next observation, the ``n_frames`` consecutive observations of the
+    same episode and stream ending there, oldest first (see
+    :func:`frame_steps`; frames before the episode's first observation repeat
+    it). Frames are read by index from the rows where each observation is
+    stored once; nothing is stored stacked. Stacking:
+
+    * entries of 3 dims ``(C, H, W)`` (channel-first images) are concatenated
+      along channels: ``[B, F * C, H, W]``, the newest frame in the last ``C``
+      channels (as d3rlpy and Atari wrappers);
+    * every other entry (vectors, scalars, each entry of a dict observation)
+      gets a frame axis right after the batch dims: ``[B, F, *shape]``.
+
+    Exact everywhere: at episode starts, across the ring seam (logical times
+    are mapped to rows), in episodes still being written (frames are at or
+    before the transition's next observation, which is written). When the
+    oldest episode of a stream lost its first rows to the ring, a transition
+    whose stack would need an overwritten frame is **not served**: it is
+    redrawn from ``base`` (at most ``n_frames - 1`` transitions per stream
+    are affected; with a prioritized base the redrawn rows' importance
+    weights are normalized within their redraw).
+
+    Put this sampler outermost: ``FrameStackSampler(4, base=NStepSampler(3,
+    base=PrioritizedTransitionSampler()))``. Priorities of the sample's
+    ``"index"`` go to ``base`` unchanged.
+
+    Args:
+        n_frames (int): ``F >= 1``. An attribute: it can change between samples.
+
+    Keyword Args:
+        keys (sequence of NestedKey, optional): observation entries to stack;
+            defaults to every observation entry.
+        base (Sampler, optional): defaults to
+            :class:`~torchrl_ext.samplers.UniformTransitionSampler`.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(32, batch_size=3, n_frames=3, seed=0)
+        >>> obs = torch.arange(3.).view(1, 3, 1)  # one env, one 3-step episode
+        >>> done = torch.tensor([[0, 0, 1]], dtype=torch.bool).unsqueeze(-1)
+        >>> _ = rb.extend(TensorDict({"observation": obs, "action": torch.zeros(1, 3, 1),
+        ...     "next": {"observation": obs + 1, "reward": torch.zeros(1, 3, 1), "done": done}}, [1, 3]))
+        >>> rb.sample()["observation"].shape  # [B, F, *shape]: a frame axis for vectors
+        torch.Size([3, 3, 1])
+        >>> stacks = {tuple(s) for _ in range(20) for s in rb.sample()["observation"].squeeze(-1).tolist()}
+        >>> sorted(stacks)  # padded with the episode's first observation
+        [(0.0, 0.0, 0.0), (0.0, 0.0, 1.0), (0.0, 1.0, 2.0)]
+    """
+
+    def __init__(
+        self,
+        n_frames: int = 4,
+        *,
+        keys: Sequence[NestedKey] | None = None,
+        base: Sampler | None = None,
+    ) -> None:
+        super().__init__(base if base is not None else UniformTransitionSampler())
+        self.n_frames = n_frames
+        self.keys = None if keys is None else tuple(as_key(k) for k in keys)
+
+    @property
+    def n_frames(self) -> int:
+        """Frames per stack."""
+        return self._n_frames
+
+    @n_frames.setter
+    def n_frames(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(
+                f"FrameStackSampler: n_frames={value!r}, expected an integer >= 1 "
+                "(1: the observation alone, with its frame axis)."
+            )
+        self._n_frames = int(value)
+
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
+        index, info = self.base.sample(storage, batch_size)
+        reader = reader_of(index)
+        for _ in range(_MAX_ROUNDS):
+            redo = self._unserved(storage, reader, index)
+            if not redo.size:
+                plain = index.as_subclass(torch.Tensor)
+                return SampleIndex.wrap(plain, FrameStacks(self.n_frames, self.keys, reader)), info
+            more, more_info = self.base.sample(storage, redo.size)
+            positions = torch.from_numpy(redo)
+            index = splice(index, positions, more)
+            for key, value in info.items():
+                if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == batch_size:
+                    info[key] = splice(value, positions, more_info[key])
+        raise ValueError(
+            f"FrameStackSampler: after {_MAX_ROUNDS} redraws, stacks of n_frames={self.n_frames} "
+            "still reach rows the ring overwrote; the buffer holds too few transitions with "
+            f"{self.n_frames - 1} earlier frames of their episode: raise the capacity or "
+            "lower n_frames."
+        )
+
+    def _unserved(self, storage: TransitionStorage, reader: WindowReader, index: Any) -> np.ndarray:
+        """Batch positions whose stack needs a frame the ring already overwrote."""
+        rows, _ = reader.spans(index)
+        episodes = storage_index(storage)
+        tau, stream = episodes.row_coordinates(rows.numpy())
+        _, _, start, _ = episodes.locate(tau, stream)
+        oldest = np.maximum(tau - (self.n_frames - 1), start)
+        lost = oldest < episodes.live_start()[stream]  # [*batch]
+        return np.flatnonzero(lost.reshape(lost.shape[0], -1).any(1))
+
+    def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
+        """Give ``base`` the index as sampled (frame stacks add no column)."""
+        self.base.update_priority(index, priority, storage=storage)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"n_frames": self.n_frames, "base": self.base.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.n_frames = int(state_dict["n_frames"])
+        self.base.load_state_dict(state_dict["base"])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n_frames={self.n_frames}, keys={self.keys}, base={self.base!r})"
