@@ -18,6 +18,7 @@ from torchrl_ext.samplers.uniform import UniformTransitionSampler
 from torchrl_ext.storages.transition import Backend, TransitionStorage
 from torchrl_ext.transforms.hindsight import HindsightTransform
 from torchrl_ext.transforms.nstep import NStepTransform
+from torchrl_ext.writers.handle import WriterHandle
 from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS, TransitionWriter
 
 __all__ = ["TransitionReplayBuffer", "make_her_replay_buffer", "make_replay_buffer"]
@@ -84,6 +85,32 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             index = self._writer.extend(tensordicts)
             self._sampler.extend(index)
         return index
+
+    def writer_handle(self, writer_id: int | None = None) -> WriterHandle:
+        """A handle writing into this buffer as a writer of its own.
+
+        Give one to each collector (``replay_buffer=rb.writer_handle()``),
+        thread or gymnasium loop that feeds this buffer: each handle's envs
+        get their own streams, so their episodes never mix. See
+        :class:`~torchrl_ext.writers.WriterHandle`.
+
+        Args:
+            writer_id (int, optional): the id to write as; a fresh one
+                (:meth:`new_writer_id`) when ``None``.
+        """
+        if writer_id is None:
+            writer_id = self.new_writer_id()
+        return WriterHandle(self, writer_id, writer_key=self._writer.writer_key)
+
+    def new_writer_id(self) -> int:
+        """A writer id never handed out by this buffer (see :meth:`TransitionWriter.new_writer_id`)."""
+        with self._replay_lock, self._write_lock:
+            return self._writer.new_writer_id()
+
+    def release_writer(self, writer_id: int = 0) -> None:
+        """End a writer's running episodes and free its streams (see :meth:`TransitionWriter.release`)."""
+        with self._replay_lock, self._write_lock:
+            self._writer.release(writer_id)
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from a sample's ``"index"`` and ``priority_key`` entries.

@@ -61,6 +61,7 @@ class EpisodeIndex(NumpyViews):
         "is_open",  # [S] the stream's last episode still runs
         "episode_count",  # [S] episodes ever opened per stream
         "stream_traj",  # [S] trajectory id of the stream's last step (-1: none)
+        "stream_writer",  # [S] id of the writer owning the stream (-1: free)
         "row_episode",  # [S * C] per-stream episode number of each row (-1: unwritten)
         "row_is_step",  # [S * C] the row holds a published transition (1 byte a row)
         "episode_start",  # [S, E] tau of each episode's step 0
@@ -81,6 +82,7 @@ class EpisodeIndex(NumpyViews):
         self.is_open = torch.zeros(S, dtype=torch.bool)
         self.episode_count = torch.zeros(S, dtype=torch.int64)
         self.stream_traj = torch.full((S,), -1, dtype=torch.int64)
+        self.stream_writer = torch.full((S,), -1, dtype=torch.int64)
         self.row_episode = torch.full((S * C,), -1, dtype=torch.int64)
         # the sampler's validity test reads this, not the 8x larger row_episode
         self.row_is_step = torch.zeros(S * C, dtype=torch.bool)
@@ -152,6 +154,35 @@ class EpisodeIndex(NumpyViews):
         # each live episode has exactly one live observation-only row (its last)
         obs_rows = self._np["episode_count"][streams] - oldest
         return int((written[streams] - lo[streams] - obs_rows).sum())
+
+    # --------------------------------------------------------------- ownership
+    def owned_streams(self, writer: int) -> np.ndarray:
+        """Streams owned by ``writer``, in the order it claimed them."""
+        return np.flatnonzero(self._np["stream_writer"] == writer)
+
+    def claim_streams(self, writer: int, count: int) -> np.ndarray | None:
+        """Give ``count`` free streams to ``writer`` (the lowest ids); ``None`` if too few are free."""
+        free = np.flatnonzero(self._np["stream_writer"] < 0)[:count]
+        if free.size < count:
+            return None
+        self._np["stream_writer"][free] = writer
+        return free
+
+    def release_streams(self, writer: int) -> np.ndarray:
+        """Free ``writer``'s streams; their running episodes end at their last written step.
+
+        An ended episode keeps its rows: its last step's next observation is
+        the pending row, as for an episode cut by a new trajectory id.
+        """
+        streams = self.owned_streams(writer)
+        self._np["is_open"][streams] = False
+        self._np["stream_writer"][streams] = -1
+        return streams
+
+    def writers(self) -> np.ndarray:
+        """Ids of the writers owning at least one stream, sorted."""
+        owners = self._np["stream_writer"]
+        return np.unique(owners[owners >= 0])
 
     # ------------------------------------------------------------------ writes
     def plan(
@@ -260,18 +291,22 @@ class EpisodeIndex(NumpyViews):
     def commit(self, plan: WritePlan) -> None:
         """Publish a write whose rows are in storage.
 
-        Episode tables first, cursors last: a reader in another process that
-        sees the new cursor also sees the rows and their episodes.
+        Episode tables first, then the rows' episodes and transition flags,
+        cursors last: a reader in another process that sees a row as a
+        transition (``row_is_step``) also sees its data and its episode's
+        start and length, so its windows and goals stay inside rows already
+        written. (Rows being *overwritten* at the ring seam are another matter:
+        they are live until this commit, see the storage's notes.)
         """
         v = self._np
+        v["episode_start_flat"][plan.start_slots] = plan.start_tau
+        v["episode_length_flat"][plan.length_slots] = plan.lengths
         v["row_episode"][plan.rows] = plan.episode
         v["row_episode"][plan.next_rows] = plan.episode
         # next rows first: a step's next row is the following step's row when
         # the episode continues, and then it is a transition
         v["row_is_step"][plan.next_rows] = False
         v["row_is_step"][plan.rows] = True
-        v["episode_start_flat"][plan.start_slots] = plan.start_tau
-        v["episode_length_flat"][plan.length_slots] = plan.lengths
         v["episode_count"][plan.streams] = plan.episode[:, -1] + 1
         if plan.traj is not None:
             v["stream_traj"][plan.streams] = plan.traj
@@ -284,6 +319,7 @@ class EpisodeIndex(NumpyViews):
             getattr(self, name).zero_()
         self.row_is_step.zero_()
         self.stream_traj.fill_(-1)
+        self.stream_writer.fill_(-1)
         self.row_episode.fill_(-1)
 
     # ------------------------------------------------------- state and sharing

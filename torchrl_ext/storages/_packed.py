@@ -113,6 +113,24 @@ class PackedRows:
                 first = _bytes(self.obs, leaves, n, ())[start]
                 self._obs_view.index_copy_(0, rows[start], first)
 
+    def same_observation(
+        self,
+        leaves: dict[tuple[str, ...], torch.Tensor],
+        positions: torch.Tensor,
+        rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """Whether steps ``positions`` of ``leaves`` observe what ``rows`` hold, bytewise.
+
+        A step that continues an episode is not stored with its observation:
+        that is the row holding the previous step's next observation. This
+        compares the two (bytes, so NaNs compare equal to themselves); ``[k]`` bool.
+        """
+        if not self.obs:
+            return torch.ones(rows.numel(), dtype=torch.bool)
+        part = {c.key: leaves[c.key].index_select(0, positions) for c in self.obs}
+        incoming = _bytes(self.obs, part, rows.numel(), ())
+        return (incoming == self._obs_view.index_select(0, rows)).all(1)
+
     # ------------------------------------------------------------------ reads
     def gather(self, rows: torch.Tensor, next_rows: torch.Tensor) -> TensorDictBase:
         """Transitions at ``rows`` (next observations from ``next_rows``), ``[B]``."""
