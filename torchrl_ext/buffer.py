@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -20,6 +20,9 @@ from torchrl_ext.transforms.hindsight import HindsightTransform
 from torchrl_ext.transforms.nstep import NStepTransform
 from torchrl_ext.writers.handle import WriterHandle
 from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS, TransitionWriter
+
+if TYPE_CHECKING:
+    from torchrl_ext.remote import RayTransitionReplayBuffer
 
 __all__ = ["TransitionReplayBuffer", "make_her_replay_buffer", "make_replay_buffer"]
 
@@ -102,6 +105,10 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             writer_id = self.new_writer_id()
         return WriterHandle(self, writer_id, writer_key=self._writer.writer_key)
 
+    def writer_key(self) -> tuple[str, ...]:
+        """The entry carrying writer ids (the writer's ``writer_key``; a method, so Ray clients reach it)."""
+        return self._writer.writer_key
+
     def new_writer_id(self) -> int:
         """A writer id never handed out by this buffer (see :meth:`TransitionWriter.new_writer_id`)."""
         with self._replay_lock, self._write_lock:
@@ -178,7 +185,9 @@ def make_replay_buffer(
     gamma: float = 0.99,
     done_keys: Sequence[NestedKey] = DEFAULT_DONE_KEYS,
     seed: int | None = None,
-) -> TransitionReplayBuffer:
+    service_backend: str | None = None,
+    service_backend_options: dict[str, Any] | None = None,
+) -> TransitionReplayBuffer | RayTransitionReplayBuffer:
     """Build a replay buffer over an episode-aware storage.
 
     Equivalent to::
@@ -210,10 +219,17 @@ def make_replay_buffer(
         done_keys (sequence of NestedKey): entries ending an episode.
         seed (int, optional): seeds the buffer's ``torch.Generator`` (checkpointed
             by ``rb.dumps``). Without it, a generator is seeded from torch's global RNG.
+        service_backend (str, optional): ``"ray"``: the same buffer in a Ray
+            actor, as TorchRL's ``ReplayBuffer(..., service_backend="ray")``,
+            returned as a :class:`~torchrl_ext.remote.RayTransitionReplayBuffer`
+            whose clients (one per ``RayCollector`` worker) are writers of their
+            own. Needs the ``ray`` extra. Defaults to ``None`` (in process).
+        service_backend_options (dict, optional): keywords of TorchRL's
+            ``RayReplayBuffer``: ``ray_init_config``, ``remote_config``, ``transport``.
 
     Returns:
         the assembled :class:`TransitionReplayBuffer` (a
-        :class:`~torchrl.data.TensorDictReplayBuffer`).
+        :class:`~torchrl.data.TensorDictReplayBuffer`), or its Ray version.
 
     Examples:
         >>> import torch
@@ -237,13 +253,31 @@ def make_replay_buffer(
         sampler = NStepSampler(n_step, base=sampler)
         nstep = NStepTransform(gamma)
         transform = nstep if transform is None else Compose(nstep, transform)
-    return TransitionReplayBuffer(
+    parts = dict(
         storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
         writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),
         sampler=sampler,
         transform=transform,
         batch_size=batch_size,
         generator=generator,
+    )
+    if service_backend is None:
+        if service_backend_options:
+            raise ValueError(
+                "make_replay_buffer: service_backend_options given without "
+                "service_backend; pass service_backend='ray'."
+            )
+        return TransitionReplayBuffer(**parts)
+    if service_backend != "ray":
+        raise ValueError(
+            f"make_replay_buffer: service_backend={service_backend!r}, expected None "
+            "(in process) or 'ray'."
+        )
+    from torchrl_ext.remote import RayTransitionReplayBuffer, require_ray
+
+    require_ray("make_replay_buffer")
+    return RayTransitionReplayBuffer(
+        replay_buffer_cls=TransitionReplayBuffer, **parts, **(service_backend_options or {})
     )
 
 
@@ -260,7 +294,7 @@ def make_her_replay_buffer(
     terminated_fn: Callable[..., Any] | None = None,
     sampler: Sampler | None = None,
     **kwargs: Any,
-) -> TransitionReplayBuffer:
+) -> TransitionReplayBuffer | RayTransitionReplayBuffer:
     """A replay buffer relabelling goals in hindsight (HER), optionally n-step.
 
     ``sampler`` (uniform by default, or prioritized) picks transitions,
@@ -285,7 +319,7 @@ def make_her_replay_buffer(
             one-step transitions.
         sampler (Sampler, optional): picks the transitions.
         **kwargs: the other keywords of :func:`make_replay_buffer` (``batch_size``,
-            ``backend``, ``seed``...).
+            ``backend``, ``seed``, ``num_streams``, ``service_backend="ray"``...).
 
     Returns:
         the assembled :class:`TransitionReplayBuffer`.
