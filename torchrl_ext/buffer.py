@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TransitionReplayBuffer", "make_her_replay_buffer", "make_replay_buffer"]
 
+_MAX_REDRAWS = 100
+
 
 class TransitionReplayBuffer(TensorDictReplayBuffer):
     """A :class:`~torchrl.data.TensorDictReplayBuffer` with lean ``extend`` / ``sample``.
@@ -142,6 +144,23 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             data, priority = data.unsqueeze(0), priority.reshape(1)
         self.update_priority(data.get("index"), priority.reshape(data.shape[0], -1).amax(-1))
 
+    def _draw(self, batch_size: int) -> tuple[Any, dict, TensorDictBase]:
+        # In this process the locks keep writes out; a DataLoader worker reads
+        # while the main process writes, and draws again the rare batch that
+        # met a row being rewritten at the ring seam (TransitionStorage.stale).
+        storage = self._storage
+        for _ in range(_MAX_REDRAWS):
+            token = storage.read_token()
+            index, info = self._sampler.sample(storage, batch_size)
+            data = storage.get(index)
+            if not storage.stale(index, token):
+                info["index"] = index
+                return index, info, data
+        raise RuntimeError(
+            f"sample: {_MAX_REDRAWS} draws in a row met rows being rewritten; the "
+            "writers outpace this reader (raise the capacity so fewer rows turn over)."
+        )
+
     def sample(
         self,
         batch_size: int | None = None,
@@ -157,9 +176,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
                 "batch_size not specified: pass it to the constructor or to sample()."
             )
         with self._replay_lock, self._write_lock:
-            index, info = self._sampler.sample(self._storage, batch_size)
-            info["index"] = index
-            data = self._storage.get(index)
+            index, info, data = self._draw(batch_size)
         for transform in self._transforms():
             data = transform(data)
         for key, value in info.items():

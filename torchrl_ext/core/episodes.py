@@ -62,6 +62,8 @@ class EpisodeIndex(NumpyViews):
         "episode_count",  # [S] episodes ever opened per stream
         "stream_traj",  # [S] trajectory id of the stream's last step (-1: none)
         "stream_writer",  # [S] id of the writer owning the stream (-1: free)
+        "write_seq",  # [1] odd while a write is under way, +2 per write (seqlock)
+        "row_version",  # [S * C] write_seq of the last write touching the row
         "row_episode",  # [S * C] per-stream episode number of each row (-1: unwritten)
         "row_is_step",  # [S * C] the row holds a published transition (1 byte a row)
         "episode_start",  # [S, E] tau of each episode's step 0
@@ -83,6 +85,8 @@ class EpisodeIndex(NumpyViews):
         self.episode_count = torch.zeros(S, dtype=torch.int64)
         self.stream_traj = torch.full((S,), -1, dtype=torch.int64)
         self.stream_writer = torch.full((S,), -1, dtype=torch.int64)
+        self.write_seq = torch.zeros(1, dtype=torch.int64)
+        self.row_version = torch.zeros(S * C, dtype=torch.int64)
         self.row_episode = torch.full((S * C,), -1, dtype=torch.int64)
         # the sampler's validity test reads this, not the 8x larger row_episode
         self.row_is_step = torch.zeros(S * C, dtype=torch.bool)
@@ -287,6 +291,32 @@ class EpisodeIndex(NumpyViews):
             is_open=~done,
             traj=traj,
         )
+
+    # ------------------------------------------------ readers in other processes
+    # A reader in another process (a DataLoader worker) draws and gathers
+    # without the buffer's lock. Rows are only ever rewritten at the ring seam,
+    # oldest first, so a drawn row whose version is older than the sequence
+    # number read before the draw was not touched while the reader drew and
+    # gathered it, and neither was any row after it in its episode (its
+    # window, its goals): the read is whole. See TransitionStorage.stale.
+    def read_token(self) -> int:
+        """The write sequence number, read before drawing (see :meth:`touched_since`)."""
+        return int(self._np["write_seq"][0])
+
+    def touched_since(self, rows: np.ndarray, token: int) -> np.ndarray:
+        """Which ``rows`` a write touched since ``token`` was read (or was under way then)."""
+        return self._np["row_version"][rows] >= token - (token & 1)
+
+    def begin_write(self, plan: WritePlan) -> None:
+        """Mark the rows ``plan`` touches before their bytes change (seqlock, odd)."""
+        seq = self._np["write_seq"]
+        seq[0] += 1
+        self._np["row_version"][plan.rows] = seq[0]
+        self._np["row_version"][plan.next_rows] = seq[0]
+
+    def end_write(self) -> None:
+        """Close the write opened by :meth:`begin_write` (even again)."""
+        self._np["write_seq"][0] += 1
 
     def commit(self, plan: WritePlan) -> None:
         """Publish a write whose rows are in storage.
