@@ -144,6 +144,24 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             data, priority = data.unsqueeze(0), priority.reshape(1)
         self.update_priority(data.get("index"), priority.reshape(data.shape[0], -1).amax(-1))
 
+    def __getstate__(self) -> dict[str, Any]:
+        # TorchRL pickles the generator state as a tensor, which a process
+        # spawned from it (a multi-process collector's worker getting
+        # replay_buffer=rb) cannot always open: send its bytes instead.
+        state = super().__getstate__()
+        if state.get("_rng") is not None:
+            state["_rng_bytes"] = bytes(state["_rng"]["rng_state"].numpy())
+            state["_rng"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        rng_bytes = state.pop("_rng_bytes", None)
+        super().__setstate__(state)
+        if rng_bytes is not None:
+            generator = torch.Generator()
+            generator.set_state(torch.frombuffer(bytearray(rng_bytes), dtype=torch.uint8))
+            self.set_rng(generator)
+
     def _draw(self, batch_size: int) -> tuple[Any, dict, TensorDictBase]:
         # In this process the locks keep writes out; a DataLoader worker reads
         # while the main process writes, and draws again the rare batch that

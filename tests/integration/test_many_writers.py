@@ -261,3 +261,35 @@ def test_more_writers_than_streams_is_an_error_naming_the_fix():
     collect_alternately(lambda c: second if c == 0 else None, num_batches=1)
     assert rb.storage.index.owned_streams(second.writer_id).tolist() == [0, 1]
     assert broken_transitions(rb.storage.get(slice(None))) == 0
+
+
+def make_serial_env():
+    return SerialEnv(NUM_ENVS, make_env)
+
+
+def test_multi_sync_collector_workers_are_writers_of_their_own():
+    """MultiSyncCollector(replay_buffer=rb): each worker process writes through its
+    copy of the buffer, a writer of its own (process id), into its own streams."""
+    rb = make_replay_buffer(8192, num_streams=4, seed=0, batch_size=256)
+    collector = MultiSyncCollector(
+        [make_serial_env, make_serial_env], policy=None, frames_per_batch=2 * FRAMES_PER_BATCH,
+        total_frames=8 * FRAMES_PER_BATCH, replay_buffer=rb,
+    )
+    try:
+        for _ in collector:
+            pass
+    finally:
+        collector.shutdown()
+    index = rb.storage.index
+    owners = index.stream_writer.tolist()
+    assert len(set(owners)) == 2 and min(owners) >= 2**32  # two worker processes
+    assert len(rb) == 8 * FRAMES_PER_BATCH
+    everything = rb.storage.get(slice(None))
+    assert broken_transitions(everything) == 0
+    # a trajectory lives in one stream, contiguous: the sampler sees whole episodes
+    rows = rb.storage.live_transition_rows()
+    stream = torch.from_numpy(index.row_coordinates(rows.numpy())[1])
+    traj = everything["collector", "traj_ids"]
+    for tid in traj.unique().tolist():
+        assert stream[traj == tid].unique().numel() == 1
+    assert broken_transitions(rb.sample()) == 0
