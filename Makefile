@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[test,docs]"
+	$(PY) -m pip install -q -e ".[test,docs,ray]"
 	touch $(STAMP)
 
 .PHONY: demo test docs bench
