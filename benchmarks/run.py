@@ -6,11 +6,12 @@
     .venv/bin/python benchmarks/run.py --no-nstep   # skip the W2 n-step tables (nstep.py)
     .venv/bin/python benchmarks/run.py --no-her     # skip the W3 HER tables (her.py)
     .venv/bin/python benchmarks/run.py --no-seq     # skip the W4 sequence tables (sequence.py)
+    .venv/bin/python benchmarks/run.py --no-ray     # skip the W5 Ray tables (ray_writers.py)
 
 Prints markdown tables and writes them to benchmarks/results/latest.md; the W2
 n-step tables (``nstep.py``), the W3 HER tables (``her.py``) and the W4 sequence
-tables (``sequence.py``), each run in a fresh subprocess after the W1 buffers are
-freed, are appended to the same file.
+tables (``sequence.py``) and the W5 Ray tables (``ray_writers.py``), each run in a
+fresh subprocess after the W1 buffers are freed, are appended to the same file.
 See benchmarks/README.md for the workload and the method.
 """
 
@@ -83,6 +84,7 @@ def main() -> None:
     ap.add_argument("--no-nstep", action="store_true", help="skip the W2 n-step tables (nstep.py, ~17 GB RSS)")
     ap.add_argument("--no-her", action="store_true", help="skip the W3 HER tables (her.py, ~2 min)")
     ap.add_argument("--no-seq", action="store_true", help="skip the W4 sequence tables (sequence.py)")
+    ap.add_argument("--no-ray", action="store_true", help="skip the W5 Ray tables (ray_writers.py, ~3 min)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "latest.md"))
     a = ap.parse_args()
     run_w1(a)
@@ -100,6 +102,10 @@ def main() -> None:
         flags = (["--quick"] if a.quick else []) + (["--scale"] if a.scale else [])
         flags += ["--no-scale"] if a.no_scale else []
         subprocess.run(cmd + flags, check=False)
+    if not a.no_ray:  # a local Ray cluster: 2 remote collectors + this process as learner
+        log("W5 Ray writers (ray_writers.py)")
+        cmd = [sys.executable, os.path.join(HERE, "ray_writers.py"), "--out", a.out, "--append"]
+        subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
 
 
 def run_w1(a) -> None:
