@@ -89,6 +89,42 @@ class Reference:
     def locate(self, td: TensorDictBase) -> list[tuple[int, int, int]]:
         return [self.where[key] for key in self.keys(td)]
 
+    def check_nstep(self, batch: TensorDictBase, n: int, gamma: float) -> None:
+        """Every window is the brute-force n-step window of its collector's env."""
+        for b, (c, i, t) in enumerate(self.locate(batch)):
+            ret, next_obs, terminated, k, discount = brute_force_nstep(self.steps[c][i], t, n, gamma)
+            assert int(batch["steps_to_next_obs"][b]) == k
+            assert abs(float(batch["next", "reward"][b]) - ret) < 1e-5
+            assert torch.equal(batch["next", "observation"][b], next_obs)
+            assert bool(batch["next", "terminated"][b]) == terminated
+            assert abs(float(batch["discount"][b]) - discount) < 1e-6
+
+    def check_sequences(self, batch: TensorDictBase) -> None:
+        """``[B, L]``: consecutive steps of one env of one collector, one trajectory."""
+        assert broken_transitions(batch) == 0
+        assert torch.equal(batch["observation"][:, 1:], batch["next", "observation"][:, :-1])
+        where = np.array([self.locate(row) for row in batch.unbind(0)])  # [B, L, 3]
+        assert (where[:, :, :2] == where[:, :1, :2]).all()
+        assert (np.diff(where[:, :, 2], axis=1) == 1).all()
+        traj = batch["collector", "traj_ids"]
+        assert (traj == traj[:, :1]).all()
+
+    def check_hindsight(self, batch: TensorDictBase) -> int:
+        """Relabelled goals (non-zero) are achieved goals of the same trajectory, at or
+        after the step; returns how many rows were relabelled."""
+        assert broken_transitions(batch) == 0
+        relabelled = (batch["desired_goal"] != 0).any(-1)
+        for b, (c, i, t) in enumerate(self.locate(batch)):
+            if not relabelled[b]:
+                continue
+            steps = self.steps[c][i]
+            traj = steps["collector", "traj_ids"]
+            future = (torch.arange(steps.shape[0]) >= t) & (traj == traj[t])
+            assert (steps["next", "achieved_goal"][future] == batch["desired_goal"][b]).all(-1).any()
+            expected = goal_reward(batch["next", "achieved_goal"][b], batch["desired_goal"][b])
+            assert float(batch["next", "reward"][b]) == float(expected)
+        return int(relabelled.sum())
+
     def replay(self, rb) -> None:
         """Write the collectors' batches again, taking turns, each through its own handle."""
         handles = [rb.writer_handle(), rb.writer_handle()]
@@ -142,14 +178,7 @@ def test_nstep_windows_of_two_collectors_are_exact(handles_run):
     n, gamma = 3, 0.9
     nstep = make_replay_buffer(8192, num_streams=4, n_step=n, gamma=gamma, seed=1)
     reference.replay(nstep)
-    batch = nstep.sample(512)
-    for b, (c, i, t) in enumerate(reference.locate(batch)):
-        ret, next_obs, terminated, k, discount = brute_force_nstep(reference.steps[c][i], t, n, gamma)
-        assert int(batch["steps_to_next_obs"][b]) == k
-        assert abs(float(batch["next", "reward"][b]) - ret) < 1e-5
-        assert torch.equal(batch["next", "observation"][b], next_obs)
-        assert bool(batch["next", "terminated"][b]) == terminated
-        assert abs(float(batch["discount"][b]) - discount) < 1e-6
+    reference.check_nstep(nstep.sample(512), n, gamma)
 
 
 def test_sequences_of_two_collectors_stay_in_one_episode(handles_run):
@@ -160,13 +189,7 @@ def test_sequences_of_two_collectors_stay_in_one_episode(handles_run):
     finally:
         rb.set_sampler(make_replay_buffer(8).sampler)
     assert batch.shape == (128, 4)
-    assert broken_transitions(batch) == 0
-    assert torch.equal(batch["observation"][:, 1:], batch["next", "observation"][:, :-1])
-    where = np.array([reference.locate(row) for row in batch.unbind(0)])  # [128, 4, 3]
-    assert (where[:, :, :2] == where[:, :1, :2]).all()  # one collector, one env
-    assert (np.diff(where[:, :, 2], axis=1) == 1).all()  # consecutive steps
-    traj = batch["collector", "traj_ids"]
-    assert (traj == traj[:, :1]).all()
+    reference.check_sequences(batch)
 
 
 def test_prioritized_sampling_of_two_collectors(handles_run):
@@ -188,20 +211,7 @@ def test_hindsight_goals_of_two_collectors_come_from_their_own_episodes():
     )
     handles = [her.writer_handle(), her.writer_handle()]
     reference = Reference(collect_alternately(lambda c: handles[c], num_batches=6))
-    batch = her.sample(500)
-    assert broken_transitions(batch) == 0
-    relabelled = (batch["desired_goal"] != 0).any(-1)
-    assert int(relabelled.sum()) == her.sampler.n_virtual(500)
-    for b, (c, i, t) in enumerate(reference.locate(batch)):
-        if not relabelled[b]:
-            continue
-        steps = reference.steps[c][i]
-        traj = steps["collector", "traj_ids"]
-        future = (torch.arange(steps.shape[0]) >= t) & (traj == traj[t])
-        goals = steps["next", "achieved_goal"][future]
-        assert (goals == batch["desired_goal"][b]).all(-1).any(), (c, i, t)
-        expected = goal_reward(batch["next", "achieved_goal"][b], batch["desired_goal"][b])
-        assert float(batch["next", "reward"][b]) == float(expected)
+    assert reference.check_hindsight(her.sample(500)) == her.sampler.n_virtual(500)
 
 
 # ------------------------------------------------------------- other writers

@@ -150,6 +150,8 @@ class TransitionStorage(TensorStorage):
         nor was anything after them in their episodes: the batch is whole.
         Otherwise the caller draws again. Costs one gather of ``B`` versions.
         """
+        if self.index is None:
+            return False
         rows = index[0] if isinstance(index, tuple) else index
         rows = np.asarray(rows).reshape(-1)
         return bool(self.index.touched_since(rows, token).any())

@@ -324,8 +324,8 @@ class TransitionWriter(Writer):
             if match.size:
                 stream = int(match[0])
             else:
-                free = owned[~index.is_open.numpy()[owned]]
-                if not free.size:
+                free: np.ndarray | None = owned[~index.is_open.numpy()[owned]]
+                if free is not None and not free.size:
                     free = index.claim_streams(writer, 1)
                 if free is None:
                     raise ValueError(
