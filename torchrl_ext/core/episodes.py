@@ -331,11 +331,23 @@ class EpisodeIndex(NumpyViews):
 
     # --------------------------------------------------------------- ownership
     def owned_streams(self, writer: int) -> np.ndarray:
-        """Streams owned by ``writer``, in the order it claimed them."""
+        """Streams owned by ``writer``, in the order it claimed them.
+
+        Examples:
+            >>> index = EpisodeIndex(num_streams=4, stream_capacity=4)
+            >>> index.claim_streams(7, 2).tolist(), index.owned_streams(7).tolist()
+            ([0, 1], [0, 1])
+        """
         return np.flatnonzero(self._np["stream_writer"] == writer)
 
     def claim_streams(self, writer: int, count: int) -> np.ndarray | None:
-        """Give ``count`` free streams to ``writer`` (the lowest ids); ``None`` if too few are free."""
+        """Give ``count`` free streams to ``writer`` (the lowest ids); ``None`` if too few are free.
+
+        Examples:
+            >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
+            >>> index.claim_streams(1, 2).tolist(), index.claim_streams(2, 2)
+            ([0, 1], None)
+        """
         free = np.flatnonzero(self._np["stream_writer"] < 0)[:count]
         if free.size < count:
             return None
@@ -347,6 +359,14 @@ class EpisodeIndex(NumpyViews):
 
         An ended episode keeps its rows: its last step's next observation is
         the pending row, as for an episode cut by a new trajectory id.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
+            >>> streams = index.claim_streams(1, 2)
+            >>> index.plan(streams, np.zeros((2, 3), bool), None).commit()  # 2 running episodes
+            >>> index.release_streams(1).tolist(), index.is_open.tolist(), index.writers().tolist()
+            ([0, 1], [False, False], [])
         """
         streams = self.owned_streams(writer)
         self._np["is_open"][streams] = False
@@ -354,7 +374,14 @@ class EpisodeIndex(NumpyViews):
         return streams
 
     def writers(self) -> np.ndarray:
-        """Ids of the writers owning at least one stream, sorted."""
+        """Ids of the writers owning at least one stream, sorted.
+
+        Examples:
+            >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
+            >>> _ = index.claim_streams(5, 1), index.claim_streams(2, 1)
+            >>> index.writers().tolist()
+            [2, 5]
+        """
         owners = self._np["stream_writer"]
         return np.unique(owners[owners >= 0])
 
@@ -470,22 +497,45 @@ class EpisodeIndex(NumpyViews):
     # gathered it, and neither was any row after it in its episode (its
     # window, its goals): the read is whole. See TransitionStorage.stale.
     def read_token(self) -> int:
-        """The write sequence number, read before drawing (see :meth:`touched_since`)."""
+        """The write sequence number, read before drawing (see :meth:`touched_since`).
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> token = index.read_token()  # a reader starts drawing
+            >>> plan = index.plan(np.array([0]), np.array([[False, True]]), None)
+            >>> index.begin_write(plan); plan.commit(); index.end_write()
+            >>> index.touched_since(np.array([0, 1, 5]), token).tolist()  # rows 0-2 written since
+            [True, True, False]
+            >>> index.touched_since(np.array([0, 1]), index.read_token()).tolist()
+            [False, False]
+        """
         return int(self._np["write_seq"][0])
 
     def touched_since(self, rows: np.ndarray, token: int) -> np.ndarray:
-        """Which ``rows`` a write touched since ``token`` was read (or was under way then)."""
-        return self._np["row_version"][rows] >= token - (token & 1)
+        """Which ``rows`` a write touched since ``token`` was read (or was under way then).
+
+        See :meth:`read_token` for an example.
+        """
+        # a write that began after the token has an odd sequence above it; one
+        # under way when it was read (odd token) has the token itself
+        return self._np["row_version"][rows] >= token + 1 - (token & 1)
 
     def begin_write(self, plan: WritePlan) -> None:
-        """Mark the rows ``plan`` touches before their bytes change (seqlock, odd)."""
+        """Mark the rows ``plan`` touches before their bytes change (seqlock, odd).
+
+        See :meth:`read_token` for an example.
+        """
         seq = self._np["write_seq"]
         seq[0] += 1
         self._np["row_version"][plan.rows] = seq[0]
         self._np["row_version"][plan.next_rows] = seq[0]
 
     def end_write(self) -> None:
-        """Close the write opened by :meth:`begin_write` (even again)."""
+        """Close the write opened by :meth:`begin_write` (even again).
+
+        See :meth:`read_token` for an example.
+        """
         self._np["write_seq"][0] += 1
 
     def commit(self, plan: WritePlan) -> None:
