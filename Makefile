@@ -16,6 +16,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+	$(PY) -m mypy torchrl_ext
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 docs: $(STAMP)

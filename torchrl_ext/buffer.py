@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 
 import torch
 from tensordict import TensorDictBase
@@ -14,6 +14,7 @@ from torchrl.envs.transforms import Compose, Transform
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
+from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
 from torchrl_ext.storages.transition import Backend, TransitionStorage
 from torchrl_ext.transforms.hindsight import HindsightTransform
@@ -135,7 +136,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         maximum priority).
         """
         sampler = self._sampler
-        while isinstance(sampler, (HindsightSampler, NStepSampler)):  # wrappers of a base
+        while isinstance(sampler, RefiningSampler):  # refines the draws of its base
             sampler = sampler.base
         priority = data.get(self.priority_key, None)
         if not isinstance(sampler, PrioritizedTransitionSampler) or priority is None:
@@ -178,6 +179,28 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             f"sample: {_MAX_REDRAWS} draws in a row met rows being rewritten; the "
             "writers outpace this reader (raise the capacity so fewer rows turn over)."
         )
+
+    @overload
+    def sample(
+        self,
+        batch_size: int | None = None,
+        return_info: Literal[False] = False,
+        include_info: bool | None = None,
+    ) -> TensorDictBase: ...
+
+    @overload
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        return_info: Literal[True],
+        include_info: bool | None = None,
+    ) -> tuple[TensorDictBase, dict]: ...
+
+    @overload
+    def sample(
+        self, batch_size: int | None, return_info: Literal[True], include_info: bool | None = None
+    ) -> tuple[TensorDictBase, dict]: ...
 
     def sample(
         self,
@@ -327,6 +350,7 @@ def make_her_replay_buffer(
     goal_key: NestedKey = "desired_goal",
     achieved_goal_key: NestedKey = "achieved_goal",
     terminated_fn: Callable[..., Any] | None = None,
+    info_key: NestedKey | None = None,
     sampler: Sampler | None = None,
     **kwargs: Any,
 ) -> TransitionReplayBuffer | RayTransitionReplayBuffer:
@@ -352,6 +376,8 @@ def make_her_replay_buffer(
         achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
         terminated_fn (callable, optional): recomputes termination of relabelled
             one-step transitions.
+        info_key (NestedKey, optional): a ``"next"`` entry passed to ``reward_fn``
+            as ``infos`` (see :class:`~torchrl_ext.transforms.HindsightTransform`).
         sampler (Sampler, optional): picks the transitions.
         **kwargs: the other keywords of :func:`make_replay_buffer` (``batch_size``,
             ``backend``, ``seed``, ``num_streams``, ``service_backend="ray"``...).
@@ -374,7 +400,7 @@ def make_her_replay_buffer(
     )
     her = HindsightTransform(
         reward_fn, goal_key=goal_key, achieved_goal_key=achieved_goal_key,
-        terminated_fn=terminated_fn,
+        terminated_fn=terminated_fn, info_key=info_key,
     )
     transform = Compose(her, NStepTransform(gamma))
     return make_replay_buffer(capacity, sampler=sampler, transform=transform, **kwargs)

@@ -23,15 +23,18 @@ shared with worker processes together with the data.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from tensordict import TensorDict
 
 from torchrl_ext.core.views import NumpyViews
 
-__all__ = ["EpisodeIndex"]
+__all__ = ["EpisodeIndex", "WritePlan"]
+
+_MAX_ROUNDS = 64  # redraw rounds of draw_transitions before giving up
 
 
 class EpisodeIndex(NumpyViews):
@@ -105,7 +108,7 @@ class EpisodeIndex(NumpyViews):
         """Total number of physical rows."""
         return self.num_streams * self.stream_capacity
 
-    def physical_rows(self, tau: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    def physical_rows(self, tau: npt.ArrayLike, stream: npt.ArrayLike) -> np.ndarray:
         """Map logical time ``tau`` in ``stream`` to physical rows (ring wrap-around)."""
         return np.asarray(stream) * self.stream_capacity + np.asarray(tau) % self.stream_capacity
 
@@ -159,13 +162,192 @@ class EpisodeIndex(NumpyViews):
         obs_rows = self._np["episode_count"][streams] - oldest
         return int((written[streams] - lo[streams] - obs_rows).sum())
 
+    def live_rows(self) -> np.ndarray:
+        """Live rows per stream, ``[num_streams]`` (observation-only rows included).
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=4)
+            >>> index.plan(np.array([1]), np.array([[False, True]]), None).commit()
+            >>> index.live_rows().tolist()  # 2 steps and the final observation
+            [0, 3]
+        """
+        return self._np["written"] - self.live_start()
+
+    def is_transition(self, rows: npt.ArrayLike) -> np.ndarray:
+        """Whether each physical row holds a published transition (bool, shaped as ``rows``).
+
+        An episode's final (or pending) observation row is live but is not a
+        transition; neither is an unwritten row.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=4)
+            >>> index.plan(np.array([0]), np.array([[False, True]]), None).commit()
+            >>> index.is_transition(np.arange(4)).tolist()
+            [True, True, False, False]
+        """
+        return self._np["row_is_step"][rows]
+
+    def draw_transitions(
+        self, count: int, generator: torch.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` live transitions, uniform, with replacement: ``(tau, stream)``.
+
+        A live row is drawn uniformly over all streams and redrawn while it is an
+        observation-only row (exact rejection sampling; such rows are one per
+        episode, so a redraw round is rarely needed). O(count + num_streams).
+        The index must hold a transition; callers check the batch size (see
+        :func:`torchrl_ext.samplers.draw_transitions`).
+
+        Raises:
+            RuntimeError: no transition found after many rounds (an inconsistent index).
+
+        Examples:
+            >>> import numpy as np, torch
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> index.plan(np.array([0]), np.array([[False, True]]), None).commit()
+            >>> tau, stream = index.draw_transitions(6, torch.Generator().manual_seed(0))
+            >>> sorted(set(tau.tolist())), set(stream.tolist())  # never the final observation (tau 2)
+            ([0, 1], {0})
+        """
+        lo = self.live_start()
+        live = self._np["written"] - lo
+        ends = live.cumsum()
+        is_step = self._np["row_is_step"]
+        tau = np.empty(count, dtype=np.int64)
+        stream = np.empty(count, dtype=np.int64)
+        todo = np.arange(count)
+        for _ in range(_MAX_ROUNDS):
+            u = torch.randint(int(ends[-1]), (todo.size,), generator=generator).numpy()
+            s = np.searchsorted(ends, u, side="right")
+            t = lo[s] + u - (ends[s] - live[s])
+            ok = is_step[self.physical_rows(t, s)]
+            if todo.size == count and ok.all():
+                return t, s
+            tau[todo[ok]] = t[ok]
+            stream[todo[ok]] = s[ok]
+            todo = todo[~ok]
+            if not todo.size:
+                return tau, stream
+        raise RuntimeError("draw_transitions: too many redraws; the episode index is inconsistent.")
+
+    def episode_at(self, slots: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(stream, start, length)`` of the episodes at table ``slots`` (:meth:`episode_slot`).
+
+        ``start`` is the episode's first ``tau``, ``length`` its steps written so far.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
+            >>> index.plan(np.array([1]), np.array([[False, True, True]]), None).commit()
+            >>> stream, start, length = index.episode_at(index.episode_slot(np.array([1, 1]), np.array([0, 1])))
+            >>> stream.tolist(), start.tolist(), length.tolist()  # episodes of 2 and 1 steps
+            ([1, 1], [0, 3], [2, 1])
+        """
+        slots = np.asarray(slots)
+        return (
+            slots // self.episode_capacity,
+            self._np["episode_start_flat"][slots],
+            self._np["episode_length_flat"][slots],
+        )
+
+    def live_episodes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every episode with a live row: ``(slot, length, first live step)``.
+
+        O(live episodes). The oldest episode of a stream may have lost its first
+        rows to the ring (``first live step > 0``); an episode still being
+        written is included with the steps written so far.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=4)
+            >>> index.plan(np.array([0]), np.array([[False, False, True]]), None).commit()
+            >>> slot, length, first = index.live_episodes()  # 3 steps, 4 rows kept of its 4
+            >>> length.tolist(), first.tolist()
+            ([3], [0])
+        """
+        v = self._np
+        lo = self.live_start()
+        parts = []
+        for s in np.flatnonzero(v["written"] > lo):
+            oldest = v["row_episode"][self.physical_rows(lo[s], s)]
+            episodes = np.arange(oldest, v["episode_count"][s])
+            slot = self.episode_slot(np.full_like(episodes, s), episodes)
+            start = v["episode_start_flat"][slot]
+            parts.append((slot, v["episode_length_flat"][slot], np.maximum(lo[s] - start, 0)))
+        if not parts:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, empty
+        slot, length, first = (np.concatenate(column) for column in zip(*parts))
+        return slot, length, first
+
+    def complete_episodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stream, the complete episodes whose rows are all live: ``(first, count)``.
+
+        An episode is complete once its last step is written (done or a new
+        trajectory); episode numbers ``first[s], ..., first[s] + count[s] - 1`` of
+        stream ``s`` qualify. O(num_streams).
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> index.plan(np.array([0]), np.array([[False, True, False]]), None).commit()
+            >>> first, count = index.complete_episodes()  # episode 1 still runs
+            >>> first.tolist(), count.tolist()
+            ([0], [1])
+        """
+        v = self._np
+        lo = self.live_start()
+        streams = np.arange(self.num_streams)
+        has_rows = v["written"] > lo
+        oldest = np.where(has_rows, v["row_episode"][self.physical_rows(lo, streams)], 0)
+        cut = v["episode_start_flat"][self.episode_slot(streams, oldest)] < lo
+        first = oldest + (has_rows & cut)
+        last = v["episode_count"] - 1 - v["is_open"]  # last complete episode
+        return first, np.where(has_rows, np.maximum(last - first + 1, 0), 0)
+
+    def window_candidates(
+        self, count: int, generator: torch.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` live transitions as window starts: ``(slot, step, length)`` of each.
+
+        The :class:`~torchrl_ext.core.WindowSource` side of the index
+        (see :func:`~torchrl_ext.core.draw_windows`): uniform over live
+        transitions, each with its episode's table slot, its step in the
+        episode and the episode's length so far.
+
+        Examples:
+            >>> import numpy as np, torch
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> index.plan(np.array([0]), np.array([[False, False, True]]), None).commit()
+            >>> slot, step, length = index.window_candidates(5, torch.Generator().manual_seed(0))
+            >>> sorted(set(step.tolist())) <= [0, 1, 2], set(length.tolist())
+            (True, {3})
+        """
+        tau, stream = self.draw_transitions(count, generator)
+        episode, step, _, length = self.locate(tau, stream)
+        return self.episode_slot(stream, episode), step, length
+
     # --------------------------------------------------------------- ownership
     def owned_streams(self, writer: int) -> np.ndarray:
-        """Streams owned by ``writer``, in the order it claimed them."""
+        """Streams owned by ``writer``, in the order it claimed them.
+
+        Examples:
+            >>> index = EpisodeIndex(num_streams=4, stream_capacity=4)
+            >>> index.claim_streams(7, 2).tolist(), index.owned_streams(7).tolist()
+            ([0, 1], [0, 1])
+        """
         return np.flatnonzero(self._np["stream_writer"] == writer)
 
     def claim_streams(self, writer: int, count: int) -> np.ndarray | None:
-        """Give ``count`` free streams to ``writer`` (the lowest ids); ``None`` if too few are free."""
+        """Give ``count`` free streams to ``writer`` (the lowest ids); ``None`` if too few are free.
+
+        Examples:
+            >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
+            >>> index.claim_streams(1, 2).tolist(), index.claim_streams(2, 2)
+            ([0, 1], None)
+        """
         free = np.flatnonzero(self._np["stream_writer"] < 0)[:count]
         if free.size < count:
             return None
@@ -177,6 +359,14 @@ class EpisodeIndex(NumpyViews):
 
         An ended episode keeps its rows: its last step's next observation is
         the pending row, as for an episode cut by a new trajectory id.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
+            >>> streams = index.claim_streams(1, 2)
+            >>> index.plan(streams, np.zeros((2, 3), bool), None).commit()  # 2 running episodes
+            >>> index.release_streams(1).tolist(), index.is_open.tolist(), index.writers().tolist()
+            ([0, 1], [False, False], [])
         """
         streams = self.owned_streams(writer)
         self._np["is_open"][streams] = False
@@ -184,7 +374,14 @@ class EpisodeIndex(NumpyViews):
         return streams
 
     def writers(self) -> np.ndarray:
-        """Ids of the writers owning at least one stream, sorted."""
+        """Ids of the writers owning at least one stream, sorted.
+
+        Examples:
+            >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
+            >>> _ = index.claim_streams(5, 1), index.claim_streams(2, 1)
+            >>> index.writers().tolist()
+            [2, 5]
+        """
         owners = self._np["stream_writer"]
         return np.unique(owners[owners >= 0])
 
@@ -300,22 +497,45 @@ class EpisodeIndex(NumpyViews):
     # gathered it, and neither was any row after it in its episode (its
     # window, its goals): the read is whole. See TransitionStorage.stale.
     def read_token(self) -> int:
-        """The write sequence number, read before drawing (see :meth:`touched_since`)."""
+        """The write sequence number, read before drawing (see :meth:`touched_since`).
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> token = index.read_token()  # a reader starts drawing
+            >>> plan = index.plan(np.array([0]), np.array([[False, True]]), None)
+            >>> index.begin_write(plan); plan.commit(); index.end_write()
+            >>> index.touched_since(np.array([0, 1, 5]), token).tolist()  # rows 0-2 written since
+            [True, True, False]
+            >>> index.touched_since(np.array([0, 1]), index.read_token()).tolist()
+            [False, False]
+        """
         return int(self._np["write_seq"][0])
 
     def touched_since(self, rows: np.ndarray, token: int) -> np.ndarray:
-        """Which ``rows`` a write touched since ``token`` was read (or was under way then)."""
-        return self._np["row_version"][rows] >= token - (token & 1)
+        """Which ``rows`` a write touched since ``token`` was read (or was under way then).
+
+        See :meth:`read_token` for an example.
+        """
+        # a write that began after the token has an odd sequence above it; one
+        # under way when it was read (odd token) has the token itself
+        return self._np["row_version"][rows] >= token + 1 - (token & 1)
 
     def begin_write(self, plan: WritePlan) -> None:
-        """Mark the rows ``plan`` touches before their bytes change (seqlock, odd)."""
+        """Mark the rows ``plan`` touches before their bytes change (seqlock, odd).
+
+        See :meth:`read_token` for an example.
+        """
         seq = self._np["write_seq"]
         seq[0] += 1
         self._np["row_version"][plan.rows] = seq[0]
         self._np["row_version"][plan.next_rows] = seq[0]
 
     def end_write(self) -> None:
-        """Close the write opened by :meth:`begin_write` (even again)."""
+        """Close the write opened by :meth:`begin_write` (even again).
+
+        See :meth:`read_token` for an example.
+        """
         self._np["write_seq"][0] += 1
 
     def commit(self, plan: WritePlan) -> None:
@@ -369,28 +589,55 @@ class EpisodeIndex(NumpyViews):
         return self
 
 
+@dataclass(slots=True)
 class WritePlan:
     """Where the ``[K, T]`` steps of one write go, and the index update to publish.
 
+    ``rows``, ``next_rows`` and ``start`` tell the storage where to write; the
+    other fields are the index entries :meth:`EpisodeIndex.commit` writes once
+    the rows are stored.
+
     Attributes:
+        index: the index the plan updates.
+        streams: ``[K]`` the streams written.
         rows: ``[K, T]`` physical row of each step (its observation, action and
             next-only entries).
         next_rows: ``[K, T]`` physical row of each step's next observation.
         start: ``[K, T]`` bool, the step opens an episode (its observation is
             written to ``rows``; otherwise that row already holds it).
+        episode: ``[K, T]`` per-stream episode number of each step.
+        start_slots: episode-table slots of the episodes opened, and
+        start_tau: their first ``tau``.
+        length_slots: episode-table slots whose length changes, and
+        lengths: their new lengths.
+        written: ``[K]`` new write cursor of each stream.
+        is_open: ``[K]`` the stream's last episode still runs.
+        traj: ``[K]`` trajectory id of each stream's last step, or ``None``.
 
-    The other attributes are the index entries :meth:`EpisodeIndex.commit`
-    writes once the rows are stored.
+    Examples:
+        >>> import numpy as np
+        >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+        >>> plan = index.plan(np.array([0]), np.array([[False, True]]), None)
+        >>> plan.rows.tolist(), plan.next_rows.tolist()  # 2 steps then the final observation
+        ([[0, 1]], [[1, 2]])
+        >>> plan.commit()
+        >>> index.num_transitions()
+        2
     """
 
-    __slots__ = (
-        "index", "streams", "rows", "next_rows", "start", "episode", "start_slots",
-        "start_tau", "length_slots", "lengths", "written", "is_open", "traj",
-    )
-
-    def __init__(self, **fields: Any) -> None:
-        for name in self.__slots__:
-            setattr(self, name, fields[name])
+    index: EpisodeIndex
+    streams: np.ndarray
+    rows: np.ndarray
+    next_rows: np.ndarray
+    start: np.ndarray
+    episode: np.ndarray
+    start_slots: np.ndarray
+    start_tau: np.ndarray
+    length_slots: np.ndarray
+    lengths: np.ndarray
+    written: np.ndarray
+    is_open: np.ndarray
+    traj: np.ndarray | None
 
     def commit(self) -> None:
         """Publish the write in the index (after the rows are stored)."""

@@ -18,7 +18,7 @@ import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.samplers._generator import generator_state, restore_generator
-from torchrl_ext.samplers.uniform import _check_batch_size
+from torchrl_ext.samplers.uniform import check_batch_size
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["PrioritizedTransitionSampler"]
@@ -350,7 +350,7 @@ class PrioritizedTransitionSampler(Sampler):
         if not rows.size:
             return
         touched = np.concatenate([rows, storage.next_rows(rows)])  # [2k]
-        mass = np.where(storage.index._np["row_is_step"][touched], self._mass(self.max_priority), 0.0)
+        mass = np.where(storage.index.is_transition(touched), self._mass(self.max_priority), 0.0)
         _tree_set(*views, touched, mass)
 
     def update_priority(
@@ -386,7 +386,7 @@ class PrioritizedTransitionSampler(Sampler):
                 f"{num_rows} rows. Pass sample['index'] of this buffer."
             )
         keep = rows >= 0
-        keep[keep] = storage.index._np["row_is_step"][rows[keep]]
+        keep[keep] = storage.index.is_transition(rows[keep])
         rows, values = rows[keep], values[keep]
         if not rows.size:
             return
@@ -416,11 +416,11 @@ class PrioritizedTransitionSampler(Sampler):
         views = self._views(storage, "sample")
         index = storage.index
         if views is None:
-            _check_batch_size(batch_size, 0)
+            check_batch_size(batch_size, 0)
         # as in draw_transitions: the exact count only near the (rows - S) / 2 bound
-        rows_live = int((index._np["written"] - index.live_start()).sum())
+        rows_live = int(index.live_rows().sum())
         if batch_size < 1 or batch_size > (rows_live - index.num_streams) // 2:
-            _check_batch_size(batch_size, len(storage))
+            check_batch_size(batch_size, len(storage))
         tree, pairs = views
         generator = self._generator()
         r = torch.rand(batch_size, generator=generator, dtype=torch.float64).numpy()
@@ -430,11 +430,10 @@ class PrioritizedTransitionSampler(Sampler):
                 f"cannot sample: all {len(storage)} live transitions have priority 0 "
                 f"(eps={self._eps}); use eps > 0 or set a positive priority."
             )
-        is_step = index._np["row_is_step"]
         for _ in range(_MAX_ROUNDS):
             # A row whose index entry changed after its mass was read (a writer in
             # another process, between its commit and mark_update): redraw it.
-            stale = np.flatnonzero(~is_step[rows])
+            stale = np.flatnonzero(~index.is_transition(rows))
             if not stale.size:
                 break
             r = torch.rand(stale.size, generator=generator, dtype=torch.float64).numpy()

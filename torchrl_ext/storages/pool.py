@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl_ext.core.views import NumpyViews
-from torchrl_ext.core.windows import RejectionRounds, valid_window
+from torchrl_ext.core.windows import draw_windows
 
 __all__ = ["EpisodePool"]
 
@@ -19,7 +19,9 @@ _COUNTERS = ("free_top", "slot_top", "row_high", "slot_high", "table_head")
 class EpisodePool(NumpyViews):
     """Episodes of step entries stored row by row, with eviction in any order.
 
-    The storage behind the episodic datasets
+    Not a TorchRL ``Storage`` (no buffer writes to it): a store of whole
+    episodes that its owner appends and evicts, and samples windows from (a
+    :class:`~torchrl_ext.core.WindowSource`). The storage behind the episodic datasets
     (:class:`~torchrl_ext.facades.episodic.EpisodeDataset`). Unlike the
     per-stream rings of :class:`~torchrl_ext.storages.TransitionStorage`, whose
     eviction is FIFO by construction, any stored episode can be evicted here,
@@ -218,18 +220,55 @@ class EpisodePool(NumpyViews):
             self.counters.copy_(torch.tensor([C, C, 0, 0, 0]))
 
     # ------------------------------------------------------------------ reads
+    def window_candidates(
+        self, count: int, generator: torch.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` rows drawn uniformly as window starts: ``(slot, step, length)``.
+
+        The :class:`~torchrl_ext.core.WindowSource` side of the pool:
+        rows are drawn in ``[0, highest used row]``; a free row has slot ``-1``.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> pool = EpisodePool(4, TensorDict({"x": torch.zeros(())}, []))
+            >>> slot = pool.append(TensorDict({"x": torch.zeros(2)}, [2]))
+            >>> slots, steps, lengths = pool.window_candidates(4, torch.Generator().manual_seed(0))
+            >>> set(slots.tolist()), set(lengths.tolist())
+            ({0}, {2})
+        """
+        v = self._np
+        high = self._counter("row_high")
+        if not high:
+            none = np.full(count, -1, dtype=np.int64)
+            return none, none, none
+        r = torch.randint(high, (count,), generator=generator).numpy()
+        s = v["row_slot"][r]
+        return s, v["row_step"][r], v["length"][np.maximum(s, 0)]
+
+    def live_episodes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(slot, length, first live step)`` of every stored episode (all steps live).
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> pool = EpisodePool(8, TensorDict({"x": torch.zeros(())}, []))
+            >>> a, b = (pool.append(TensorDict({"x": torch.zeros(n)}, [n])) for n in (3, 2))
+            >>> [x.tolist() for x in pool.live_episodes()]
+            [[0, 1], [3, 2], [0, 0]]
+        """
+        slots = self.live_slots()
+        return slots, self._np["length"][slots], np.zeros_like(slots)
+
     def draw_windows(
         self, count: int, width: int, pad: bool, generator: torch.Generator | None,
         max_rounds: int = 16,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``count`` windows of ``width`` steps, uniform over valid windows.
 
-        Call under :attr:`lock`. Rows are drawn uniformly and kept when a valid
-        window (:func:`valid_window`) starts there: exact rejection sampling,
-        O(batch / acceptance) per round (see :class:`RejectionRounds`). After
-        ``max_rounds`` rounds, or if fewer than 1 in 64 rows start a valid
-        window, the valid windows are counted per episode (O(episodes)) and
-        drawn from exactly.
+        Call under :attr:`lock`. :func:`~torchrl_ext.core.draw_windows`
+        over this pool: O(batch) rejection sampling of rows, exact counting per
+        episode when valid windows are rare.
 
         Returns:
             ``(slot, step, real)``: episode slot and first step of each window,
@@ -238,45 +277,7 @@ class EpisodePool(NumpyViews):
         Raises:
             ValueError: no stored episode has a valid window.
         """
-        v = self._np
-        slot = np.empty(count, dtype=np.int64)
-        step = np.empty(count, dtype=np.int64)
-        todo = np.arange(count)
-        high = self._counter("row_high")
-        for draws in RejectionRounds(max_rounds if high else 0):
-            r = torch.randint(high, (draws(todo.size),), generator=generator).numpy()
-            s = v["row_slot"][r]
-            k = v["row_step"][r]
-            ok = (s >= 0) & valid_window(k, v["length"][np.maximum(s, 0)], width, pad)
-            ok = np.flatnonzero(ok)[: todo.size]
-            draws.accepted(ok.size, r.size)
-            done, todo = todo[: ok.size], todo[ok.size :]
-            slot[done], step[done] = s[ok], k[ok]
-            if not todo.size:
-                break
-        if todo.size:
-            slot[todo], step[todo] = self._exact_windows(todo.size, width, pad, generator)
-        return slot, step, np.minimum(v["length"][slot], width)
-
-    def _exact_windows(
-        self, count: int, width: int, pad: bool, generator: torch.Generator | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        slots = self.live_slots()
-        n = self._np["length"][slots]
-        windows = np.maximum(n - width + 1, 0)
-        if pad:
-            windows = np.where(n < width, 1, windows)
-        total = int(windows.sum())
-        if total == 0:
-            longest = int(n.max()) if n.size else 0
-            raise ValueError(
-                f"cannot sample sequences of {width} steps: no stored episode is that long "
-                f"(longest: {longest}); lower sequence_length, or pad shorter episodes."
-            )
-        u = torch.randint(total, (count,), generator=generator).numpy()
-        ends = windows.cumsum()
-        e = np.searchsorted(ends, u, side="right")
-        return slots[e], u - (ends[e] - windows[e])
+        return draw_windows(self, count, width, pad, generator, max_rounds)
 
     def draw_episodes(
         self, count: int, generator: torch.Generator | None
