@@ -1,6 +1,7 @@
 """Assemble the components into a plain TorchRL replay buffer."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 
@@ -331,11 +332,15 @@ def make_replay_buffer(
             f"make_replay_buffer: service_backend={service_backend!r}, expected None "
             "(in process) or 'ray'."
         )
-    from torchrl_ext.remote import RayTransitionReplayBuffer, require_ray
+    if importlib.util.find_spec("ray") is None:
+        raise ImportError(
+            "make_replay_buffer: service_backend='ray' needs Ray; install the extra: "
+            'pip install "torchrl_ext[ray]".'
+        )
+    from torchrl_ext.remote import ActorReplayBuffer, RayTransitionReplayBuffer
 
-    require_ray("make_replay_buffer")
     return RayTransitionReplayBuffer(
-        replay_buffer_cls=TransitionReplayBuffer, **parts, **(service_backend_options or {})
+        replay_buffer_cls=ActorReplayBuffer, **parts, **(service_backend_options or {})
     )
 
 

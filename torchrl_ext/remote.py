@@ -1,8 +1,8 @@
 """The buffer in a Ray actor: TorchRL's ``RayReplayBuffer`` whose clients are writers of their own."""
 from __future__ import annotations
 
-import importlib.util
 import warnings
+from typing import Any
 
 with warnings.catch_warnings():
     # RayReplayBuffer imports torchrl.collectors, which warns about its own
@@ -14,9 +14,45 @@ with warnings.catch_warnings():
     import torchrl.collectors.distributed  # noqa: F401
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
+from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.writers.handle import WriterHandle
 
-__all__ = ["RayTransitionReplayBuffer"]
+__all__ = ["RayTransitionReplayBuffer", "ActorReplayBuffer"]
+
+
+class ActorReplayBuffer(TransitionReplayBuffer):
+    """The :class:`~torchrl_ext.TransitionReplayBuffer` a Ray actor runs: samples leave it compact.
+
+    A sampled batch's entries are views of two gathered blocks of rows; pickled
+    one by one, each view would carry its whole block (5x the batch's bytes,
+    over Ray's 100 KB inline limit for a 256-transition batch). The actor
+    returns a copy with one compact tensor per entry instead.
+
+    Takes the arguments of :class:`~torchrl_ext.TransitionReplayBuffer`.
+
+    Examples:
+        >>> import pickle
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext.remote import ActorReplayBuffer
+        >>> from torchrl_ext.storages import TransitionStorage
+        >>> from torchrl_ext.writers import TransitionWriter
+        >>> rb = ActorReplayBuffer(storage=TransitionStorage(1000), writer=TransitionWriter(),
+        ...     batch_size=256)
+        >>> _ = rb.extend(TensorDict({"observation": torch.randn(2, 100, 4),
+        ...     "action": torch.randn(2, 100, 1), "next": {"observation": torch.randn(2, 100, 4),
+        ...     "reward": torch.ones(2, 100, 1), "done": torch.zeros(2, 100, 1, dtype=torch.bool)}},
+        ...     [2, 100]))
+        >>> len(pickle.dumps(rb.sample())) < 30_000  # 256 transitions of ~40 bytes, plus framing
+        True
+    """
+
+    def sample(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`TransitionReplayBuffer.sample`, each entry copied out of the gathered rows."""
+        out = super().sample(*args, **kwargs)
+        if isinstance(out, tuple):
+            return out[0].clone(), out[1]
+        return out.clone()
 
 
 class RayTransitionReplayBuffer(RayReplayBuffer):
@@ -34,8 +70,8 @@ class RayTransitionReplayBuffer(RayReplayBuffer):
     writer (the actor's default one).
 
     Build it with :func:`~torchrl_ext.make_replay_buffer` (``service_backend="ray"``),
-    or directly with ``replay_buffer_cls=TransitionReplayBuffer`` and the
-    components (as objects or constructors). Needs the ``ray`` extra
+    or directly with ``replay_buffer_cls=ActorReplayBuffer`` (or
+    ``TransitionReplayBuffer``) and the components (as objects or constructors). Needs the ``ray`` extra
     (``pip install "torchrl_ext[ray]"``).
 
     Examples:
@@ -72,12 +108,3 @@ class RayTransitionReplayBuffer(RayReplayBuffer):
     def release_writer(self, writer_id: int = 0) -> None:
         """End a writer's running episodes and free its streams, in the actor."""
         return self._client.release_writer(writer_id)
-
-
-def require_ray(where: str) -> None:
-    """Raise an ImportError naming the extra when Ray is not installed."""
-    if importlib.util.find_spec("ray") is None:
-        raise ImportError(
-            f"{where}: service_backend='ray' needs Ray; install the extra: "
-            'pip install "torchrl_ext[ray]".'
-        )

@@ -241,3 +241,29 @@ def test_nstep_storage_save_without_snapshot():
     store = NStepReplayStorage(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), num_workers=0)
     with pytest.raises(ValueError, match=r"NStepReplayStorage.save: only with save_snapshot=True"):
         store.save()
+
+
+def test_service_backend_errors(monkeypatch):
+    with pytest.raises(ValueError, match=r"service_backend='dask', expected None \(in process\) or 'ray'"):
+        make_replay_buffer(64, service_backend="dask")
+    with pytest.raises(ValueError, match="service_backend_options given without service_backend; pass service_backend='ray'"):
+        make_replay_buffer(64, service_backend_options={"remote_config": {}})
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    with pytest.raises(ImportError, match=re.escape('needs Ray; install the extra: pip install "torchrl_ext[ray]"')):
+        make_replay_buffer(64, service_backend="ray")
+
+
+def test_writer_ids_are_one_per_write():
+    rb = make_replay_buffer(64)
+    td = step_of()
+    td.set(("collector", "writer_id"), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=re.escape("('collector', 'writer_id') holds [1, 2], expected one id >= 0 for the whole batch")):
+        rb.extend(td)
+
+
+def test_writer_handle_id_must_be_a_non_negative_int():
+    with pytest.raises(ValueError, match=r"writer_id=-1, expected an int >= 0"):
+        make_replay_buffer(64).writer_handle(-1)
