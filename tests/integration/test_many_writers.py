@@ -24,9 +24,9 @@ with warnings.catch_warnings():
     from torchrl.collectors import Collector, MultiSyncCollector
 from torchrl.envs import GymWrapper, SerialEnv, StepCounter, TransformedEnv
 
-from cartpole import broken_transitions, goal_reward, make_goal_cartpole
+from cartpole import broken_transitions, follows_dynamics, goal_reward, make_goal_cartpole
 from test_collector import brute_force_nstep
-from torchrl_ext import make_her_replay_buffer, make_replay_buffer
+from torchrl_ext import EpisodeReplayBuffer, RingBufferDataset, make_her_replay_buffer, make_replay_buffer
 from torchrl_ext.envs import GymVectorAdapter
 from torchrl_ext.samplers import PrioritizedTransitionSampler, SequenceSampler
 
@@ -303,3 +303,28 @@ def test_multi_sync_collector_workers_are_writers_of_their_own():
     for tid in traj.unique().tolist():
         assert stream[traj == tid].unique().numel() == 1
     assert broken_transitions(rb.sample()) == 0
+
+
+def test_episodic_facade_one_front_per_writer(handles_run):
+    """The episodic API: each collector feeds its own EpisodeReplayBuffer front (which
+    groups its envs' steps into episodes) over one shared dataset; stored episodes and
+    sampled sequences are each one env's consecutive steps."""
+    _, _, reference = handles_run
+    dataset = RingBufferDataset(20_000)
+    fronts = [EpisodeReplayBuffer(dataset, batch_size=64, sequence_length=6, seed=0)
+              for _ in reference.outputs]
+    for pair in zip(*reference.outputs):  # the collectors take turns
+        for front, batch in zip(fronts, pair):
+            for t in range(batch.shape[1]):
+                step = batch[:, t]
+                front.add_step(
+                    {"obs": step["observation"], "action": step["action"],
+                     "next_obs": step["next", "observation"]},
+                    is_last=step["next", "done"].squeeze(-1),
+                )
+    for front in fronts:
+        front.flush()
+    assert dataset.num_timesteps == sum(b.numel() for out in reference.outputs for b in out)
+    batch = fronts[0].sample()  # [64, 6], from either writer's episodes
+    assert follows_dynamics(batch["obs"], batch["action"], batch["next_obs"]).all()
+    assert torch.equal(batch["obs"][:, 1:], batch["next_obs"][:, :-1])
