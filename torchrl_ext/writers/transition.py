@@ -397,12 +397,10 @@ class TransitionWriter(Writer):
         if not going_on.size:
             return
         storage: TransitionStorage = self._storage
-        same = storage.packed.same_observation(
-            leaves, torch.from_numpy(going_on * T), torch.from_numpy(plan.rows[going_on, 0])
-        )
-        if bool(same.all()):
+        same = storage.packed.same_observation(leaves, going_on * T, plan.rows[going_on, 0])
+        if same.all():
             return
-        stream = int(plan.streams[going_on[int((~same).nonzero()[0, 0])]])
+        stream = int(plan.streams[going_on[np.flatnonzero(~same)[0]]])
         owner = int(storage.index.stream_writer[stream])
         raise ValueError(
             f"{where}: the step written to stream {stream} (writer {owner}) continues its "
