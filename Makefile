@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[test,docs,d3rlpy,minari,examples]"
+	$(PY) -m pip install -q -e ".[test,docs,d3rlpy,minari,examples,ray]"
 	# d3rlpy 2.8.1 pins gymnasium==1.0.0: install it alone and check gymnasium did not move
 	G=$$($(PY) -c "import gymnasium; print(gymnasium.__version__)"); \
 	$(PY) -m pip install -q --no-deps d3rlpy==2.8.1 && \

@@ -8,11 +8,13 @@
     .venv/bin/python benchmarks/run.py --no-seq     # skip the W4 sequence tables (sequence.py)
     .venv/bin/python benchmarks/run.py --no-mb      # skip the W6 model-based tables (model_based.py)
     .venv/bin/python benchmarks/run.py --no-frames  # skip the W5 frame-stack tables (frames.py)
+    .venv/bin/python benchmarks/run.py --no-ray     # skip the W7 Ray tables (ray_writers.py)
 
 Prints markdown tables and writes them to benchmarks/results/latest.md; the W2
-n-step tables (``nstep.py``), the W3 HER tables (``her.py``) and the W4 sequence
-tables (``sequence.py``), each run in a fresh subprocess after the W1 buffers are
-freed, are appended to the same file.
+n-step tables (``nstep.py``), the W3 HER tables (``her.py``), the W4 sequence
+tables (``sequence.py``), W5 frame stacks (``frames.py``), W6 model-based epochs
+(``model_based.py``) and the W7 Ray tables (``ray_writers.py``), each run in a
+fresh subprocess after the W1 buffers are freed, are appended to the same file.
 See benchmarks/README.md for the workload and the method.
 """
 
@@ -87,6 +89,7 @@ def main() -> None:
     ap.add_argument("--no-seq", action="store_true", help="skip the W4 sequence tables (sequence.py)")
     ap.add_argument("--no-mb", action="store_true", help="skip the W6 model-based tables (model_based.py)")
     ap.add_argument("--no-frames", action="store_true", help="skip the W5 frame-stack tables (frames.py)")
+    ap.add_argument("--no-ray", action="store_true", help="skip the W7 Ray tables (ray_writers.py, ~3 min)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "latest.md"))
     a = ap.parse_args()
     run_w1(a)
@@ -111,6 +114,9 @@ def main() -> None:
     if not a.no_frames:  # fresh interpreters, one per buffer (frames.py)
         log("W5 frame stacks (frames.py)")
         cmd = [sys.executable, os.path.join(HERE, "frames.py"), "--out", a.out, "--append"]
+    if not a.no_ray:  # a local Ray cluster: 2 remote collectors + this process as learner
+        log("W7 Ray writers (ray_writers.py)")
+        cmd = [sys.executable, os.path.join(HERE, "ray_writers.py"), "--out", a.out, "--append"]
         subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
 
 

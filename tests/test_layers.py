@@ -15,6 +15,7 @@ LAYERS = {
     "storages": 1, "transforms": 1, "envs": 1,
     "writers": 2, "samplers": 2,
     "buffer": 3,
+    "remote": 3,  # the buffer in a Ray actor (buffer.py builds it for service_backend="ray")
     "model_based": 3,  # arriving with the mb branch: assembles like buffer.py
     "loader": 4,
     "export": 4,  # arriving with the d3 branch: reads and rebuilds buffers

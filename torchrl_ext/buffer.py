@@ -1,8 +1,9 @@
 """Assemble the components into a plain TorchRL replay buffer."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence, overload
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 
 import torch
 from tensordict import TensorDictBase
@@ -22,9 +23,15 @@ from torchrl_ext.samplers.uniform import UniformTransitionSampler
 from torchrl_ext.storages.transition import Backend, TransitionStorage
 from torchrl_ext.transforms.hindsight import HindsightTransform
 from torchrl_ext.transforms.nstep import NStepTransform
+from torchrl_ext.writers.handle import WriterHandle
 from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS, TransitionWriter
 
+if TYPE_CHECKING:
+    from torchrl_ext.remote import RayTransitionReplayBuffer
+
 __all__ = ["TransitionReplayBuffer", "make_her_replay_buffer", "make_replay_buffer"]
+
+_MAX_REDRAWS = 100
 
 
 class TransitionReplayBuffer(TensorDictReplayBuffer):
@@ -89,6 +96,36 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             self._sampler.extend(index)
         return index
 
+    def writer_handle(self, writer_id: int | None = None) -> WriterHandle:
+        """A handle writing into this buffer as a writer of its own.
+
+        Give one to each collector (``replay_buffer=rb.writer_handle()``),
+        thread or gymnasium loop that feeds this buffer: each handle's envs
+        get their own streams, so their episodes never mix. See
+        :class:`~torchrl_ext.writers.WriterHandle`.
+
+        Args:
+            writer_id (int, optional): the id to write as; a fresh one
+                (:meth:`new_writer_id`) when ``None``.
+        """
+        if writer_id is None:
+            writer_id = self.new_writer_id()
+        return WriterHandle(self, writer_id, writer_key=self._writer.writer_key)
+
+    def writer_key(self) -> tuple[str, ...]:
+        """The entry carrying writer ids (the writer's ``writer_key``; a method, so Ray clients reach it)."""
+        return self._writer.writer_key
+
+    def new_writer_id(self) -> int:
+        """A writer id never handed out by this buffer (see :meth:`TransitionWriter.new_writer_id`)."""
+        with self._replay_lock, self._write_lock:
+            return self._writer.new_writer_id()
+
+    def release_writer(self, writer_id: int = 0) -> None:
+        """End a writer's running episodes and free its streams (see :meth:`TransitionWriter.release`)."""
+        with self._replay_lock, self._write_lock:
+            self._writer.release(writer_id)
+
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from a sample's ``"index"`` and ``priority_key`` entries.
 
@@ -111,6 +148,41 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         if not data.ndim:
             data, priority = data.unsqueeze(0), priority.reshape(1)
         self.update_priority(data.get("index"), priority.reshape(data.shape[0], -1).amax(-1))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # TorchRL pickles the generator state as a tensor, which a process
+        # spawned from it (a multi-process collector's worker getting
+        # replay_buffer=rb) cannot always open: send its bytes instead.
+        state = super().__getstate__()
+        if state.get("_rng") is not None:
+            state["_rng_bytes"] = bytes(state["_rng"]["rng_state"].numpy())
+            state["_rng"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        rng_bytes = state.pop("_rng_bytes", None)
+        super().__setstate__(state)
+        if rng_bytes is not None:
+            generator = torch.Generator()
+            generator.set_state(torch.frombuffer(bytearray(rng_bytes), dtype=torch.uint8))
+            self.set_rng(generator)
+
+    def _draw(self, batch_size: int) -> tuple[Any, dict, TensorDictBase]:
+        # In this process the locks keep writes out; a DataLoader worker reads
+        # while the main process writes, and draws again the rare batch that
+        # met a row being rewritten at the ring seam (TransitionStorage.stale).
+        storage = self._storage
+        for _ in range(_MAX_REDRAWS):
+            token = storage.read_token()
+            index, info = self._sampler.sample(storage, batch_size)
+            data = storage.get(index)
+            if not storage.stale(index, token):
+                info["index"] = index
+                return index, info, data
+        raise RuntimeError(
+            f"sample: {_MAX_REDRAWS} draws in a row met rows being rewritten; the "
+            "writers outpace this reader (raise the capacity so fewer rows turn over)."
+        )
 
     @overload
     def sample(
@@ -149,9 +221,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
                 "batch_size not specified: pass it to the constructor or to sample()."
             )
         with self._replay_lock, self._write_lock:
-            index, info = self._sampler.sample(self._storage, batch_size)
-            info["index"] = index
-            data = self._storage.get(index)
+            index, info, data = self._draw(batch_size)
         for transform in self._transforms():
             data = transform(data)
         for key, value in info.items():
@@ -180,7 +250,9 @@ def make_replay_buffer(
     mask_p: float = 0.5,
     done_keys: Sequence[NestedKey] = DEFAULT_DONE_KEYS,
     seed: int | None = None,
-) -> TransitionReplayBuffer:
+    service_backend: str | None = None,
+    service_backend_options: dict[str, Any] | None = None,
+) -> TransitionReplayBuffer | RayTransitionReplayBuffer:
     """Build a replay buffer over an episode-aware storage.
 
     Equivalent to::
@@ -220,10 +292,17 @@ def make_replay_buffer(
         done_keys (sequence of NestedKey): entries ending an episode.
         seed (int, optional): seeds the buffer's ``torch.Generator`` (checkpointed
             by ``rb.dumps``). Without it, a generator is seeded from torch's global RNG.
+        service_backend (str, optional): ``"ray"``: the same buffer in a Ray
+            actor, as TorchRL's ``ReplayBuffer(..., service_backend="ray")``,
+            returned as a :class:`~torchrl_ext.remote.RayTransitionReplayBuffer`
+            whose clients (one per ``RayCollector`` worker) are writers of their
+            own. Needs the ``ray`` extra. Defaults to ``None`` (in process).
+        service_backend_options (dict, optional): keywords of TorchRL's
+            ``RayReplayBuffer``: ``ray_init_config``, ``remote_config``, ``transport``.
 
     Returns:
         the assembled :class:`TransitionReplayBuffer` (a
-        :class:`~torchrl.data.TensorDictReplayBuffer`).
+        :class:`~torchrl.data.TensorDictReplayBuffer`), or its Ray version.
 
     Examples:
         >>> import torch
@@ -251,13 +330,35 @@ def make_replay_buffer(
         sampler = FrameStackSampler(n_frames, base=sampler)
     if mask_size is not None:
         sampler = BootstrapMaskSampler(mask_size, mask_p, base=sampler)
-    return TransitionReplayBuffer(
+    parts = dict(
         storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
         writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),
         sampler=sampler,
         transform=transform,
         batch_size=batch_size,
         generator=generator,
+    )
+    if service_backend is None:
+        if service_backend_options:
+            raise ValueError(
+                "make_replay_buffer: service_backend_options given without "
+                "service_backend; pass service_backend='ray'."
+            )
+        return TransitionReplayBuffer(**parts)
+    if service_backend != "ray":
+        raise ValueError(
+            f"make_replay_buffer: service_backend={service_backend!r}, expected None "
+            "(in process) or 'ray'."
+        )
+    if importlib.util.find_spec("ray") is None:
+        raise ImportError(
+            "make_replay_buffer: service_backend='ray' needs Ray; install the extra: "
+            'pip install "torchrl_ext[ray]".'
+        )
+    from torchrl_ext.remote import ActorReplayBuffer, RayTransitionReplayBuffer
+
+    return RayTransitionReplayBuffer(
+        replay_buffer_cls=ActorReplayBuffer, **parts, **(service_backend_options or {})
     )
 
 
@@ -275,7 +376,7 @@ def make_her_replay_buffer(
     info_key: NestedKey | None = None,
     sampler: Sampler | None = None,
     **kwargs: Any,
-) -> TransitionReplayBuffer:
+) -> TransitionReplayBuffer | RayTransitionReplayBuffer:
     """A replay buffer relabelling goals in hindsight (HER), optionally n-step.
 
     ``sampler`` (uniform by default, or prioritized) picks transitions,
@@ -302,7 +403,7 @@ def make_her_replay_buffer(
             as ``infos`` (see :class:`~torchrl_ext.transforms.HindsightTransform`).
         sampler (Sampler, optional): picks the transitions.
         **kwargs: the other keywords of :func:`make_replay_buffer` (``batch_size``,
-            ``backend``, ``seed``...).
+            ``backend``, ``seed``, ``num_streams``, ``service_backend="ray"``...).
 
     Returns:
         the assembled :class:`TransitionReplayBuffer`.

@@ -52,7 +52,7 @@ def test_wrong_dtype(rb):
 
 
 def test_env_count_change(rb):
-    with pytest.raises(ValueError, match=r"data has 3 envs .* holds 2 streams .* cannot change"):
+    with pytest.raises(ValueError, match=r"writer 0 writes 3 envs .* first write had 2; a writer's env count cannot change"):
         rb.extend(step_of(3))
 
 
@@ -113,13 +113,13 @@ def test_flat_trajectories_need_num_streams():
 def test_flat_trajectories_beyond_stream_count():
     rb = make_replay_buffer(64, num_streams=1)
     td = steps(column([0.0, 10.0]), column([1.0, 11.0]), traj_ids=torch.tensor([4, 5]))
-    with pytest.raises(ValueError, match="trajectory \\('collector', 'traj_ids'\\)=5 starts while all 1 streams"):
+    with pytest.raises(ValueError, match="trajectory \\('collector', 'traj_ids'\\)=5 of writer 0 starts while its 1 streams hold running episodes and none of the 1 streams is free"):
         rb.extend(td)
 
 
-def test_num_streams_disagrees_with_data():
-    with pytest.raises(ValueError, match="data has 2 envs .*expected num_streams=3"):
-        make_replay_buffer(64, num_streams=3).extend(step_of())
+def test_num_streams_below_the_data_env_count():
+    with pytest.raises(ValueError, match=r"data has 2 envs .*more than num_streams=1; raise num_streams"):
+        make_replay_buffer(64, num_streams=1).extend(step_of())
 
 
 def test_sample_empty_buffer():
@@ -241,3 +241,29 @@ def test_nstep_storage_save_without_snapshot():
     store = NStepReplayStorage(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), num_workers=0)
     with pytest.raises(ValueError, match=r"NStepReplayStorage.save: only with save_snapshot=True"):
         store.save()
+
+
+def test_service_backend_errors(monkeypatch):
+    with pytest.raises(ValueError, match=r"service_backend='dask', expected None \(in process\) or 'ray'"):
+        make_replay_buffer(64, service_backend="dask")
+    with pytest.raises(ValueError, match="service_backend_options given without service_backend; pass service_backend='ray'"):
+        make_replay_buffer(64, service_backend_options={"remote_config": {}})
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    with pytest.raises(ImportError, match=re.escape('needs Ray; install the extra: pip install "torchrl_ext[ray]"')):
+        make_replay_buffer(64, service_backend="ray")
+
+
+def test_writer_ids_are_one_per_write():
+    rb = make_replay_buffer(64)
+    td = step_of()
+    td.set(("collector", "writer_id"), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=re.escape("('collector', 'writer_id') holds [1, 2], expected one id >= 0 for the whole batch")):
+        rb.extend(td)
+
+
+def test_writer_handle_id_must_be_a_non_negative_int():
+    with pytest.raises(ValueError, match=r"writer_id=-1, expected an int >= 0"):
+        make_replay_buffer(64).writer_handle(-1)

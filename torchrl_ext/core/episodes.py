@@ -64,6 +64,9 @@ class EpisodeIndex(NumpyViews):
         "is_open",  # [S] the stream's last episode still runs
         "episode_count",  # [S] episodes ever opened per stream
         "stream_traj",  # [S] trajectory id of the stream's last step (-1: none)
+        "stream_writer",  # [S] id of the writer owning the stream (-1: free)
+        "write_seq",  # [1] odd while a write is under way, +2 per write (seqlock)
+        "row_version",  # [S * C] write_seq of the last write touching the row
         "row_episode",  # [S * C] per-stream episode number of each row (-1: unwritten)
         "row_is_step",  # [S * C] the row holds a published transition (1 byte a row)
         "episode_start",  # [S, E] tau of each episode's step 0
@@ -84,6 +87,9 @@ class EpisodeIndex(NumpyViews):
         self.is_open = torch.zeros(S, dtype=torch.bool)
         self.episode_count = torch.zeros(S, dtype=torch.int64)
         self.stream_traj = torch.full((S,), -1, dtype=torch.int64)
+        self.stream_writer = torch.full((S,), -1, dtype=torch.int64)
+        self.write_seq = torch.zeros(1, dtype=torch.int64)
+        self.row_version = torch.zeros(S * C, dtype=torch.int64)
         self.row_episode = torch.full((S * C,), -1, dtype=torch.int64)
         # the sampler's validity test reads this, not the 8x larger row_episode
         self.row_is_step = torch.zeros(S * C, dtype=torch.bool)
@@ -323,6 +329,62 @@ class EpisodeIndex(NumpyViews):
         episode, step, _, length = self.locate(tau, stream)
         return self.episode_slot(stream, episode), step, length
 
+    # --------------------------------------------------------------- ownership
+    def owned_streams(self, writer: int) -> np.ndarray:
+        """Streams owned by ``writer``, in the order it claimed them.
+
+        Examples:
+            >>> index = EpisodeIndex(num_streams=4, stream_capacity=4)
+            >>> index.claim_streams(7, 2).tolist(), index.owned_streams(7).tolist()
+            ([0, 1], [0, 1])
+        """
+        return np.flatnonzero(self._np["stream_writer"] == writer)
+
+    def claim_streams(self, writer: int, count: int) -> np.ndarray | None:
+        """Give ``count`` free streams to ``writer`` (the lowest ids); ``None`` if too few are free.
+
+        Examples:
+            >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
+            >>> index.claim_streams(1, 2).tolist(), index.claim_streams(2, 2)
+            ([0, 1], None)
+        """
+        free = np.flatnonzero(self._np["stream_writer"] < 0)[:count]
+        if free.size < count:
+            return None
+        self._np["stream_writer"][free] = writer
+        return free
+
+    def release_streams(self, writer: int) -> np.ndarray:
+        """Free ``writer``'s streams; their running episodes end at their last written step.
+
+        An ended episode keeps its rows: its last step's next observation is
+        the pending row, as for an episode cut by a new trajectory id.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
+            >>> streams = index.claim_streams(1, 2)
+            >>> index.plan(streams, np.zeros((2, 3), bool), None).commit()  # 2 running episodes
+            >>> index.release_streams(1).tolist(), index.is_open.tolist(), index.writers().tolist()
+            ([0, 1], [False, False], [])
+        """
+        streams = self.owned_streams(writer)
+        self._np["is_open"][streams] = False
+        self._np["stream_writer"][streams] = -1
+        return streams
+
+    def writers(self) -> np.ndarray:
+        """Ids of the writers owning at least one stream, sorted.
+
+        Examples:
+            >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
+            >>> _ = index.claim_streams(5, 1), index.claim_streams(2, 1)
+            >>> index.writers().tolist()
+            [2, 5]
+        """
+        owners = self._np["stream_writer"]
+        return np.unique(owners[owners >= 0])
+
     # ------------------------------------------------------------------ writes
     def plan(
         self,
@@ -427,21 +489,74 @@ class EpisodeIndex(NumpyViews):
             traj=traj,
         )
 
+    # ------------------------------------------------ readers in other processes
+    # A reader in another process (a DataLoader worker) draws and gathers
+    # without the buffer's lock. Rows are only ever rewritten at the ring seam,
+    # oldest first, so a drawn row whose version is older than the sequence
+    # number read before the draw was not touched while the reader drew and
+    # gathered it, and neither was any row after it in its episode (its
+    # window, its goals): the read is whole. See TransitionStorage.stale.
+    def read_token(self) -> int:
+        """The write sequence number, read before drawing (see :meth:`touched_since`).
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> token = index.read_token()  # a reader starts drawing
+            >>> plan = index.plan(np.array([0]), np.array([[False, True]]), None)
+            >>> index.begin_write(plan); plan.commit(); index.end_write()
+            >>> index.touched_since(np.array([0, 1, 5]), token).tolist()  # rows 0-2 written since
+            [True, True, False]
+            >>> index.touched_since(np.array([0, 1]), index.read_token()).tolist()
+            [False, False]
+        """
+        return int(self._np["write_seq"][0])
+
+    def touched_since(self, rows: np.ndarray, token: int) -> np.ndarray:
+        """Which ``rows`` a write touched since ``token`` was read (or was under way then).
+
+        See :meth:`read_token` for an example.
+        """
+        # a write that began after the token has an odd sequence above it; one
+        # under way when it was read (odd token) has the token itself
+        return self._np["row_version"][rows] >= token + 1 - (token & 1)
+
+    def begin_write(self, plan: WritePlan) -> None:
+        """Mark the rows ``plan`` touches before their bytes change (seqlock, odd).
+
+        See :meth:`read_token` for an example.
+        """
+        seq = self._np["write_seq"]
+        seq[0] += 1
+        self._np["row_version"][plan.rows] = seq[0]
+        self._np["row_version"][plan.next_rows] = seq[0]
+
+    def end_write(self) -> None:
+        """Close the write opened by :meth:`begin_write` (even again).
+
+        See :meth:`read_token` for an example.
+        """
+        self._np["write_seq"][0] += 1
+
     def commit(self, plan: WritePlan) -> None:
         """Publish a write whose rows are in storage.
 
-        Episode tables first, cursors last: a reader in another process that
-        sees the new cursor also sees the rows and their episodes.
+        Episode tables first, then the rows' episodes and transition flags,
+        cursors last: a reader in another process that sees a row as a
+        transition (``row_is_step``) also sees its data and its episode's
+        start and length, so its windows and goals stay inside rows already
+        written. (Rows being *overwritten* at the ring seam are another matter:
+        they are live until this commit, see the storage's notes.)
         """
         v = self._np
+        v["episode_start_flat"][plan.start_slots] = plan.start_tau
+        v["episode_length_flat"][plan.length_slots] = plan.lengths
         v["row_episode"][plan.rows] = plan.episode
         v["row_episode"][plan.next_rows] = plan.episode
         # next rows first: a step's next row is the following step's row when
         # the episode continues, and then it is a transition
         v["row_is_step"][plan.next_rows] = False
         v["row_is_step"][plan.rows] = True
-        v["episode_start_flat"][plan.start_slots] = plan.start_tau
-        v["episode_length_flat"][plan.length_slots] = plan.lengths
         v["episode_count"][plan.streams] = plan.episode[:, -1] + 1
         if plan.traj is not None:
             v["stream_traj"][plan.streams] = plan.traj
@@ -454,6 +569,7 @@ class EpisodeIndex(NumpyViews):
             getattr(self, name).zero_()
         self.row_is_step.zero_()
         self.stream_traj.fill_(-1)
+        self.stream_writer.fill_(-1)
         self.row_episode.fill_(-1)
 
     # ------------------------------------------------------- state and sharing

@@ -127,6 +127,7 @@ class TransitionStorage(TensorStorage):
             leaves: every entry of the steps, ``[K * T, *shape]``.
         """
         start = plan.start.reshape(-1)
+        self.index.begin_write(plan)
         self.packed.write(
             leaves,
             torch.from_numpy(plan.rows.reshape(-1)),
@@ -134,6 +135,27 @@ class TransitionStorage(TensorStorage):
             torch.from_numpy(start) if start.any() else None,
         )
         plan.commit()
+        self.index.end_write()
+
+    def read_token(self) -> int:
+        """Taken before a draw; :meth:`stale` then tells the rows rewritten since (see below)."""
+        return -1 if self.index is None else self.index.read_token()
+
+    def stale(self, index: Any, token: int) -> bool:
+        """Whether a write touched the rows drawn as ``index`` since ``token`` was taken.
+
+        Readers in other processes (DataLoader workers) draw and gather
+        without the buffer's lock while the writer goes on; at the ring seam
+        a row they drew can be rewritten while they read it. Rows are
+        rewritten oldest first, so if the drawn (start) rows were not touched,
+        nor was anything after them in their episodes: the batch is whole.
+        Otherwise the caller draws again. Costs one gather of ``B`` versions.
+        """
+        if self.index is None:
+            return False
+        rows = index[0] if isinstance(index, tuple) else index
+        rows = np.asarray(rows).reshape(-1)
+        return bool(self.index.touched_since(rows, token).any())
 
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         """Not supported: rows are placed by :class:`~torchrl_ext.writers.TransitionWriter`."""

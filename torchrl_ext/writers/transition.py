@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,6 +17,9 @@ from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
+
+# writer ids of writer copies in other processes: this offset plus the process id
+_PROCESS_IDS = 1 << 32
 
 DEFAULT_DONE_KEYS: tuple[NestedKey, ...] = (
     ("next", "done"),
@@ -34,7 +38,7 @@ class TransitionWriter(Writer):
     batch shape                           meaning
     ===================================  =========================================
     ``[]``                                one transition of a single env
-    ``[N]``                               one step of ``N`` envs (env ``i`` = stream ``i``)
+    ``[N]``                               one step of ``N`` envs (env ``i``: the writer's stream ``i``)
     ``[N, T]``                            ``T`` steps of ``N`` envs, time last (collectors)
     ``[T]`` named ``"time"``              ``T`` steps of a single env
     ``[B]`` with ``traj_key``             flat trajectory fragments (needs ``num_streams``)
@@ -46,9 +50,26 @@ class TransitionWriter(Writer):
     true final observation. The first write fixes the stored entries and the
     number of streams; later writes must match (errors name the entry).
 
+    **Several writers.** Collectors, threads or loops feeding one buffer are
+    told apart by a writer id, the ``writer_key`` entry of their data (one id
+    per write, not stored; ``0`` when absent). :meth:`TransitionReplayBuffer.writer_handle
+    <torchrl_ext.TransitionReplayBuffer.writer_handle>` hands out handles that
+    set it. A writer's first write claims as many free streams as it has envs
+    (its env ``i`` then always writes to its ``i``-th stream; flat trajectory
+    batches claim streams as trajectories start), so two writers never share a
+    stream, whatever their trajectory ids: collectors number theirs from 0
+    each. With several writers, give ``num_streams`` = the env count of all of
+    them; a writer that finds too few free streams gets a ``ValueError``
+    naming that fix. A step that continues a trajectory (same ``traj_key`` id)
+    but does not observe its last next observation (two collectors writing as
+    one writer, or a collector restarted with the same ids) is refused with a
+    ``ValueError``: collector data is never stitched onto another writer's episode.
+    :meth:`release` frees a finished writer's streams.
+
     Keyword Args:
-        num_streams (int, optional): number of streams. Inferred from the first
-            ``[N]`` / ``[N, T]`` write; required for flat trajectory batches.
+        num_streams (int, optional): number of streams, shared by all writers.
+            Inferred from the first ``[N]`` / ``[N, T]`` write (one writer);
+            required for flat trajectory batches.
         done_keys (sequence of NestedKey): entries that end an episode. Defaults to
             ``("next", "done")``, ``("next", "terminated")``, ``("next", "truncated")``
             (those present are used; at least one must be).
@@ -59,6 +80,9 @@ class TransitionWriter(Writer):
         mask_key (NestedKey): validity entry; steps where it is False are not
             transitions (padding, gymnasium's reset step) and are skipped, not
             stored. Defaults to ``("collector", "mask")``.
+        writer_key (NestedKey): writer-id entry (an integer >= 0, the same for
+            the whole batch), read and not stored. Defaults to
+            ``("collector", "writer_id")``.
 
     Examples:
         >>> import torch
@@ -88,6 +112,7 @@ class TransitionWriter(Writer):
         reward_key: NestedKey = ("next", "reward"),
         traj_key: NestedKey = ("collector", "traj_ids"),
         mask_key: NestedKey = ("collector", "mask"),
+        writer_key: NestedKey = ("collector", "writer_id"),
     ) -> None:
         super().__init__()
         if num_streams is not None and int(num_streams) < 1:
@@ -97,7 +122,14 @@ class TransitionWriter(Writer):
         self.reward_key = as_key(reward_key)
         self.traj_key = as_key(traj_key)
         self.mask_key = as_key(mask_key)
+        self.writer_key = as_key(writer_key)
         self._write_count = 0
+        self._writers_issued = 0  # ids handed to writer handles: 1, 2, ...
+        # writes without a writer_key entry: writer 0 in this process; a copy
+        # unpickled in another process (a multi-process collector's worker, a
+        # Ray actor) is a writer of its own, see __setstate__
+        self._default_writer = 0
+        self._home_pid = os.getpid()
 
     def register_storage(self, storage: Any) -> None:
         if not isinstance(storage, TransitionStorage):
@@ -123,6 +155,7 @@ class TransitionWriter(Writer):
         storage: TransitionStorage = self._storage
         leaves = {as_key(k): v for k, v in data.items(include_nested=True, leaves_only=True)}
         mask = leaves.pop(self.mask_key, None)
+        writer = self._writer_of(leaves.pop(self.writer_key, None), where)
         batch = tuple(data.shape)
         flat = data.ndim == 1 and self.traj_key in leaves
         layout = None if flat else _Layout.of(data)
@@ -130,62 +163,143 @@ class TransitionWriter(Writer):
             self._first_write(leaves, batch, where, layout)
         else:
             storage.schema.validate(leaves, batch, where)
+        if writer is None:
+            writer = self._default_writer
         if layout is None:
-            placed = self._write_fragments(leaves, mask, where)
+            placed = self._write_fragments(leaves, mask, writer, where)
             rows = torch.from_numpy(placed)
         else:
-            if layout.streams != storage.num_streams:
-                raise ValueError(
-                    f"{where}: data has {layout.streams} envs (batch {batch}), but the "
-                    f"buffer holds {storage.num_streams} streams fixed by its first write; "
-                    "the env count cannot change (start a new buffer)."
-                )
+            streams = self._streams_of(writer, layout.streams, batch, where)
             leaves = {k: layout.flatten(v) for k, v in leaves.items()}
             if mask is not None:
                 mask = layout.flatten(mask.reshape(batch)).numpy().reshape(layout.shape)
-            placed = self._write_streams(leaves, layout.shape, mask)
+            placed = self._write_streams(streams, leaves, layout.shape, mask, where)
             rows = layout.restore(torch.from_numpy(placed))
         self._write_count += int((placed >= 0).sum())  # skipped (masked) steps are -1
         self._mark_update_entities(rows)
         return rows
 
+    # ---------------------------------------------------------------- writers
+    def _writer_of(self, value: torch.Tensor | None, where: str) -> int | None:
+        """The writer id a write carries under ``writer_key`` (``None`` without the entry)."""
+        if value is None:
+            return None
+        ids = value.reshape(-1)
+        writer = int(ids[0]) if ids.numel() else 0
+        if ids.numel() and (writer < 0 or not bool((ids == writer).all())):
+            raise ValueError(
+                f"{where}: {key_str(self.writer_key)} holds {ids.unique().tolist()}, expected "
+                "one id >= 0 for the whole batch (a write comes from one writer); split "
+                "the batch per writer, or write through rb.writer_handle()."
+            )
+        return writer
+
+    def _streams_of(self, writer: int, count: int, batch: tuple, where: str) -> np.ndarray:
+        """The ``count`` streams of ``writer``, claimed at its first write."""
+        index = self._storage.index
+        streams = index.owned_streams(writer)
+        if not streams.size:
+            claimed = index.claim_streams(writer, count)
+            if claimed is None:
+                raise ValueError(
+                    f"{where}: writer {writer} writes {count} envs (batch {batch}), but only "
+                    f"{self._free_streams()} of the buffer's {index.num_streams} streams are "
+                    f"free (writers {index.writers().tolist()} own the others). Build the "
+                    "writer with num_streams= the total env count of all writers, e.g. "
+                    f"make_replay_buffer(..., num_streams={index.num_streams + count}), or "
+                    "release the streams of a finished writer (handle.release())."
+                )
+            return claimed
+        if streams.size != count:
+            raise ValueError(
+                f"{where}: writer {writer} writes {count} envs (batch {batch}), but its "
+                f"first write had {streams.size}; a writer's env count cannot change. "
+                "Write the other envs through their own rb.writer_handle()."
+            )
+        return streams
+
+    def _free_streams(self) -> int:
+        return int((self._storage.index.stream_writer < 0).sum())
+
+    def new_writer_id(self) -> int:
+        """An id for a new writer of this buffer, never handed out before (1, 2, ...).
+
+        Used by :meth:`TransitionReplayBuffer.writer_handle
+        <torchrl_ext.TransitionReplayBuffer.writer_handle>`; the count is
+        checkpointed with the writer, and skips ids that own streams.
+        """
+        index = self._storage.index
+        owners = np.zeros(0, dtype=np.int64) if index is None else index.writers()
+        self._writers_issued = max([self._writers_issued, *owners[owners < _PROCESS_IDS].tolist()]) + 1
+        return self._writers_issued
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._home_pid != os.getpid():
+            # A copy in another process (a multi-process collector's worker) is a
+            # writer of its own: its id comes from its process, as no other
+            # writer of this buffer runs there.
+            self._home_pid = os.getpid()
+            self._default_writer = _PROCESS_IDS + self._home_pid
+
+    def release(self, writer: int = 0) -> None:
+        """End ``writer``'s running episodes and free its streams for other writers.
+
+        Its episodes stay in the buffer; each running one ends at its last
+        written step (the step's next observation is kept), as when a
+        trajectory is cut. Call it when a writer is done, or before a writer
+        restarts its envs (e.g. a new collector after ``rb.loads``).
+
+        Args:
+            writer (int): the writer id (``handle.writer_id``). Defaults to ``0``,
+                the writer of data without a ``writer_key`` entry.
+        """
+        if self._storage.index is not None:
+            self._storage.index.release_streams(int(writer))
+
+    # ---------------------------------------------------------------- writing
     def _write_streams(
         self,
+        streams: np.ndarray,
         leaves: dict[tuple[str, ...], torch.Tensor],
         shape: tuple[int, int],
         mask: np.ndarray | None,
+        where: str,
     ) -> np.ndarray:
-        # leaves are [K * T, ...] with stream k at rows k*T .. k*T+T-1, in time order;
-        # steps where mask is False are skipped.
+        # leaves are [K * T, ...] with env k at rows k*T .. k*T+T-1, in time order,
+        # written to streams[k]; steps where mask is False are skipped.
         K, T = shape
         done, traj = self._done(leaves, shape), self._traj(leaves, shape)
         if mask is None or mask.all():
-            return self._write_block(np.arange(K), done, traj, leaves)
+            return self._write_block(streams, done, traj, leaves, where)
         rows = np.full(shape, -1, dtype=np.int64)
-        # streams with the same number of kept steps could share a plan; holes are
+        # envs with the same number of kept steps could share a plan; holes are
         # rare (padding, gymnasium reset steps), so keep it simple: T == 1 at once,
-        # otherwise stream by stream.
+        # otherwise env by env.
         groups = [np.flatnonzero(mask[:, 0])] if T == 1 else [np.array([k]) for k in range(K)]
-        for streams in groups:
-            keep = mask[streams]  # [k, T]
+        for envs in groups:
+            keep = mask[envs]  # [k, T]
             if not keep.any():
                 continue
-            flat = torch.from_numpy((streams[:, None] * T + np.arange(T))[keep])
+            flat = torch.from_numpy((envs[:, None] * T + np.arange(T))[keep])
             part = {key: value.index_select(0, flat) for key, value in leaves.items()}
-            n = int(keep.sum()) // streams.size
-            sub_traj = None if traj is None else traj[streams][keep].reshape(-1, n)
-            sub_done = done[streams][keep].reshape(-1, n)
-            placed = self._write_block(streams, sub_done, sub_traj, part)
-            rows[streams[:, None].repeat(n, 1), np.nonzero(keep)[1].reshape(-1, n)] = placed
+            n = int(keep.sum()) // envs.size
+            sub_traj = None if traj is None else traj[envs][keep].reshape(-1, n)
+            sub_done = done[envs][keep].reshape(-1, n)
+            placed = self._write_block(streams[envs], sub_done, sub_traj, part, where)
+            rows[envs[:, None].repeat(n, 1), np.nonzero(keep)[1].reshape(-1, n)] = placed
         return rows
 
     def _write_fragments(
         self,
         leaves: dict[tuple[str, ...], torch.Tensor],
         mask: torch.Tensor | None,
+        writer: int,
         where: str,
     ) -> np.ndarray:
         # A flat batch is a sequence of trajectory fragments, each in time order.
+        # A trajectory continues in the writer's stream holding its id; a new one
+        # takes a stream of the writer whose episode has ended, else a free one.
         storage: TransitionStorage = self._storage
         index = storage.index
         B = next(iter(leaves.values())).shape[0]
@@ -205,21 +319,27 @@ class TransitionWriter(Writer):
         bounds = [0, *cuts.tolist(), n]
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             tid = int(traj[lo])
-            match = np.flatnonzero(index.stream_traj.numpy() == tid)
+            owned = index.owned_streams(writer)
+            match = owned[index.stream_traj.numpy()[owned] == tid]
             if match.size:
                 stream = int(match[0])
             else:
-                free = np.flatnonzero(~index.is_open.numpy())
-                if not free.size:
+                free: np.ndarray | None = owned[~index.is_open.numpy()[owned]]
+                if free is not None and not free.size:
+                    free = index.claim_streams(writer, 1)
+                if free is None:
                     raise ValueError(
-                        f"{where}: trajectory {key_str(self.traj_key)}={tid} starts while all "
-                        f"{index.num_streams} streams hold running episodes; raise "
-                        "TransitionWriter(num_streams=...) to the number of envs, or end "
-                        "episodes with a done flag before a new trajectory id."
+                        f"{where}: trajectory {key_str(self.traj_key)}={tid} of writer "
+                        f"{writer} starts while its {owned.size} streams hold running "
+                        f"episodes and none of the {index.num_streams} streams is free; raise "
+                        "TransitionWriter(num_streams=...) to the number of envs of all "
+                        "writers, or end episodes with a done flag before a new trajectory id."
                     )
                 stream = int(free[0])
             part = {k: v[lo:hi] for k, v in leaves.items()}
-            placed = self._write_block(np.array([stream]), done[None, lo:hi], traj[None, lo:hi], part)
+            placed = self._write_block(
+                np.array([stream]), done[None, lo:hi], traj[None, lo:hi], part, where
+            )
             rows[kept_np[lo:hi]] = placed[0]
         return rows
 
@@ -229,6 +349,7 @@ class TransitionWriter(Writer):
         done: np.ndarray,
         traj: np.ndarray | None,
         leaves: dict[tuple[str, ...], torch.Tensor],
+        where: str,
     ) -> np.ndarray:
         """Plan and write ``[K, T]`` steps (leaves ``[K * T, ...]``); returns their rows.
 
@@ -241,6 +362,8 @@ class TransitionWriter(Writer):
         chunk = max(1, storage.index.stream_capacity // 2)
         if T <= chunk:
             plan = storage.index.plan(streams, done, traj)
+            if traj is not None:
+                self._check_continuation(plan, leaves, T, where)
             storage.write(plan, leaves)
             return plan.rows
         rows = np.empty((K, T), dtype=np.int64)
@@ -251,9 +374,43 @@ class TransitionWriter(Writer):
             plan = storage.index.plan(
                 streams, done[:, lo:hi], None if traj is None else traj[:, lo:hi]
             )
+            if traj is not None and not lo:
+                self._check_continuation(plan, part, hi - lo, where)
             storage.write(plan, part)
             rows[:, lo:hi] = plan.rows
         return rows
+
+    def _check_continuation(
+        self, plan: Any, leaves: dict[tuple[str, ...], torch.Tensor], T: int, where: str
+    ) -> None:
+        """A step continuing a trajectory must observe that trajectory's last next observation.
+
+        Its observation is not stored again (the row holding the previous
+        step's next observation is its observation), so a step of another
+        writer or of a restarted env reusing the trajectory id would be
+        stitched onto the episode silently: refuse it instead. Checked for
+        data with trajectory ids, whose producers (TorchRL collectors) promise
+        that continuity; other data (a facade's ``add``) may hold any
+        observations and is trusted.
+        """
+        going_on = np.flatnonzero(~plan.start[:, 0])  # [k] envs continuing an episode
+        if not going_on.size:
+            return
+        storage: TransitionStorage = self._storage
+        same = storage.packed.same_observation(leaves, going_on * T, plan.rows[going_on, 0])
+        if same.all():
+            return
+        stream = int(plan.streams[going_on[np.flatnonzero(~same)[0]]])
+        owner = int(storage.index.stream_writer[stream])
+        raise ValueError(
+            f"{where}: the step written to stream {stream} (writer {owner}) continues its "
+            "running episode, but its observation differs from that episode's last next "
+            "observation: the data does not follow on. Two writers (collectors, threads, "
+            "loops) are writing as one: give each its own rb.writer_handle() (or its own "
+            f"{key_str(self.writer_key)} entry). If the env was reset without a done flag "
+            "(a restarted collector), call rb.writer.release(writer) first, or give the "
+            f"new trajectory a new {key_str(self.traj_key)}."
+        )
 
     def _first_write(
         self,
@@ -301,13 +458,16 @@ class TransitionWriter(Writer):
                     "envs: build TransitionWriter(num_streams=...), or pass [num_envs, time] data."
                 )
             num_streams = self.num_streams
-        else:
+        elif self.num_streams is None:
             num_streams = layout.streams
-            if self.num_streams is not None and self.num_streams != num_streams:
-                raise ValueError(
-                    f"{where}: data has {num_streams} envs (batch {batch}), "
-                    f"expected num_streams={self.num_streams}."
-                )
+        elif self.num_streams < layout.streams:
+            raise ValueError(
+                f"{where}: data has {layout.streams} envs (batch {batch}), more than "
+                f"num_streams={self.num_streams}; raise num_streams to the env count of "
+                "all writers."
+            )
+        else:
+            num_streams = self.num_streams
         self._storage.initialize(schema, num_streams)
 
     def _done(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray:
@@ -332,10 +492,11 @@ class TransitionWriter(Writer):
             self._write_count = 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"_write_count": self._write_count}
+        return {"_write_count": self._write_count, "_writers_issued": self._writers_issued}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._write_count = int(state_dict["_write_count"])
+        self._writers_issued = int(state_dict.get("_writers_issued", 0))
 
     def dumps(self, path: str | Path) -> None:
         path = Path(path)
