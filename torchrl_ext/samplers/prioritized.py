@@ -18,7 +18,7 @@ import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.samplers._generator import generator_state, restore_generator
-from torchrl_ext.samplers.uniform import check_batch_size
+from torchrl_ext.samplers.uniform import EMPTY_BUFFER, check_batch_size, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["PrioritizedTransitionSampler"]
@@ -275,7 +275,7 @@ class PrioritizedTransitionSampler(Sampler):
         """Priority given to new transitions: the largest ever set."""
         return self.max_priority
 
-    def _mass(self, priority: np.ndarray | float) -> np.ndarray | float:
+    def _mass(self, priority: np.ndarray) -> np.ndarray:
         return (priority + self._eps) ** self._alpha
 
     # ------------------------------------------------------------------ tree
@@ -350,7 +350,8 @@ class PrioritizedTransitionSampler(Sampler):
         if not rows.size:
             return
         touched = np.concatenate([rows, storage.next_rows(rows)])  # [2k]
-        mass = np.where(storage.index.is_transition(touched), self._mass(self.max_priority), 0.0)
+        top = self._mass(np.array(self.max_priority))
+        mass = np.where(storage_index(storage).is_transition(touched), top, 0.0)
         _tree_set(*views, touched, mass)
 
     def update_priority(
@@ -379,14 +380,15 @@ class PrioritizedTransitionSampler(Sampler):
         views = self._views(storage, "update_priority")
         if views is None:
             return
-        num_rows = storage.index.num_rows
+        episodes = storage_index(storage)
+        num_rows = episodes.num_rows
         if rows.size and rows.max() >= num_rows:
             raise ValueError(
                 f"update_priority: row {int(rows.max())} is out of range; the storage has "
                 f"{num_rows} rows. Pass sample['index'] of this buffer."
             )
         keep = rows >= 0
-        keep[keep] = storage.index.is_transition(rows[keep])
+        keep[keep] = episodes.is_transition(rows[keep])
         rows, values = rows[keep], values[keep]
         if not rows.size:
             return
@@ -414,9 +416,9 @@ class PrioritizedTransitionSampler(Sampler):
                 has priority 0 (possible only with ``eps=0``).
         """
         views = self._views(storage, "sample")
-        index = storage.index
         if views is None:
-            check_batch_size(batch_size, 0)
+            raise ValueError(EMPTY_BUFFER)
+        index = storage_index(storage)
         # as in draw_transitions: the exact count only near the (rows - S) / 2 bound
         rows_live = int(index.live_rows().sum())
         if batch_size < 1 or batch_size > (rows_live - index.num_streams) // 2:

@@ -55,6 +55,9 @@ def draw_transitions(
     return index.draw_transitions(batch_size, generator)
 
 
+EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
+
+
 def storage_index(storage: TransitionStorage) -> EpisodeIndex:
     """The episode index of ``storage``, which exists from its first write on.
 
@@ -70,7 +73,7 @@ def storage_index(storage: TransitionStorage) -> EpisodeIndex:
     """
     index = storage.index
     if index is None:
-        raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
+        raise ValueError(EMPTY_BUFFER)
     return index
 
 
@@ -89,7 +92,7 @@ def check_batch_size(batch_size: int, available: int) -> None:
         ValueError: cannot sample: batch_size=0, but the buffer holds 10 transitions; expected 1 <= batch_size <= 10 (wait until len(rb) >= batch_size, e.g. with a collector's init_random_frames).
     """
     if available == 0:
-        raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
+        raise ValueError(EMPTY_BUFFER)
     if not 1 <= batch_size <= available:
         raise ValueError(
             f"cannot sample: batch_size={batch_size}, but the buffer holds {available} "

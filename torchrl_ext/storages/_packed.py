@@ -107,13 +107,14 @@ class PackedRows:
             start: ``[n]`` bool, the step opens an episode; ``None`` if none does.
         """
         n = rows.numel()
-        if self.step:
-            self._step_view.index_copy_(0, rows, _bytes(self.step, leaves, n, ()))
-        if self.obs:
-            self._obs_view.index_copy_(0, next_rows, _bytes(self.obs, leaves, n, ("next",)))
+        step_view, obs_view = self._step_view, self._obs_view  # None: no such columns
+        if step_view is not None:
+            step_view.index_copy_(0, rows, _bytes(self.step, leaves, n, ()))
+        if obs_view is not None:
+            obs_view.index_copy_(0, next_rows, _bytes(self.obs, leaves, n, ("next",)))
             if start is not None:
                 first = _bytes(self.obs, leaves, n, ())[start]
-                self._obs_view.index_copy_(0, rows[start], first)
+                obs_view.index_copy_(0, rows[start], first)
 
     def same_observation(
         self,
@@ -237,6 +238,8 @@ class PackedRows:
             else:
                 _put(root, c.key, _typed(first, c, c.lo, batch))
         if goal_rows is not None:
+            if window_next_rows is None:
+                raise ValueError("PackedRows.gather_windows: goal_rows need window_next_rows.")
             goals = _select(self._rows, goal_rows)
             # each window step's next observation: [B * W, row bytes]
             seen = after if W == 1 else _select(self._rows, window_next_rows.reshape(-1))

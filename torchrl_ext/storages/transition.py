@@ -127,7 +127,8 @@ class TransitionStorage(TensorStorage):
             leaves: every entry of the steps, ``[K * T, *shape]``.
         """
         start = plan.start.reshape(-1)
-        self.index.begin_write(plan)
+        index = self.episode_index
+        index.begin_write(plan)
         self.packed.write(
             leaves,
             torch.from_numpy(plan.rows.reshape(-1)),
@@ -135,7 +136,7 @@ class TransitionStorage(TensorStorage):
             torch.from_numpy(start) if start.any() else None,
         )
         plan.commit()
-        self.index.end_write()
+        index.end_write()
 
     def read_token(self) -> int:
         """Taken before a draw; :meth:`stale` then tells the rows rewritten since (see below)."""
@@ -227,6 +228,15 @@ class TransitionStorage(TensorStorage):
 
     def __len__(self) -> int:
         return 0 if self.index is None else self.index.num_transitions()
+
+    @property
+    def episode_index(self) -> EpisodeIndex:
+        """The episode index, which exists from the first write on.
+
+        Raises:
+            RuntimeError: nothing was written yet.
+        """
+        return self._ready("episode_index")[1]
 
     def _check_ready(self, where: str) -> None:
         self._ready(where)

@@ -121,16 +121,20 @@ class HindsightTransform(Transform):
         rewards[idx] = new.view(V, W, *rewards.shape[2:]).to(rewards.dtype)
         window.set(self.reward_key[1:], rewards)
         if self.terminated_fn is not None:
-            self._recompute_terminated(tensordict, idx, flat_achieved, goals, infos, W)
+            self._recompute_terminated(
+                self.terminated_fn, tensordict, idx, flat_achieved, goals, infos, W
+            )
         return tensordict
 
-    def _recompute_terminated(self, td, idx, achieved, goals, infos, width) -> None:
+    def _recompute_terminated(
+        self, terminated_fn: Callable[..., Any], td, idx, achieved, goals, infos, width
+    ) -> None:
         if width != 1:
             raise ValueError(
                 "HindsightTransform: terminated_fn needs one-step transitions; with "
                 f"n-step windows (width {width}) a new termination would cut the window."
             )
-        term = torch.as_tensor(self.terminated_fn(achieved, goals, infos)).reshape(-1, 1).bool()
+        term = torch.as_tensor(terminated_fn(achieved, goals, infos)).reshape(-1, 1).bool()
         truncated = td.get(("next", "truncated"), None)
         done = term if truncated is None else term | truncated[idx]
         for key, new in ((("next", "terminated"), term), (("next", "done"), done)):

@@ -300,8 +300,7 @@ class TransitionWriter(Writer):
         # A flat batch is a sequence of trajectory fragments, each in time order.
         # A trajectory continues in the writer's stream holding its id; a new one
         # takes a stream of the writer whose episode has ended, else a free one.
-        storage: TransitionStorage = self._storage
-        index = storage.index
+        index = self._storage.episode_index
         B = next(iter(leaves.values())).shape[0]
         rows = np.full(B, -1, dtype=np.int64)
         if mask is not None:
@@ -313,7 +312,7 @@ class TransitionWriter(Writer):
         n = kept.numel()
         if not n:
             return rows
-        traj = self._traj(leaves, (1, n))[0]
+        traj = leaves[self.traj_key].reshape(n).long().numpy()  # fragments carry ids
         done = self._done(leaves, (1, n))[0]
         cuts = np.flatnonzero(traj[1:] != traj[:-1]) + 1
         bounds = [0, *cuts.tolist(), n]
@@ -358,10 +357,11 @@ class TransitionWriter(Writer):
         steps: the ring then keeps the newest rows, as any FIFO would.
         """
         storage: TransitionStorage = self._storage
+        index = storage.episode_index
         K, T = done.shape
-        chunk = max(1, storage.index.stream_capacity // 2)
+        chunk = max(1, index.stream_capacity // 2)
         if T <= chunk:
-            plan = storage.index.plan(streams, done, traj)
+            plan = index.plan(streams, done, traj)
             if traj is not None:
                 self._check_continuation(plan, leaves, T, where)
             storage.write(plan, leaves)
@@ -371,7 +371,7 @@ class TransitionWriter(Writer):
             hi = min(T, lo + chunk)
             flat = torch.from_numpy((np.arange(K)[:, None] * T + np.arange(lo, hi)).reshape(-1))
             part = {key: value.index_select(0, flat) for key, value in leaves.items()}
-            plan = storage.index.plan(
+            plan = index.plan(
                 streams, done[:, lo:hi], None if traj is None else traj[:, lo:hi]
             )
             if traj is not None and not lo:
@@ -401,7 +401,7 @@ class TransitionWriter(Writer):
         if same.all():
             return
         stream = int(plan.streams[going_on[np.flatnonzero(~same)[0]]])
-        owner = int(storage.index.stream_writer[stream])
+        owner = int(storage.episode_index.stream_writer[stream])
         raise ValueError(
             f"{where}: the step written to stream {stream} (writer {owner}) continues its "
             "running episode, but its observation differs from that episode's last next "
@@ -471,11 +471,10 @@ class TransitionWriter(Writer):
         self._storage.initialize(schema, num_streams)
 
     def _done(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray:
-        done = None
-        for key in self.done_keys:
-            value = leaves.get(key)
-            if value is not None:
-                done = value if done is None else done | value
+        flags = [leaves[key] for key in self.done_keys if key in leaves]  # >= 1: first write
+        done = flags[0]
+        for flag in flags[1:]:
+            done = done | flag
         return done.reshape(shape).numpy()
 
     def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
