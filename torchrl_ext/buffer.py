@@ -59,9 +59,9 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
     def _lean(self) -> bool:
         return (
             not self._prefetch
-            and self._sample_unit is None
+            and getattr(self, "_sample_unit", None) is None  # torchrl >= 0.14
             and not self._pin_memory
-            and not self._writer.tracks_generations
+            and not getattr(self._writer, "tracks_generations", False)  # torchrl >= 0.14
             and getattr(self, "_sample_dependency", None) is None
         )
 
@@ -115,7 +115,9 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         include_info: bool | None = None,
     ) -> TensorDictBase | tuple[TensorDictBase, dict]:
         """Sample ``batch_size`` transitions; ``"index"`` and sampler info are entries of the result."""
-        if not self._lean() or include_info is not None or self._service_shutdown:
+        if not self._lean() or include_info is not None or getattr(
+            self, "_service_shutdown", False  # torchrl >= 0.14
+        ):
             return super().sample(batch_size, return_info=return_info, include_info=include_info)
         batch_size = self._batch_size if batch_size is None else batch_size
         if batch_size is None:
