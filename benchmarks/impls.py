@@ -31,7 +31,7 @@ class Impl:
 
 
 class Ours(Impl):
-    key, label, kind = "ours", "ours: make_replay_buffer (EpisodeStorage)", "ours"
+    key, label, kind = "ours", "ours: make_replay_buffer (TransitionStorage)", "ours"
 
     def build(self, capacity):
         from torchrl_ext import make_replay_buffer

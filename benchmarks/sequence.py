@@ -17,7 +17,7 @@ Buffers (each filled with the same episodes in bulk ``[16, 1000]`` chunks, then
 written one vector-env step ``[16]`` at a time while timed):
 
 - ``ours``: ``make_replay_buffer(cap, batch_size=64, sampler=SequenceSampler(50))``
-  (a ``TransitionReplayBuffer`` over ``EpisodeStorage`` + ``EpisodeWriter``);
+  (a ``TransitionReplayBuffer`` over ``TransitionStorage`` + ``TransitionWriter``);
   ``rb.sample()`` returns a ``[64, 50]`` TensorDict;
 - ``torchrl*``: ``TensorDictReplayBuffer(storage=LazyTensorStorage(cap),
   sampler=SliceSampler(slice_len=50, ...), batch_size=64 * 50)`` fed the same data

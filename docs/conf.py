@@ -100,7 +100,7 @@ html_theme_options = {
 # -- Document each public object exactly once ----------------------------------------
 # ``torchrl_ext/__init__.py`` re-exports classes from its subpackages.  If both
 # ``automodule:: torchrl_ext`` and ``automodule:: torchrl_ext.storages``
-# documented ``EpisodeStorage``, Sphinx would warn ("duplicate object
+# documented ``TransitionStorage``, Sphinx would warn ("duplicate object
 # description" of the canonical name, "more than one target found" for
 # cross-references).  So an object is documented only under the most specific
 # documented module that exports it; the others skip it.

@@ -75,3 +75,22 @@ def transitions_of(td) -> list[tuple]:
             td["next", "truncated"][..., 0].reshape(-1).tolist(),
         )
     )
+
+
+class CountingSource:
+    """A window source (``torchrl_ext.core.windows.WindowSource``) that counts its calls.
+
+    ``candidates``: candidate starts drawn; ``exact_counts``: times the valid
+    windows were counted episode by episode (the exact fallback).
+    """
+
+    def __init__(self, source):
+        self.source, self.candidates, self.exact_counts = source, 0, 0
+
+    def window_candidates(self, count, generator):
+        self.candidates += count
+        return self.source.window_candidates(count, generator)
+
+    def live_episodes(self):
+        self.exact_counts += 1
+        return self.source.live_episodes()

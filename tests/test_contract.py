@@ -14,17 +14,17 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.envs.transforms import Compose, RenameTransform
 
 from conftest import steps, transitions_of
-from torchrl_ext import EpisodeStorage, EpisodeWriter, TransitionReplayBuffer, UniformTransitionSampler
+from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer, UniformTransitionSampler
 
 BACKENDS = ["tensor", "memmap"]
 ASSEMBLIES = ["transition", "torchrl", "fallback"]
 
 
 def build(assembly, backend, tmp_path, seed=0, size=60):
-    storage = EpisodeStorage(size, backend=backend, scratch_dir=tmp_path / f"s{seed}")
+    storage = TransitionStorage(size, backend=backend, scratch_dir=tmp_path / f"s{seed}")
     parts = dict(
         storage=storage,
-        writer=EpisodeWriter(),
+        writer=TransitionWriter(),
         sampler=UniformTransitionSampler(),
         batch_size=5,
         generator=torch.Generator().manual_seed(seed),
@@ -112,7 +112,7 @@ def test_every_assembly_draws_the_same_indices(backend, tmp_path):
 
 def test_sampler_own_generator_is_checkpointed(tmp_path):
     sampler = UniformTransitionSampler(generator=torch.Generator().manual_seed(5))
-    rb = TensorDictReplayBuffer(storage=EpisodeStorage(60), writer=EpisodeWriter(), sampler=sampler)
+    rb = TensorDictReplayBuffer(storage=TransitionStorage(60), writer=TransitionWriter(), sampler=sampler)
     rb.extend(episodes(0))
     sampler.dumps(tmp_path)
     first = rb.sample(4)["index"]

@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from conftest import column, steps
-from torchrl_ext import EpisodeStorage, EpisodeWriter, make_replay_buffer
+from torchrl_ext import TransitionStorage, TransitionWriter, make_replay_buffer
 from torchrl_ext.envs import GymVectorAdapter
 from torchrl_ext.loader import ReplayDataset
 
@@ -106,7 +106,7 @@ def test_not_a_tensordict(rb):
 
 def test_flat_trajectories_need_num_streams():
     td = steps(column([0.0, 1.0]), column([1.0, 2.0]), traj_ids=torch.tensor([4, 4]))
-    with pytest.raises(ValueError, match=r"needs the number of envs: build EpisodeWriter\(num_streams=...\)"):
+    with pytest.raises(ValueError, match=r"needs the number of envs: build TransitionWriter\(num_streams=...\)"):
         make_replay_buffer(64).extend(td)
 
 
@@ -139,29 +139,29 @@ def test_storage_too_small_for_streams():
 
 def test_storage_arguments():
     with pytest.raises(ValueError, match="backend='disk', expected 'tensor' or 'memmap'"):
-        EpisodeStorage(10, backend="disk")
+        TransitionStorage(10, backend="disk")
     with pytest.raises(ValueError, match="max_size=1, expected at least 2 rows"):
-        EpisodeStorage(1)
+        TransitionStorage(1)
 
 
 def test_writer_needs_episode_storage():
-    with pytest.raises(TypeError, match="EpisodeWriter needs an EpisodeStorage, got LazyTensorStorage"):
-        TensorDictReplayBuffer(storage=LazyTensorStorage(10), writer=EpisodeWriter())
+    with pytest.raises(TypeError, match="TransitionWriter needs an TransitionStorage, got LazyTensorStorage"):
+        TensorDictReplayBuffer(storage=LazyTensorStorage(10), writer=TransitionWriter())
 
 
 def test_writer_arguments():
     with pytest.raises(ValueError, match="num_streams=0, expected >= 1"):
-        EpisodeWriter(num_streams=0)
+        TransitionWriter(num_streams=0)
 
 
 def test_direct_assignment_is_refused(rb):
-    with pytest.raises(TypeError, match="written through torchrl_ext.writers.EpisodeWriter"):
+    with pytest.raises(TypeError, match="written through torchrl_ext.writers.TransitionWriter"):
         rb[0] = step_of()[0]
 
 
 def test_get_before_any_write():
     with pytest.raises(RuntimeError, match="nothing was written yet"):
-        EpisodeStorage(10).get(torch.tensor([0]))
+        TransitionStorage(10).get(torch.tensor([0]))
 
 
 def test_checkpoint_into_buffer_of_other_size(rb, tmp_path):

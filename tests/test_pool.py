@@ -10,7 +10,6 @@ import random
 import re
 import time
 from collections import Counter
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -21,7 +20,9 @@ from hypothesis.errors import InvalidArgument
 from tensordict import TensorDict
 from torch.utils.data import DataLoader, IterableDataset
 
-from torchrl_ext.storages.pool import EpisodePool, valid_window
+from conftest import CountingSource
+from torchrl_ext.core.windows import draw_windows, valid_window
+from torchrl_ext.storages.pool import EpisodePool
 
 SPEC = TensorDict(
     {
@@ -197,28 +198,23 @@ def test_pool_matches_reference_after_every_operation(workload):
 def test_compaction_with_evictions_in_any_order():
     """Directed: evict the oldest, a middle or the newest episode; the table compacts often."""
     pool, ref = EpisodePool(8, SPEC), Reference(8)
-    compactions = 0
-    real_compact = pool._compact
-
-    def counting():
-        nonlocal compactions
-        compactions += 1
-        return real_compact()
-
     rng = random.Random(0)
-    with mock.patch.object(pool, "_compact", counting):
-        for _ in range(300):
-            length = rng.randint(1, 4)
-            while ref.num_free < length:
-                by_age = sorted(ref.episodes, key=lambda s: ref.episodes[s][0])
-                slot = by_age[rng.choice([0, len(by_age) // 2, -1])]
-                pool.evict(slot)
-                ref.evict(slot)
-                check_against(pool, ref)
-            ids = ref.new_ids(length)
-            ref.append(pool.append(episode(ids)), ids)
+    written = 0
+    for _ in range(300):
+        length = rng.randint(1, 4)
+        while ref.num_free < length:
+            by_age = sorted(ref.episodes, key=lambda s: ref.episodes[s][0])
+            slot = by_age[rng.choice([0, len(by_age) // 2, -1])]
+            pool.evict(slot)
+            ref.evict(slot)
             check_against(pool, ref)
-    assert compactions >= 20
+        ids = ref.new_ids(length)
+        ref.append(pool.append(episode(ids)), ids)
+        written += length
+        check_against(pool, ref)
+    # the table has 2 * capacity = 16 entries and keeps at most 8 live after a
+    # compaction, so every 8 steps written past the first 16 needed one
+    assert (written - 16) // 8 >= 20
 
 
 def test_evict_free_slot_raises_and_clear_resets():
@@ -297,7 +293,7 @@ def test_windows_are_valid_and_cover_every_window(workload, width, pad, max_roun
     pool, ref = build(*workload)
     expected = ref.windows(width, pad)
     if not expected:
-        msg = rf"cannot sample sequences of {width} steps: no stored episode is that long \(longest: {longest(ref)}\)"
+        msg = rf"cannot sample sequences of {width} steps: no stored episode has that many live steps \(longest: {longest(ref)}\)"
         with pytest.raises(ValueError, match=msg):
             pool.sample(3, width, pad=pad, generator=torch.Generator().manual_seed(seed), max_rounds=max_rounds)
         note("no valid window")
@@ -333,7 +329,7 @@ def test_whole_episodes_are_reference_episodes_padded(workload, seed):
 
 
 def test_exact_fallback_is_used_and_exact():
-    """max_rounds=0 samples through _exact_windows only; small max_rounds mixes both."""
+    """max_rounds=0 samples by counting windows per episode only; small max_rounds mixes both."""
     pool, ref = EpisodePool(16, SPEC), Reference(16)
     slots = []
     for length in (1, 5, 2, 4):
@@ -342,16 +338,15 @@ def test_exact_fallback_is_used_and_exact():
         ref.append(slots[-1], ids)
     pool.evict(slots[2])
     ref.evict(slots[2])
-    with mock.patch.object(pool, "_exact_windows", wraps=pool._exact_windows) as exact:
-        for pad in (False, True):
-            got = sample_windows(pool, ref, 2000, 3, pad, seed=1, max_rounds=0)
-            assert set(got) == ref.windows(3, pad)
-        assert exact.call_count == 2
-        assert all(call.args[0] == 2000 for call in exact.call_args_list)
-        exact.reset_mock()
-        got = sample_windows(pool, ref, 2000, 3, True, seed=2, max_rounds=1)
-        assert set(got) == ref.windows(3, True)
-        assert exact.call_count == 1 and 0 < exact.call_args.args[0] < 2000
+    for pad in (False, True):
+        got = sample_windows(pool, ref, 2000, 3, pad, seed=1, max_rounds=0)
+        assert set(got) == ref.windows(3, pad)
+    got = sample_windows(pool, ref, 2000, 3, True, seed=2, max_rounds=1)
+    assert set(got) == ref.windows(3, True)
+    for max_rounds, rejection in ((0, False), (1, True)):
+        counted = CountingSource(pool)
+        draw_windows(counted, 2000, 3, True, torch.Generator().manual_seed(2), max_rounds)
+        assert counted.exact_counts == 1 and (counted.candidates > 0) == rejection
 
 
 @pytest.mark.parametrize("max_rounds", [16, 0])
@@ -387,11 +382,14 @@ def test_sampling_errors():
     with pytest.raises(ValueError, match=re.escape("cannot sample: no episode is stored.")):
         pool.sample(1, None)
     for pad in (False, True):
-        with pytest.raises(ValueError, match=r"no stored episode is that long \(longest: 0\)"):
+        with pytest.raises(ValueError, match=r"no stored episode has that many live steps \(longest: 0\)"):
             pool.sample(1, 2, pad=pad)
     pool.append(episode([0, 1]))
     pool.append(episode([2, 3, 4]))
-    with pytest.raises(ValueError, match=r"sequences of 4 steps: .* \(longest: 3\); lower sequence_length"):
+    with pytest.raises(ValueError, match=re.escape(
+            "cannot sample sequences of 4 steps: no stored episode has that many live steps "
+            "(longest: 3); wait for longer episodes or lower sequence_length, or pad shorter "
+            "episodes (pad=True).")):
         pool.sample(1, 4, pad=False, generator=torch.Generator().manual_seed(0))
     out = pool.sample(4, 4, pad=True, generator=torch.Generator().manual_seed(0), mask_key="valid")
     assert "mask" not in out.keys() and out["valid"].shape == (4, 4)

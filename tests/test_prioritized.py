@@ -14,8 +14,8 @@ from torchrl.data import TensorDictReplayBuffer
 from conftest import steps, transitions_of
 from reference import LoopReference
 from torchrl_ext import (
-    EpisodeStorage,
-    EpisodeWriter,
+    TransitionStorage,
+    TransitionWriter,
     PrioritizedTransitionSampler,
     TransitionReplayBuffer,
 )
@@ -25,8 +25,8 @@ ASSEMBLIES = [TransitionReplayBuffer, TensorDictReplayBuffer]
 
 def build(size=40, *, seed=0, buffer=TransitionReplayBuffer, **kwargs):
     return buffer(
-        storage=EpisodeStorage(size),
-        writer=EpisodeWriter(),
+        storage=TransitionStorage(size),
+        writer=TransitionWriter(),
         sampler=PrioritizedTransitionSampler(**kwargs),
         generator=torch.Generator().manual_seed(seed),
     )
@@ -321,7 +321,7 @@ def test_dumps_loads_into_a_fresh_buffer_gives_the_same_next_sample(tmp_path):
 
 def test_sampler_own_generator_is_checkpointed(tmp_path):
     sampler = PrioritizedTransitionSampler(generator=torch.Generator().manual_seed(5))
-    rb = TensorDictReplayBuffer(storage=EpisodeStorage(40), writer=EpisodeWriter(), sampler=sampler)
+    rb = TensorDictReplayBuffer(storage=TransitionStorage(40), writer=TransitionWriter(), sampler=sampler)
     rb.extend(episodes(0))
     sampler.dumps(tmp_path)
     first = rb.sample(4)["index"]
@@ -413,7 +413,7 @@ def test_float_index():
 
 def test_storage_is_required():
     sampler = PrioritizedTransitionSampler()
-    with pytest.raises(TypeError, match="needs the buffer's EpisodeStorage as storage=, got NoneType"):
+    with pytest.raises(TypeError, match="needs the buffer's TransitionStorage as storage=, got NoneType"):
         sampler.update_priority(torch.tensor([0]), torch.ones(1))
 
 
@@ -465,8 +465,8 @@ def test_checkpoint_with_other_alpha():
 
 def test_one_sampler_per_buffer():
     sampler = PrioritizedTransitionSampler()
-    TensorDictReplayBuffer(storage=EpisodeStorage(40), writer=EpisodeWriter(), sampler=sampler).extend(episodes(0))
-    other = TensorDictReplayBuffer(storage=EpisodeStorage(200), writer=EpisodeWriter(), sampler=sampler)
+    TensorDictReplayBuffer(storage=TransitionStorage(40), writer=TransitionWriter(), sampler=sampler).extend(episodes(0))
+    other = TensorDictReplayBuffer(storage=TransitionStorage(200), writer=TransitionWriter(), sampler=sampler)
     with pytest.raises(ValueError, match="priority tree covers 64 rows, but the storage has 200"):
         other.extend(episodes(0))
 

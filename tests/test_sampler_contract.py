@@ -12,7 +12,7 @@ import torch
 from torchrl.data import TensorDictReplayBuffer
 
 from conftest import steps
-from torchrl_ext import EpisodeStorage, EpisodeWriter, TransitionReplayBuffer
+from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer
 from torchrl_ext.samplers import (
     NStepSampler,
     PrioritizedTransitionSampler,
@@ -32,8 +32,8 @@ SAMPLERS = {
 
 def build(make_sampler, backend, directory, seed=0, cls=TransitionReplayBuffer):
     return cls(
-        storage=EpisodeStorage(48, backend=backend, scratch_dir=directory),
-        writer=EpisodeWriter(),
+        storage=TransitionStorage(48, backend=backend, scratch_dir=directory),
+        writer=TransitionWriter(),
         sampler=make_sampler(),
         batch_size=6,
         generator=torch.Generator().manual_seed(seed),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from unittest import mock
 
 import pytest
 import torch
@@ -18,11 +17,12 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from torchrl.data import TensorDictReplayBuffer
 
-from conftest import steps
+from conftest import CountingSource, steps
 from reference import sequence_reference
 from test_properties import run, workloads
-from torchrl_ext import EpisodeStorage, EpisodeWriter, TransitionReplayBuffer
+from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer
 from torchrl_ext.samplers import SequenceSampler
+from torchrl_ext.core import windows
 from torchrl_ext.samplers import sequence as sequence_module
 
 MASK = ("collector", "mask")
@@ -59,8 +59,8 @@ def extend(rb, *envs):
 
 def make(sampler, *envs, capacity=512, seed=0, cls=TransitionReplayBuffer):
     rb = cls(
-        storage=EpisodeStorage(capacity),
-        writer=EpisodeWriter(),
+        storage=TransitionStorage(capacity),
+        writer=TransitionWriter(),
         sampler=sampler,
         generator=torch.Generator().manual_seed(seed),
     )
@@ -388,10 +388,10 @@ def test_rejection_fallback_when_windows_are_rare():
     # one 10-step episode among 300 one-step episodes: 3 windows of 8 among 310 steps,
     # under the 1 in 64 acceptance where rejection gives way to the exact count
     rb = make(SequenceSampler(8), [(10, "term")] + [(1, "term")] * 300, capacity=1024)
-    with mock.patch.object(sequence_module, "_exact_windows",
-                           wraps=sequence_module._exact_windows) as exact:
-        batch = rb.sample(3000)
-    assert exact.called
+    counted = CountingSource(rb.storage.index)
+    windows.draw_windows(counted, 100, 8, False, torch.Generator().manual_seed(0))
+    assert counted.exact_counts == 1, "rare windows fall back to counting per episode"
+    batch = rb.sample(3000)
     counts = Counter()
     for seq, init in decode(batch):
         obs = tuple(int(s[0]) for s in seq)
@@ -410,19 +410,23 @@ def test_exact_windows_multi_env_with_ring_wrap():
     rb = make(SequenceSampler(10), short, long, capacity=2 * 18)
     # 18 rows per env. env 0 keeps episodes 14..22 whole; env 1 keeps steps 6..13
     # of episode 1 (14 rows gone) and its final obs, and the 8 steps of episode 2
-    with mock.patch.object(sequence_module, "_ROUNDS", 0):  # straight to the exact draw
-        with pytest.raises(ValueError, match="pad=True"):
-            rb.sample(10)
-        rb.sampler.sequence_length = 5
-        got = set(observations(rb.sample(1000)))
-        assert got == {tuple(range(100106 + t, 100111 + t)) for t in range(4)} | {
-            tuple(range(100200 + t, 100205 + t)) for t in range(4)
-        }
-        rb.sampler.sequence_length, rb.sampler.pad = 7, True
-        got = set(observations(rb.sample(2000)))
-        assert got == {tuple(range(100106 + t, 100113 + t)) for t in range(2)} | {
-            tuple(range(100200 + t, 100207 + t)) for t in range(2)
-        } | {(100 * e,) for e in range(14, 23)}
+    index, g = rb.storage.index, torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="pad=True"):  # straight to the exact draw
+        sequence_module.draw_windows(index, 10, 10, False, g, max_rounds=0)
+    tau, stream, step, width = sequence_module.draw_windows(index, 1000, 5, False, g, max_rounds=0)
+    assert set(zip(stream.tolist(), step.tolist())) == {(1, k) for k in (6, 7, 8, 9, 0, 1, 2, 3)}
+    assert (width == 5).all()
+    assert set(tau[step == 0].tolist()) == {15}  # episode 2 starts after episode 1's 14 steps + final obs
+    rb.sampler.sequence_length = 5
+    got = set(observations(rb.sample(1000)))
+    assert got == {tuple(range(100106 + t, 100111 + t)) for t in range(4)} | {
+        tuple(range(100200 + t, 100205 + t)) for t in range(4)
+    }
+    rb.sampler.sequence_length, rb.sampler.pad, rb.sampler.max_rounds = 7, True, 0  # exact draw
+    got = set(observations(rb.sample(2000)))
+    assert got == {tuple(range(100106 + t, 100113 + t)) for t in range(2)} | {
+        tuple(range(100200 + t, 100207 + t)) for t in range(2)
+    } | {(100 * e,) for e in range(14, 23)}
 
 
 # ---------------------------------------------------------------- properties
@@ -447,15 +451,15 @@ def sample_sequences(rb, sampler, batch_size):
 def test_windows_match_reference(workload, length, pad, exact, seed):
     rb, ref = run(*workload)
     expected = reference_sequences(ref, length, pad)
-    sampler = SequenceSampler(length, pad=pad, generator=torch.Generator().manual_seed(seed))
     # exact: skip the rejection rounds, draw from the per-episode window counts
+    sampler = SequenceSampler(length, pad=pad, max_rounds=0 if exact else 16,
+                              generator=torch.Generator().manual_seed(seed))
     event("no valid window" if not expected else f"{len(expected)} windows")
-    with mock.patch.object(sequence_module, "_ROUNDS", 0 if exact else sequence_module._ROUNDS):
-        if not expected:  # the hint to pad is given only when not padding yet
-            with pytest.raises(ValueError, match="live steps" if pad else "pass pad=True"):
-                sampler.sample(rb.storage, 8)
-            return
-        batch = sample_sequences(rb, sampler, 60 * len(expected) + 100)
+    if not expected:  # the hint to pad is given only when not padding yet
+        with pytest.raises(ValueError, match=r"live steps" if pad else r"pad shorter episodes \(pad=True\)"):
+            sampler.sample(rb.storage, 8)
+        return
+    batch = sample_sequences(rb, sampler, 60 * len(expected) + 100)
     got = decode(batch)
     for seq, init in got:
         assert seq in expected, f"{seq} is not a valid window of {length} steps"

@@ -5,8 +5,9 @@ Components (:mod:`torchrl_ext.storages`, :mod:`torchrl_ext.writers`,
 :class:`torchrl.data.TensorDictReplayBuffer`; :func:`make_replay_buffer`
 assembles them.
 """
+from torchrl_ext._compat import moved_names
 from torchrl_ext.buffer import TransitionReplayBuffer, make_her_replay_buffer, make_replay_buffer
-from torchrl_ext.episodes import EpisodeIndex
+from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.facades import (
     EpisodeDataset,
     EpisodeReplayBuffer,
@@ -20,8 +21,8 @@ from torchrl_ext.facades import (
 )
 from torchrl_ext.loader import ReplayDataset, make_loader
 from torchrl_ext.samplers import PrioritizedTransitionSampler, SequenceSampler, UniformTransitionSampler
-from torchrl_ext.storages import EpisodeStorage
-from torchrl_ext.writers import EpisodeWriter
+from torchrl_ext.storages import TransitionStorage
+from torchrl_ext.writers import TransitionWriter
 
 __all__ = [
     "make_replay_buffer",
@@ -39,10 +40,18 @@ __all__ = [
     "make_loader",
     "ReplayDataset",
     "EpisodeIndex",
-    "EpisodeStorage",
-    "EpisodeWriter",
+    "TransitionStorage",
+    "TransitionWriter",
     "UniformTransitionSampler",
     "PrioritizedTransitionSampler",
     "SequenceSampler",
 ]
 __version__ = "0.1.0"
+
+__getattr__ = moved_names(
+    "torchrl_ext",
+    {
+        "EpisodeStorage": "torchrl_ext.storages.transition.TransitionStorage",
+        "EpisodeWriter": "torchrl_ext.writers.transition.TransitionWriter",
+    },
+)

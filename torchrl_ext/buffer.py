@@ -15,10 +15,10 @@ from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
-from torchrl_ext.storages.episode import Backend, EpisodeStorage
+from torchrl_ext.storages.transition import Backend, TransitionStorage
 from torchrl_ext.transforms.hindsight import HindsightTransform
 from torchrl_ext.transforms.nstep import NStepTransform
-from torchrl_ext.writers.episode import DEFAULT_DONE_KEYS, EpisodeWriter
+from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS, TransitionWriter
 
 __all__ = ["TransitionReplayBuffer", "make_her_replay_buffer", "make_replay_buffer"]
 
@@ -45,9 +45,9 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         >>> from tensordict import TensorDict
         >>> from torchrl_ext import TransitionReplayBuffer
         >>> from torchrl_ext.samplers import UniformTransitionSampler
-        >>> from torchrl_ext.storages import EpisodeStorage
-        >>> from torchrl_ext.writers import EpisodeWriter
-        >>> rb = TransitionReplayBuffer(storage=EpisodeStorage(100), writer=EpisodeWriter(),
+        >>> from torchrl_ext.storages import TransitionStorage
+        >>> from torchrl_ext.writers import TransitionWriter
+        >>> rb = TransitionReplayBuffer(storage=TransitionStorage(100), writer=TransitionWriter(),
         ...     sampler=UniformTransitionSampler(), batch_size=2)
         >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
         ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
@@ -71,7 +71,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
     def extend(
         self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
     ) -> torch.Tensor:
-        """Write ``tensordicts`` (see :class:`~torchrl_ext.writers.EpisodeWriter`); returns their rows."""
+        """Write ``tensordicts`` (see :class:`~torchrl_ext.writers.TransitionWriter`); returns their rows."""
         if (
             not isinstance(tensordicts, TensorDictBase)
             or not self._lean()
@@ -159,8 +159,8 @@ def make_replay_buffer(
     Equivalent to::
 
         TransitionReplayBuffer(
-            storage=EpisodeStorage(capacity, backend=backend, scratch_dir=scratch_dir),
-            writer=EpisodeWriter(num_streams=num_streams, done_keys=done_keys),
+            storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
+            writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),
             sampler=sampler or UniformTransitionSampler(),
             transform=transform, batch_size=batch_size, generator=generator)
 
@@ -213,8 +213,8 @@ def make_replay_buffer(
         nstep = NStepTransform(gamma)
         transform = nstep if transform is None else Compose(nstep, transform)
     return TransitionReplayBuffer(
-        storage=EpisodeStorage(capacity, backend=backend, scratch_dir=scratch_dir),
-        writer=EpisodeWriter(num_streams=num_streams, done_keys=done_keys),
+        storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
+        writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),
         sampler=sampler,
         transform=transform,
         batch_size=batch_size,

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext.buffer import TransitionReplayBuffer
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["ReplayDataset", "make_loader"]
 
@@ -28,7 +28,7 @@ class ReplayDataset(IterableDataset):
     DataLoader's ``generator``.
 
     Args:
-        rb (TensorDictReplayBuffer): a buffer over an :class:`~torchrl_ext.storages.EpisodeStorage`
+        rb (TensorDictReplayBuffer): a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`
             that already holds data (its rows must exist before workers start).
 
     Keyword Args:
@@ -60,10 +60,10 @@ class ReplayDataset(IterableDataset):
         num_batches: int | None = None,
         seed: int | None = None,
     ) -> None:
-        if not isinstance(rb.storage, EpisodeStorage):
+        if not isinstance(rb.storage, TransitionStorage):
             raise TypeError(
                 f"ReplayDataset: rb.storage is {type(rb.storage).__name__}, expected "
-                "EpisodeStorage (its rows are shared with worker processes)."
+                "TransitionStorage (its rows are shared with worker processes)."
             )
         if rb.storage.schema is None:
             raise ValueError(
@@ -123,7 +123,7 @@ def make_loader(
     """A ``DataLoader`` whose workers each sample the whole buffer.
 
     Args:
-        rb (TensorDictReplayBuffer): buffer over an ``EpisodeStorage``, already written to.
+        rb (TensorDictReplayBuffer): buffer over an ``TransitionStorage``, already written to.
 
     Keyword Args:
         batch_size (int, optional): defaults to the buffer's.

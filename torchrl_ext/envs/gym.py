@@ -48,7 +48,7 @@ class GymVectorAdapter:
       ``"reward"`` (float32 ``[num_envs, 1]``), ``"terminated"``, ``"truncated"``,
       ``"done"`` (bool ``[num_envs, 1]``);
     * ``("collector", "mask")``: False for a sub-env whose step is not a
-      transition, which the :class:`~torchrl_ext.writers.EpisodeWriter` skips.
+      transition, which the :class:`~torchrl_ext.writers.TransitionWriter` skips.
 
     Per autoreset mode:
 

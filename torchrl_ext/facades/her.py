@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Compose
 
-from torchrl_ext._schema import EntryKeyError, as_key, key_str
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher

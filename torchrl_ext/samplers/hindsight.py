@@ -8,10 +8,10 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext.samplers._wrapper import RefiningSampler
+from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.uniform import draw_transitions
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["HindsightSampler", "HindsightStrategy"]
 
@@ -95,7 +95,7 @@ class HindsightSampler(RefiningSampler):
         """How many rows of a batch are relabelled."""
         return int(batch_size * self.num_goals / (self.num_goals + 1))
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[tuple, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[tuple, dict]:
         index, info = self.base.sample(storage, batch_size)
         rows, steps = index if isinstance(index, tuple) else (index, torch.ones_like(index))
         n_virtual = self.n_virtual(batch_size)
@@ -105,7 +105,7 @@ class HindsightSampler(RefiningSampler):
             goal_rows[batch_size - n_virtual :] = self._goal_rows(storage, virtual)
         return (rows, steps, torch.from_numpy(goal_rows)), info
 
-    def _goal_rows(self, storage: EpisodeStorage, rows: np.ndarray) -> np.ndarray:
+    def _goal_rows(self, storage: TransitionStorage, rows: np.ndarray) -> np.ndarray:
         """Row holding ``("next", achieved_goal)`` of the goal step, per row."""
         index = storage.index
         generator = self._rng

@@ -5,9 +5,9 @@ from typing import Any
 
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext.samplers._wrapper import RefiningSampler
+from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["NStepSampler"]
 
@@ -23,7 +23,7 @@ class NStepSampler(RefiningSampler):
     row, and newer rows of the same stream are never overwritten first).
 
     The sample's index is the tuple ``(rows, k)``; the storage reads the windows
-    (:meth:`~torchrl_ext.storages.EpisodeStorage.get_windows`) and
+    (:meth:`~torchrl_ext.storages.TransitionStorage.get_windows`) and
     :class:`~torchrl_ext.transforms.NStepTransform` computes the returns. In
     the sample, ``"index"`` is ``[B, 2]`` (row, k): pass it to
     ``rb.update_priority`` as is.
@@ -40,10 +40,10 @@ class NStepSampler(RefiningSampler):
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from torchrl_ext import TransitionReplayBuffer, EpisodeStorage, EpisodeWriter
+        >>> from torchrl_ext import TransitionReplayBuffer, TransitionStorage, TransitionWriter
         >>> from torchrl_ext.samplers import NStepSampler
         >>> from torchrl_ext.transforms import NStepTransform
-        >>> rb = TransitionReplayBuffer(storage=EpisodeStorage(32), writer=EpisodeWriter(),
+        >>> rb = TransitionReplayBuffer(storage=TransitionStorage(32), writer=TransitionWriter(),
         ...     sampler=NStepSampler(3), transform=NStepTransform(gamma=0.9), batch_size=2)
         >>> done = torch.tensor([[False, True]]).unsqueeze(-1)
         >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 2, 1), "action": torch.zeros(1, 2, 1),
@@ -62,7 +62,7 @@ class NStepSampler(RefiningSampler):
         super().__init__(base if base is not None else UniformTransitionSampler())
         self.n = int(n)
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[tuple, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[tuple, dict]:
         rows, info = self.base.sample(storage, batch_size)
         return (rows, storage.window_steps(rows, self.n)), info
 

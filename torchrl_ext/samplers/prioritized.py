@@ -18,8 +18,8 @@ import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.samplers._generator import generator_state, restore_generator
-from torchrl_ext.samplers.uniform import _check_batch_size
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.samplers.uniform import check_batch_size
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["PrioritizedTransitionSampler"]
 
@@ -129,7 +129,7 @@ def _tree_size(num_rows: int) -> int:
 
 # ---------------------------------------------------------------- the sampler
 class PrioritizedTransitionSampler(Sampler):
-    """Proportional prioritized transitions of an :class:`~torchrl_ext.storages.EpisodeStorage`.
+    """Proportional prioritized transitions of an :class:`~torchrl_ext.storages.TransitionStorage`.
 
     Live transition ``i`` is drawn with probability
 
@@ -196,8 +196,8 @@ class PrioritizedTransitionSampler(Sampler):
         >>> import torch
         >>> from tensordict import TensorDict
         >>> from torchrl.data import TensorDictReplayBuffer
-        >>> from torchrl_ext import EpisodeStorage, EpisodeWriter, PrioritizedTransitionSampler
-        >>> rb = TensorDictReplayBuffer(storage=EpisodeStorage(64), writer=EpisodeWriter(),
+        >>> from torchrl_ext import TransitionStorage, TransitionWriter, PrioritizedTransitionSampler
+        >>> rb = TensorDictReplayBuffer(storage=TransitionStorage(64), writer=TransitionWriter(),
         ...     sampler=PrioritizedTransitionSampler(alpha=1.0, beta=1.0), batch_size=5,
         ...     generator=torch.Generator().manual_seed(0))
         >>> obs = torch.arange(5.).view(1, 5, 1)  # one env, 5 steps, the last ends the episode
@@ -289,9 +289,9 @@ class PrioritizedTransitionSampler(Sampler):
 
     def _views(self, storage: Any, where: str) -> tuple[np.ndarray, np.ndarray] | None:
         """The tree's numpy views, allocating the tree at the storage's first use."""
-        if not isinstance(storage, EpisodeStorage):
+        if not isinstance(storage, TransitionStorage):
             raise TypeError(
-                f"PrioritizedTransitionSampler.{where}: needs the buffer's EpisodeStorage as "
+                f"PrioritizedTransitionSampler.{where}: needs the buffer's TransitionStorage as "
                 f"storage=, got {type(storage).__name__}; call it through the replay buffer "
                 "(rb.update_priority, rb.sample) or pass storage=rb.storage."
             )
@@ -334,7 +334,7 @@ class PrioritizedTransitionSampler(Sampler):
                 a skipped step).
 
         Keyword Args:
-            storage (EpisodeStorage): the buffer's storage (``rb.mark_update`` passes it).
+            storage (TransitionStorage): the buffer's storage (``rb.mark_update`` passes it).
 
         Every row written and every row after it gets ``max_priority`` if it
         is now a transition and 0 otherwise. Read from the index after the
@@ -350,7 +350,7 @@ class PrioritizedTransitionSampler(Sampler):
         if not rows.size:
             return
         touched = np.concatenate([rows, storage.next_rows(rows)])  # [2k]
-        mass = np.where(storage.index._np["row_is_step"][touched], self._mass(self.max_priority), 0.0)
+        mass = np.where(storage.index.is_transition(touched), self._mass(self.max_priority), 0.0)
         _tree_set(*views, touched, mass)
 
     def update_priority(
@@ -369,7 +369,7 @@ class PrioritizedTransitionSampler(Sampler):
                 gets its last priority.
 
         Keyword Args:
-            storage (EpisodeStorage): the buffer's storage (``rb.update_priority`` passes it).
+            storage (TransitionStorage): the buffer's storage (``rb.update_priority`` passes it).
 
         Raises:
             ValueError: if the priority count does not match the rows, a
@@ -386,7 +386,7 @@ class PrioritizedTransitionSampler(Sampler):
                 f"{num_rows} rows. Pass sample['index'] of this buffer."
             )
         keep = rows >= 0
-        keep[keep] = storage.index._np["row_is_step"][rows[keep]]
+        keep[keep] = storage.index.is_transition(rows[keep])
         rows, values = rows[keep], values[keep]
         if not rows.size:
             return
@@ -400,7 +400,7 @@ class PrioritizedTransitionSampler(Sampler):
     def _generator(self) -> torch.Generator | None:
         return self._rng if self._rng is not None else self.generator
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         """Draw ``batch_size`` live transitions in proportion to their priority.
 
         Returns:
@@ -416,11 +416,11 @@ class PrioritizedTransitionSampler(Sampler):
         views = self._views(storage, "sample")
         index = storage.index
         if views is None:
-            _check_batch_size(batch_size, 0)
+            check_batch_size(batch_size, 0)
         # as in draw_transitions: the exact count only near the (rows - S) / 2 bound
-        rows_live = int((index._np["written"] - index.live_start()).sum())
+        rows_live = int(index.live_rows().sum())
         if batch_size < 1 or batch_size > (rows_live - index.num_streams) // 2:
-            _check_batch_size(batch_size, len(storage))
+            check_batch_size(batch_size, len(storage))
         tree, pairs = views
         generator = self._generator()
         r = torch.rand(batch_size, generator=generator, dtype=torch.float64).numpy()
@@ -430,11 +430,10 @@ class PrioritizedTransitionSampler(Sampler):
                 f"cannot sample: all {len(storage)} live transitions have priority 0 "
                 f"(eps={self._eps}); use eps > 0 or set a positive priority."
             )
-        is_step = index._np["row_is_step"]
         for _ in range(_MAX_ROUNDS):
             # A row whose index entry changed after its mass was read (a writer in
             # another process, between its commit and mark_update): redraw it.
-            stale = np.flatnonzero(~is_step[rows])
+            stale = np.flatnonzero(~index.is_transition(rows))
             if not stale.size:
                 break
             r = torch.rand(stale.size, generator=generator, dtype=torch.float64).numpy()

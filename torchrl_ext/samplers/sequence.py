@@ -7,15 +7,14 @@ import numpy as np
 import torch
 from tensordict.utils import NestedKey
 
-from torchrl_ext._schema import as_key
-from torchrl_ext.episodes import EpisodeIndex
-from torchrl_ext.samplers.uniform import UniformTransitionSampler, draw_live_steps
-from torchrl_ext.storages.episode import EpisodeStorage
-from torchrl_ext.storages.pool import RejectionRounds, valid_window
+from torchrl_ext.core import windows
+from torchrl_ext.core.episodes import EpisodeIndex
+from torchrl_ext.core.schema import as_key
+from torchrl_ext.samplers.uniform import UniformTransitionSampler
+from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["SequenceSampler", "draw_episodes", "draw_windows"]
 
-_ROUNDS = 16
 
 def draw_windows(
     index: EpisodeIndex,
@@ -23,6 +22,7 @@ def draw_windows(
     length: int,
     pad: bool,
     generator: torch.Generator | None,
+    max_rounds: int = 16,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``count`` windows of ``length`` steps inside episodes, uniform over windows.
 
@@ -32,12 +32,10 @@ def draw_windows(
     already written. With ``pad``, an episode shorter than ``length`` also
     gives one window, from its step 0, that the caller pads.
 
-    Starts are drawn as live transitions and kept if valid (exact rejection
-    sampling: the result is uniform over valid windows); each round draws as
-    many candidates as the last round's acceptance rate says are needed, so
-    rare valid windows cost O(batch / acceptance), not more rounds. If fewer
-    than 1 in 64 starts are valid, the valid windows are counted episode by
-    episode (O(live episodes)) and drawn from exactly.
+    Starts are drawn as live transitions and kept if valid: the one window
+    algorithm, :func:`torchrl_ext.core.windows.draw_windows`, over the
+    episode index (O(batch); exact counting per episode after ``max_rounds``
+    rejection rounds, or when valid windows are rare).
 
     Returns:
         ``(tau, stream, step, width)``: the first step's logical time and
@@ -60,70 +58,9 @@ def draw_windows(
         >>> sorted(set(step.tolist())), set(width.tolist())  # both 2-step windows of the 3-step episode
         ([0, 1], {2})
     """
-    tau = np.empty(count, dtype=np.int64)
-    stream = np.empty(count, dtype=np.int64)
-    step = np.empty(count, dtype=np.int64)
-    width = np.empty(count, dtype=np.int64)
-    todo = np.arange(count)
-    for draws in RejectionRounds(_ROUNDS):
-        t, s = draw_live_steps(index, draws(todo.size), generator)
-        _, k, _, n = index.locate(t, s)
-        ok = np.flatnonzero(valid_window(k, n, length, pad))[: todo.size]
-        draws.accepted(ok.size, t.size)
-        done, todo = todo[: ok.size], todo[ok.size :]
-        tau[done], stream[done], step[done] = t[ok], s[ok], k[ok]
-        width[done] = np.minimum(n[ok], length)
-        if not todo.size:
-            return tau, stream, step, width
-    t, s, k, w = _exact_windows(index, todo.size, length, pad, generator)
-    tau[todo], stream[todo], step[todo], width[todo] = t, s, k, w
-    return tau, stream, step, width
-
-
-def _live_episodes(index: EpisodeIndex) -> tuple[np.ndarray, ...]:
-    """Every live episode: ``(stream, start, length, first live step)``.
-
-    O(live episodes); the oldest episode of a stream may have lost its first
-    rows to the ring (``first live step > 0``).
-    """
-    v = index._np
-    lo = index.live_start()
-    parts = []
-    for s in np.flatnonzero(v["written"] > lo):
-        oldest = v["row_episode"][index.physical_rows(lo[s], s)]
-        episodes = np.arange(oldest, v["episode_count"][s])
-        slot = index.episode_slot(np.full_like(episodes, s), episodes)
-        start = v["episode_start_flat"][slot]
-        parts.append((np.full_like(episodes, s), start, v["episode_length_flat"][slot],
-                      np.maximum(lo[s] - start, 0)))
-    if not parts:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty, empty, empty
-    return tuple(np.concatenate(column) for column in zip(*parts))
-
-
-def _exact_windows(
-    index: EpisodeIndex, count: int, length: int, pad: bool, generator: torch.Generator | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    stream, start, n, first = _live_episodes(index)
-    windows = np.maximum(n - length + 1 - first, 0)
-    if pad:
-        windows = np.where((n < length) & (first == 0), 1, windows)
-    total = int(windows.sum())
-    if total == 0:
-        longest = int((n - first).max()) if n.size else 0
-        hint = "" if pad else ", or pass pad=True to pad shorter episodes"
-        raise ValueError(
-            f"cannot sample sequences of {length} steps: no episode has that many live "
-            f"steps yet (longest: {longest}"
-            + (", and no episode with its first step live is shorter" if pad else "")
-            + f"); wait for longer episodes or lower sequence_length{hint}."
-        )
-    u = torch.randint(total, (count,), generator=generator).numpy()
-    ends = windows.cumsum()
-    e = np.searchsorted(ends, u, side="right")
-    k = first[e] + u - (ends[e] - windows[e])
-    return start[e] + k, stream[e], k, np.minimum(n[e], length)
+    slot, step, width = windows.draw_windows(index, count, length, pad, generator, max_rounds)
+    stream, start, _ = index.episode_at(slot)
+    return start + step, stream, step, width
 
 
 def draw_episodes(
@@ -154,15 +91,7 @@ def draw_episodes(
         >>> length.tolist()  # only the complete episode
         [2, 2, 2, 2]
     """
-    v = index._np
-    lo = index.live_start()
-    streams = np.arange(index.num_streams)
-    has_rows = v["written"] > lo
-    oldest = np.where(has_rows, v["row_episode"][index.physical_rows(lo, streams)], 0)
-    cut = v["episode_start_flat"][index.episode_slot(streams, oldest)] < lo
-    first = oldest + (has_rows & cut)
-    last = v["episode_count"] - 1 - v["is_open"]  # last complete episode
-    per_stream = np.where(has_rows, np.maximum(last - first + 1, 0), 0)
+    first, per_stream = index.complete_episodes()
     ends = per_stream.cumsum()
     if ends[-1] == 0:
         raise ValueError(
@@ -172,8 +101,8 @@ def draw_episodes(
     u = torch.randint(int(ends[-1]), (count,), generator=generator).numpy()
     s = np.searchsorted(ends, u, side="right")
     episode = first[s] + u - (ends[s] - per_stream[s])
-    slot = index.episode_slot(s, episode)
-    return v["episode_start_flat"][slot], s, v["episode_length_flat"][slot]
+    _, start, length = index.episode_at(index.episode_slot(s, episode))
+    return start, s, length
 
 
 class SequenceSampler(UniformTransitionSampler):
@@ -210,14 +139,17 @@ class SequenceSampler(UniformTransitionSampler):
         mask_key (NestedKey): entry of the validity mask. Defaults to
             ``("collector", "mask")``, as TorchRL's padded slices.
         init_key (NestedKey): entry marking episode starts. Defaults to ``"is_init"``.
+        max_rounds (int): rejection rounds before the valid windows are counted
+            episode by episode (``0``: always count; see
+            :func:`torchrl_ext.core.windows.draw_windows`). Defaults to 16.
         generator (torch.Generator, optional): RNG used when the buffer sets none.
 
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> from torchrl_ext import TransitionReplayBuffer, EpisodeStorage, EpisodeWriter
+        >>> from torchrl_ext import TransitionReplayBuffer, TransitionStorage, TransitionWriter
         >>> from torchrl_ext.samplers import SequenceSampler
-        >>> rb = TransitionReplayBuffer(storage=EpisodeStorage(64), writer=EpisodeWriter(),
+        >>> rb = TransitionReplayBuffer(storage=TransitionStorage(64), writer=TransitionWriter(),
         ...     sampler=SequenceSampler(3), batch_size=4, generator=torch.Generator().manual_seed(0))
         >>> obs = torch.arange(6.).view(1, 6, 1)  # one env, episodes of 4 and 2 steps
         >>> done = torch.tensor([[0, 0, 0, 1, 0, 1]], dtype=torch.bool).unsqueeze(-1)
@@ -238,6 +170,7 @@ class SequenceSampler(UniformTransitionSampler):
         pad: bool = False,
         mask_key: NestedKey = ("collector", "mask"),
         init_key: NestedKey = "is_init",
+        max_rounds: int = 16,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(generator=generator)
@@ -250,10 +183,11 @@ class SequenceSampler(UniformTransitionSampler):
         self.pad = bool(pad)
         self.mask_key = as_key(mask_key)
         self.init_key = as_key(init_key)
+        self.max_rounds = int(max_rounds)
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         index = storage.index
-        if index is None or not index._np["written"].any():
+        if index is None or not index.live_rows().any():
             raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
         if batch_size < 1:
             raise ValueError(f"cannot sample: batch_size={batch_size}, expected >= 1 sequences.")
@@ -263,7 +197,9 @@ class SequenceSampler(UniformTransitionSampler):
             length = int(width.max())
         else:
             length = self.sequence_length
-            tau, stream, _, width = draw_windows(index, batch_size, length, self.pad, generator)
+            tau, stream, _, width = draw_windows(
+                index, batch_size, length, self.pad, generator, self.max_rounds
+            )
         offsets = np.arange(length)
         if (width == length).all():  # no padding: consecutive rows of each stream
             slot = tau % index.stream_capacity

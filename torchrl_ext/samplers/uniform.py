@@ -10,15 +10,12 @@ import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.samplers._generator import generator_state, restore_generator
-from torchrl_ext.storages.episode import EpisodeStorage
+from torchrl_ext.storages.transition import TransitionStorage
 
-__all__ = ["UniformTransitionSampler", "draw_transitions"]
-
-_MAX_ROUNDS = 64
-
+__all__ = ["UniformTransitionSampler", "check_batch_size", "draw_transitions"]
 
 def draw_transitions(
-    storage: EpisodeStorage, batch_size: int, generator: torch.Generator | None
+    storage: TransitionStorage, batch_size: int, generator: torch.Generator | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw ``batch_size`` live transitions uniformly, with replacement.
 
@@ -50,48 +47,28 @@ def draw_transitions(
     index = storage.index
     if index is None:
         raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
-    lo = index.live_start()  # [S]
-    live = index._np["written"] - lo  # [S] live rows per stream
-    ends = live.cumsum()
     # Each live final-observation row follows a live transition of its episode,
     # except in a stream's oldest episode: so at least (rows - S) / 2 are
     # transitions, and the exact count is only needed near that bound.
-    if batch_size < 1 or batch_size > (int(ends[-1]) - index.num_streams) // 2:
-        _check_batch_size(batch_size, len(storage))
-    return draw_live_steps(index, batch_size, generator)
+    if batch_size < 1 or batch_size > (int(index.live_rows().sum()) - index.num_streams) // 2:
+        check_batch_size(batch_size, len(storage))
+    return index.draw_transitions(batch_size, generator)
 
 
-def draw_live_steps(
-    index: Any, count: int, generator: torch.Generator | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """``count`` live transitions of a non-empty ``index``, uniform, with replacement.
+def check_batch_size(batch_size: int, available: int) -> None:
+    """Raise unless ``1 <= batch_size <= available`` transitions can be drawn.
 
-    :func:`draw_transitions` without its batch-size check (windows and
-    sequences may outnumber the transitions they are drawn from).
+    Raises:
+        ValueError: the buffer is empty, or ``batch_size`` is out of range; the
+            message says how many transitions there are and what to do.
+
+    Examples:
+        >>> check_batch_size(4, 10)
+        >>> check_batch_size(0, 10)
+        Traceback (most recent call last):
+        ...
+        ValueError: cannot sample: batch_size=0, but the buffer holds 10 transitions; expected 1 <= batch_size <= 10 (wait until len(rb) >= batch_size, e.g. with a collector's init_random_frames).
     """
-    lo = index.live_start()  # [S]
-    live = index._np["written"] - lo  # [S] live rows per stream
-    ends = live.cumsum()
-    is_step = index._np["row_is_step"]
-    tau = np.empty(count, dtype=np.int64)
-    stream = np.empty(count, dtype=np.int64)
-    todo = np.arange(count)
-    for _ in range(_MAX_ROUNDS):
-        u = torch.randint(int(ends[-1]), (todo.size,), generator=generator).numpy()
-        s = np.searchsorted(ends, u, side="right")
-        t = lo[s] + u - (ends[s] - live[s])
-        ok = is_step[index.physical_rows(t, s)]
-        if todo.size == count and ok.all():
-            return t, s
-        tau[todo[ok]] = t[ok]
-        stream[todo[ok]] = s[ok]
-        todo = todo[~ok]
-        if not todo.size:
-            return tau, stream
-    raise RuntimeError("draw_transitions: too many redraws; the episode index is inconsistent.")
-
-
-def _check_batch_size(batch_size: int, available: int) -> None:
     if available == 0:
         raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
     if not 1 <= batch_size <= available:
@@ -103,7 +80,7 @@ def _check_batch_size(batch_size: int, available: int) -> None:
 
 
 class UniformTransitionSampler(Sampler):
-    """Uniform transitions of an :class:`~torchrl_ext.storages.EpisodeStorage`.
+    """Uniform transitions of an :class:`~torchrl_ext.storages.TransitionStorage`.
 
     Only live transitions are drawn: never an unwritten slot, never an
     overwritten row, never an episode's final-observation row (which is not a
@@ -137,7 +114,7 @@ class UniformTransitionSampler(Sampler):
     def _generator(self) -> torch.Generator | None:
         return self._rng if self._rng is not None else self.generator
 
-    def sample(self, storage: EpisodeStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
+    def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         tau, stream = draw_transitions(storage, batch_size, self._generator())
         return torch.from_numpy(storage.index.physical_rows(tau, stream)), {}
 

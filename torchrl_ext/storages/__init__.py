@@ -1,5 +1,10 @@
-"""Storages: where rows live. See :class:`EpisodeStorage` and :class:`EpisodePool`."""
-from torchrl_ext.storages.episode import EpisodeStorage
+"""Storages: where rows live. See :class:`TransitionStorage` and :class:`EpisodePool`."""
+from torchrl_ext._compat import moved_names
+from torchrl_ext.storages.transition import TransitionStorage
 from torchrl_ext.storages.pool import EpisodePool
 
-__all__ = ["EpisodePool", "EpisodeStorage"]
+__all__ = ["EpisodePool", "TransitionStorage"]
+
+__getattr__ = moved_names(
+    "torchrl_ext.storages", {"EpisodeStorage": "torchrl_ext.storages.transition.TransitionStorage"}
+)

@@ -21,7 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch.utils.data import get_worker_info
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage
 
-from torchrl_ext._schema import RowSchema
+from torchrl_ext.core.schema import RowSchema
 
 __all__ = ["PackedRows"]
 
@@ -53,7 +53,7 @@ def _place(keys, schema: RowSchema, offset: int) -> tuple[list[_Column], int]:
 
 
 class PackedRows:
-    """``num_rows`` rows of a :class:`~torchrl_ext._schema.RowSchema`, packed as bytes.
+    """``num_rows`` rows of a :class:`~torchrl_ext.core.schema.RowSchema`, packed as bytes.
 
     Args:
         schema: what a row holds.

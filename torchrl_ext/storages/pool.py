@@ -2,75 +2,18 @@
 from __future__ import annotations
 
 import multiprocessing
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from torchrl_ext._views import NumpyViews
+from torchrl_ext.core.views import NumpyViews
+from torchrl_ext.core.windows import draw_windows
 
 __all__ = ["EpisodePool"]
 
 _COUNTERS = ("free_top", "slot_top", "row_high", "slot_high", "table_head")
-
-
-def valid_window(step: np.ndarray, length: np.ndarray, width: int, pad: bool) -> np.ndarray:
-    """Whether a window of ``width`` steps may start at ``step`` of an episode of ``length``.
-
-    Every window inside the episode, the last one included; with ``pad``, also
-    step 0 of an episode shorter than ``width`` (the caller pads it).
-
-    Examples:
-        >>> import numpy as np
-        >>> valid_window(np.arange(4), np.full(4, 4), 3, pad=False).tolist()
-        [True, True, False, False]
-    """
-    ok = step + width <= length
-    if pad:
-        ok |= (step == 0) & (length < width)
-    return ok
-
-
-class RejectionRounds:
-    """Rounds of rejection sampling that draw as many candidates as they need.
-
-    Iterating gives up to ``max_rounds`` rounds; ``draws(todo)`` is how many
-    candidates to draw for ``todo`` missing results (``todo`` divided by the
-    acceptance rate, with a margin), and ``accepted(kept, drawn)`` records a
-    round. The first round assumes ``first_rate`` (most starts are usually
-    valid, so one round usually suffices); later rounds use the rate seen.
-    The loop stops early once the rate drops below ``min_rate``: the caller
-    then switches to an exact method.
-
-    Examples:
-        >>> rounds = RejectionRounds()
-        >>> draws = next(iter(rounds))
-        >>> draws(64)  # a margin for the few invalid starts
-        78
-        >>> draws.accepted(16, 78)  # 1 in 5 accepted
-        >>> draws(48)  # 48 missing: draw about 5x as many
-        249
-    """
-
-    def __init__(
-        self, max_rounds: int = 16, min_rate: float = 1 / 64, first_rate: float = 0.9
-    ) -> None:
-        self.max_rounds = max_rounds
-        self.min_rate = min_rate
-        self.rate = first_rate
-
-    def __iter__(self) -> Iterator[RejectionRounds]:
-        for _ in range(self.max_rounds):
-            if self.rate < self.min_rate:
-                return
-            yield self
-
-    def __call__(self, todo: int) -> int:
-        return int(todo / self.rate * 1.05) + 4
-
-    def accepted(self, kept: int, drawn: int) -> None:
-        self.rate = kept / drawn if drawn else 0.0
 
 
 class EpisodePool(NumpyViews):
@@ -78,7 +21,7 @@ class EpisodePool(NumpyViews):
 
     The storage behind the episodic datasets
     (:class:`~torchrl_ext.facades.episodic.EpisodeDataset`). Unlike the
-    per-stream rings of :class:`~torchrl_ext.storages.EpisodeStorage`, whose
+    per-stream rings of :class:`~torchrl_ext.storages.TransitionStorage`, whose
     eviction is FIFO by construction, any stored episode can be evicted here,
     and its rows are reused by the next episodes, so an evictor can pick
     the oldest, a random or the lowest-value episode. An episode of ``L``
@@ -275,18 +218,37 @@ class EpisodePool(NumpyViews):
             self.counters.copy_(torch.tensor([C, C, 0, 0, 0]))
 
     # ------------------------------------------------------------------ reads
+    def window_candidates(
+        self, count: int, generator: torch.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` rows drawn uniformly as window starts: ``(slot, step, length)``.
+
+        The :class:`~torchrl_ext.core.windows.WindowSource` side of the pool:
+        rows are drawn in ``[0, highest used row]``; a free row has slot ``-1``.
+        """
+        v = self._np
+        high = self._counter("row_high")
+        if not high:
+            none = np.full(count, -1, dtype=np.int64)
+            return none, none, none
+        r = torch.randint(high, (count,), generator=generator).numpy()
+        s = v["row_slot"][r]
+        return s, v["row_step"][r], v["length"][np.maximum(s, 0)]
+
+    def live_episodes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(slot, length, first live step)`` of every stored episode (all steps live)."""
+        slots = self.live_slots()
+        return slots, self._np["length"][slots], np.zeros_like(slots)
+
     def draw_windows(
         self, count: int, width: int, pad: bool, generator: torch.Generator | None,
         max_rounds: int = 16,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``count`` windows of ``width`` steps, uniform over valid windows.
 
-        Call under :attr:`lock`. Rows are drawn uniformly and kept when a valid
-        window (:func:`valid_window`) starts there: exact rejection sampling,
-        O(batch / acceptance) per round (see :class:`RejectionRounds`). After
-        ``max_rounds`` rounds, or if fewer than 1 in 64 rows start a valid
-        window, the valid windows are counted per episode (O(episodes)) and
-        drawn from exactly.
+        Call under :attr:`lock`. :func:`~torchrl_ext.core.windows.draw_windows`
+        over this pool: O(batch) rejection sampling of rows, exact counting per
+        episode when valid windows are rare.
 
         Returns:
             ``(slot, step, real)``: episode slot and first step of each window,
@@ -295,45 +257,7 @@ class EpisodePool(NumpyViews):
         Raises:
             ValueError: no stored episode has a valid window.
         """
-        v = self._np
-        slot = np.empty(count, dtype=np.int64)
-        step = np.empty(count, dtype=np.int64)
-        todo = np.arange(count)
-        high = self._counter("row_high")
-        for draws in RejectionRounds(max_rounds if high else 0):
-            r = torch.randint(high, (draws(todo.size),), generator=generator).numpy()
-            s = v["row_slot"][r]
-            k = v["row_step"][r]
-            ok = (s >= 0) & valid_window(k, v["length"][np.maximum(s, 0)], width, pad)
-            ok = np.flatnonzero(ok)[: todo.size]
-            draws.accepted(ok.size, r.size)
-            done, todo = todo[: ok.size], todo[ok.size :]
-            slot[done], step[done] = s[ok], k[ok]
-            if not todo.size:
-                break
-        if todo.size:
-            slot[todo], step[todo] = self._exact_windows(todo.size, width, pad, generator)
-        return slot, step, np.minimum(v["length"][slot], width)
-
-    def _exact_windows(
-        self, count: int, width: int, pad: bool, generator: torch.Generator | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        slots = self.live_slots()
-        n = self._np["length"][slots]
-        windows = np.maximum(n - width + 1, 0)
-        if pad:
-            windows = np.where(n < width, 1, windows)
-        total = int(windows.sum())
-        if total == 0:
-            longest = int(n.max()) if n.size else 0
-            raise ValueError(
-                f"cannot sample sequences of {width} steps: no stored episode is that long "
-                f"(longest: {longest}); lower sequence_length, or pad shorter episodes."
-            )
-        u = torch.randint(total, (count,), generator=generator).numpy()
-        ends = windows.cumsum()
-        e = np.searchsorted(ends, u, side="right")
-        return slots[e], u - (ends[e] - windows[e])
+        return draw_windows(self, count, width, pad, generator, max_rounds)
 
     def draw_episodes(
         self, count: int, generator: torch.Generator | None

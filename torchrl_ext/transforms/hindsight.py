@@ -8,7 +8,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext._schema import EntryKeyError, as_key
+from torchrl_ext.core.schema import EntryKeyError, as_key
 from torchrl_ext.transforms.functional import call_reward_fn
 
 __all__ = ["HindsightTransform"]

@@ -6,7 +6,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from tensordict import TensorDictBase
 
-from torchrl_ext._schema import EntryKeyError
+from torchrl_ext.core.schema import EntryKeyError
 from torchrl_ext.facades.episodic.dataset import EpisodeDataset
 
 __all__ = ["EpisodeReplayBuffer"]

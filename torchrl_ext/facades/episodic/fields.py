@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl_ext._schema import EntryKeyError
+from torchrl_ext.core.schema import EntryKeyError
 
 __all__ = [
     "ColorImage",

@@ -1,0 +1,22 @@
+"""The foundation every component builds on: the episode index, row schema, windows.
+
+Nothing here imports from the rest of the package: storages, writers,
+samplers, transforms and facades import from :mod:`torchrl_ext.core`, never
+the other way round.
+"""
+from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
+from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
+from torchrl_ext.core.views import NumpyViews
+from torchrl_ext.core.windows import RejectionRounds, valid_window
+
+__all__ = [
+    "EntryKeyError",
+    "EpisodeIndex",
+    "NumpyViews",
+    "RejectionRounds",
+    "RowSchema",
+    "WritePlan",
+    "as_key",
+    "key_str",
+    "valid_window",
+]

@@ -1,0 +1,520 @@
+"""The episode index: which row belongs to which stream, episode and step.
+
+Layout (owned here, used by the storage, the writer and every sampler):
+
+* The storage has ``num_streams * stream_capacity`` rows. Stream ``s`` is a ring
+  of ``stream_capacity`` rows; its logical time ``tau`` (rows ever written to the
+  stream) maps to the physical row ``s * stream_capacity + tau % stream_capacity``
+  (stream-major: a stream's consecutive steps are adjacent rows, so a step and
+  its next observation, an n-step window or a sequence are one contiguous
+  read, wrap-around aside).
+* Each row holds one observation. Row ``tau`` of an episode's step also holds the
+  step's action and next-only entries (reward, done flags); the next observation
+  of that step is the observation of row ``tau + 1``. The row after an episode's
+  last step holds its true final observation (or, while the episode runs, the
+  pending next observation). An episode of ``L`` steps therefore spans ``L + 1``
+  rows, and a row is a *transition* iff its step in the episode is ``< L``.
+* Episodes are numbered per stream (``0, 1, ...``). Their table is a ring of
+  ``stream_capacity // 2 + 2`` entries per stream: every live episode spans at
+  least two rows, so live episodes never share an entry.
+
+All state is in tensors (``state`` / ``load_state``) so it is checkpointed and
+shared with worker processes together with the data.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from tensordict import TensorDict
+
+from torchrl_ext.core.views import NumpyViews
+
+__all__ = ["EpisodeIndex", "WritePlan"]
+
+_MAX_ROUNDS = 64  # redraw rounds of draw_transitions before giving up
+
+
+class EpisodeIndex(NumpyViews):
+    """Per-stream episode bookkeeping for an episode-aware storage.
+
+    Updated by :class:`~torchrl_ext.writers.TransitionWriter` in O(rows written);
+    read by samplers in O(batch). Nothing here scans the storage.
+
+    The state is a set of torch tensors (shared memory, checkpointed); the
+    arithmetic runs on numpy views of them, which cost a fraction of a torch op
+    on the small arrays a write or a sample handles. Methods take and return
+    numpy int64 arrays (torch CPU tensors are accepted as input).
+
+    Args:
+        num_streams (int): number of streams (envs) sharing the storage.
+        stream_capacity (int): rows per stream ring, at least 2.
+
+    Examples:
+        >>> import numpy as np
+        >>> index = EpisodeIndex(num_streams=2, stream_capacity=4)
+        >>> index.physical_rows(np.array([0, 5]), np.array([1, 0]))  # step 5 wraps to slot 1
+        array([4, 1])
+    """
+
+    _VIEWED = _TENSORS = (
+        "written",  # [S] rows ever written per stream
+        "is_open",  # [S] the stream's last episode still runs
+        "episode_count",  # [S] episodes ever opened per stream
+        "stream_traj",  # [S] trajectory id of the stream's last step (-1: none)
+        "row_episode",  # [S * C] per-stream episode number of each row (-1: unwritten)
+        "row_is_step",  # [S * C] the row holds a published transition (1 byte a row)
+        "episode_start",  # [S, E] tau of each episode's step 0
+        "episode_length",  # [S, E] steps written per episode
+    )
+
+    def __init__(self, num_streams: int, stream_capacity: int) -> None:
+        if stream_capacity < 2:
+            raise ValueError(
+                f"stream_capacity={stream_capacity}: each stream needs at least 2 rows "
+                "(a step and its next observation); raise the storage max_size."
+            )
+        self.num_streams = int(num_streams)
+        self.stream_capacity = int(stream_capacity)
+        self.episode_capacity = self.stream_capacity // 2 + 2
+        S, C, E = self.num_streams, self.stream_capacity, self.episode_capacity
+        self.written = torch.zeros(S, dtype=torch.int64)
+        self.is_open = torch.zeros(S, dtype=torch.bool)
+        self.episode_count = torch.zeros(S, dtype=torch.int64)
+        self.stream_traj = torch.full((S,), -1, dtype=torch.int64)
+        self.row_episode = torch.full((S * C,), -1, dtype=torch.int64)
+        # the sampler's validity test reads this, not the 8x larger row_episode
+        self.row_is_step = torch.zeros(S * C, dtype=torch.bool)
+        self.episode_start = torch.zeros(S, E, dtype=torch.int64)
+        self.episode_length = torch.zeros(S, E, dtype=torch.int64)
+        self._bind()
+
+    def _bind(self) -> None:
+        super()._bind()
+        self._np["episode_start_flat"] = self._np["episode_start"].reshape(-1)
+        self._np["episode_length_flat"] = self._np["episode_length"].reshape(-1)
+
+    # ------------------------------------------------------------------ layout
+    @property
+    def num_rows(self) -> int:
+        """Total number of physical rows."""
+        return self.num_streams * self.stream_capacity
+
+    def physical_rows(self, tau: npt.ArrayLike, stream: npt.ArrayLike) -> np.ndarray:
+        """Map logical time ``tau`` in ``stream`` to physical rows (ring wrap-around)."""
+        return np.asarray(stream) * self.stream_capacity + np.asarray(tau) % self.stream_capacity
+
+    def row_coordinates(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Inverse of :meth:`physical_rows` for live rows: ``(tau, stream)``.
+
+        A physical slot holds the most recent ``tau`` congruent to it below the
+        stream's write cursor.
+        """
+        rows = np.asarray(rows)
+        stream = rows // self.stream_capacity
+        slot = rows - stream * self.stream_capacity
+        last = self._np["written"][stream] - 1
+        return last - (last - slot) % self.stream_capacity, stream
+
+    def live_start(self) -> np.ndarray:
+        """Oldest live ``tau`` per stream, ``[num_streams]``."""
+        return np.maximum(self._np["written"] - self.stream_capacity, 0)
+
+    # ----------------------------------------------------------------- queries
+    def episode_slot(self, stream: np.ndarray, episode: np.ndarray) -> np.ndarray:
+        """Flat position of ``(stream, episode)`` in the episode tables."""
+        return stream * self.episode_capacity + episode % self.episode_capacity
+
+    def locate(
+        self, tau: np.ndarray, stream: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Episode facts of live rows.
+
+        Returns:
+            ``(episode, step, start, length)``: the row's per-stream episode
+            number, its step in that episode, the episode's first ``tau`` and its
+            number of steps written so far. The row is a transition iff
+            ``step < length``.
+        """
+        tau, stream = np.asarray(tau), np.asarray(stream)
+        episode = self._np["row_episode"][self.physical_rows(tau, stream)]
+        slot = self.episode_slot(stream, episode)
+        start = self._np["episode_start_flat"][slot]
+        return episode, tau - start, start, self._np["episode_length_flat"][slot]
+
+    def num_transitions(self) -> int:
+        """Number of live transitions (rows with a live next row)."""
+        written = self._np["written"]
+        lo = self.live_start()
+        streams = np.flatnonzero(written > lo)
+        if not streams.size:
+            return 0
+        oldest = self._np["row_episode"][self.physical_rows(lo[streams], streams)]
+        # each live episode has exactly one live observation-only row (its last)
+        obs_rows = self._np["episode_count"][streams] - oldest
+        return int((written[streams] - lo[streams] - obs_rows).sum())
+
+    def live_rows(self) -> np.ndarray:
+        """Live rows per stream, ``[num_streams]`` (observation-only rows included).
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=4)
+            >>> index.plan(np.array([1]), np.array([[False, True]]), None).commit()
+            >>> index.live_rows().tolist()  # 2 steps and the final observation
+            [0, 3]
+        """
+        return self._np["written"] - self.live_start()
+
+    def is_transition(self, rows: npt.ArrayLike) -> np.ndarray:
+        """Whether each physical row holds a published transition (bool, shaped as ``rows``).
+
+        An episode's final (or pending) observation row is live but is not a
+        transition; neither is an unwritten row.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=4)
+            >>> index.plan(np.array([0]), np.array([[False, True]]), None).commit()
+            >>> index.is_transition(np.arange(4)).tolist()
+            [True, True, False, False]
+        """
+        return self._np["row_is_step"][rows]
+
+    def draw_transitions(
+        self, count: int, generator: torch.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` live transitions, uniform, with replacement: ``(tau, stream)``.
+
+        A live row is drawn uniformly over all streams and redrawn while it is an
+        observation-only row (exact rejection sampling; such rows are one per
+        episode, so a redraw round is rarely needed). O(count + num_streams).
+        The index must hold a transition; callers check the batch size (see
+        :func:`torchrl_ext.samplers.uniform.draw_transitions`).
+
+        Raises:
+            RuntimeError: no transition found after many rounds (an inconsistent index).
+
+        Examples:
+            >>> import numpy as np, torch
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> index.plan(np.array([0]), np.array([[False, True]]), None).commit()
+            >>> tau, stream = index.draw_transitions(6, torch.Generator().manual_seed(0))
+            >>> sorted(set(tau.tolist())), set(stream.tolist())  # never the final observation (tau 2)
+            ([0, 1], {0})
+        """
+        lo = self.live_start()
+        live = self._np["written"] - lo
+        ends = live.cumsum()
+        is_step = self._np["row_is_step"]
+        tau = np.empty(count, dtype=np.int64)
+        stream = np.empty(count, dtype=np.int64)
+        todo = np.arange(count)
+        for _ in range(_MAX_ROUNDS):
+            u = torch.randint(int(ends[-1]), (todo.size,), generator=generator).numpy()
+            s = np.searchsorted(ends, u, side="right")
+            t = lo[s] + u - (ends[s] - live[s])
+            ok = is_step[self.physical_rows(t, s)]
+            if todo.size == count and ok.all():
+                return t, s
+            tau[todo[ok]] = t[ok]
+            stream[todo[ok]] = s[ok]
+            todo = todo[~ok]
+            if not todo.size:
+                return tau, stream
+        raise RuntimeError("draw_transitions: too many redraws; the episode index is inconsistent.")
+
+    def episode_at(self, slots: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(stream, start, length)`` of the episodes at table ``slots`` (:meth:`episode_slot`).
+
+        ``start`` is the episode's first ``tau``, ``length`` its steps written so far.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
+            >>> index.plan(np.array([1]), np.array([[False, True, True]]), None).commit()
+            >>> stream, start, length = index.episode_at(index.episode_slot(np.array([1, 1]), np.array([0, 1])))
+            >>> stream.tolist(), start.tolist(), length.tolist()  # episodes of 2 and 1 steps
+            ([1, 1], [0, 3], [2, 1])
+        """
+        slots = np.asarray(slots)
+        return (
+            slots // self.episode_capacity,
+            self._np["episode_start_flat"][slots],
+            self._np["episode_length_flat"][slots],
+        )
+
+    def live_episodes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every episode with a live row: ``(slot, length, first live step)``.
+
+        O(live episodes). The oldest episode of a stream may have lost its first
+        rows to the ring (``first live step > 0``); an episode still being
+        written is included with the steps written so far.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=4)
+            >>> index.plan(np.array([0]), np.array([[False, False, True]]), None).commit()
+            >>> slot, length, first = index.live_episodes()  # 3 steps, 4 rows kept of its 4
+            >>> length.tolist(), first.tolist()
+            ([3], [0])
+        """
+        v = self._np
+        lo = self.live_start()
+        parts = []
+        for s in np.flatnonzero(v["written"] > lo):
+            oldest = v["row_episode"][self.physical_rows(lo[s], s)]
+            episodes = np.arange(oldest, v["episode_count"][s])
+            slot = self.episode_slot(np.full_like(episodes, s), episodes)
+            start = v["episode_start_flat"][slot]
+            parts.append((slot, v["episode_length_flat"][slot], np.maximum(lo[s] - start, 0)))
+        if not parts:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, empty
+        slot, length, first = (np.concatenate(column) for column in zip(*parts))
+        return slot, length, first
+
+    def complete_episodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stream, the complete episodes whose rows are all live: ``(first, count)``.
+
+        An episode is complete once its last step is written (done or a new
+        trajectory); episode numbers ``first[s], ..., first[s] + count[s] - 1`` of
+        stream ``s`` qualify. O(num_streams).
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> index.plan(np.array([0]), np.array([[False, True, False]]), None).commit()
+            >>> first, count = index.complete_episodes()  # episode 1 still runs
+            >>> first.tolist(), count.tolist()
+            ([0], [1])
+        """
+        v = self._np
+        lo = self.live_start()
+        streams = np.arange(self.num_streams)
+        has_rows = v["written"] > lo
+        oldest = np.where(has_rows, v["row_episode"][self.physical_rows(lo, streams)], 0)
+        cut = v["episode_start_flat"][self.episode_slot(streams, oldest)] < lo
+        first = oldest + (has_rows & cut)
+        last = v["episode_count"] - 1 - v["is_open"]  # last complete episode
+        return first, np.where(has_rows, np.maximum(last - first + 1, 0), 0)
+
+    def window_candidates(
+        self, count: int, generator: torch.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` live transitions as window starts: ``(slot, step, length)`` of each.
+
+        The :class:`~torchrl_ext.core.windows.WindowSource` side of the index
+        (see :func:`~torchrl_ext.core.windows.draw_windows`): uniform over live
+        transitions, each with its episode's table slot, its step in the
+        episode and the episode's length so far.
+        """
+        tau, stream = self.draw_transitions(count, generator)
+        episode, step, _, length = self.locate(tau, stream)
+        return self.episode_slot(stream, episode), step, length
+
+    # ------------------------------------------------------------------ writes
+    def plan(
+        self,
+        streams: np.ndarray,
+        done: np.ndarray,
+        traj: np.ndarray | None,
+    ) -> WritePlan:
+        """Place ``T`` steps of each of ``K`` streams; changes nothing yet.
+
+        The caller stores the rows, then calls ``plan.commit()`` to publish them,
+        so readers in other processes never see an index entry before its row.
+
+        Args:
+            streams (np.ndarray): ``[K]`` distinct stream ids.
+            done (np.ndarray): ``[K, T]`` bool, the step ends its episode.
+            traj (np.ndarray, optional): ``[K, T]`` trajectory ids; a change of
+                id starts a new episode even without a done flag.
+
+        Returns:
+            the rows to write and the index update, see :class:`WritePlan`.
+
+        Raises:
+            ValueError: if a stream would overwrite rows of this same write.
+        """
+        v = self._np
+        K, T = done.shape
+        if T == 1:
+            return self._plan_one_step(streams, done[:, 0], None if traj is None else traj[:, 0])
+        was_open = v["is_open"][streams]  # [K]
+        start = np.empty((K, T), dtype=bool)
+        start[:, 0] = ~was_open
+        start[:, 1:] = done[:, :-1]
+        if traj is not None:
+            start[:, 0] |= traj[:, 0] != v["stream_traj"][streams]
+            start[:, 1:] |= traj[:, 1:] != traj[:, :-1]
+        # A start that follows a step written before it leaves that step's
+        # observation row (final or pending) in place and opens on the next row.
+        skip = start.copy()
+        skip[:, 0] &= was_open
+        base = v["written"][streams] - was_open  # [K]
+        tau = base[:, None] + np.arange(T) + skip.cumsum(1)  # [K, T]
+        used = tau[:, -1] + 2 - base
+        if (used > self.stream_capacity).any():
+            raise ValueError(
+                f"a write of {T} steps needs up to {int(used.max())} rows in one stream, "
+                f"but each stream holds {self.stream_capacity} rows; write smaller "
+                "chunks or raise the storage max_size."
+            )
+        episode = (v["episode_count"][streams] - 1)[:, None] + start.cumsum(1)
+        stream_kt = np.broadcast_to(streams[:, None], (K, T))
+        slot = self.episode_slot(stream_kt, episode)
+        # first tau of each step's episode: opened in this write, or already known
+        opened = np.maximum.accumulate(np.where(start, tau, -1), axis=1)
+        first = np.where(opened >= 0, opened, v["episode_start_flat"][slot])
+        # the last step of each episode in this write sets its length
+        last = np.ones((K, T), dtype=bool)
+        last[:, :-1] = start[:, 1:]
+        return WritePlan(
+            index=self,
+            streams=streams,
+            rows=self.physical_rows(tau, stream_kt),
+            next_rows=self.physical_rows(tau + 1, stream_kt),
+            start=start,
+            episode=episode,
+            start_slots=slot[start],
+            start_tau=tau[start],
+            length_slots=slot[last],
+            lengths=(tau - first + 1)[last],
+            written=tau[:, -1] + 2,
+            is_open=~done[:, -1],
+            traj=None if traj is None else traj[:, -1],
+        )
+
+    def _plan_one_step(
+        self, streams: np.ndarray, done: np.ndarray, traj: np.ndarray | None
+    ) -> WritePlan:
+        # plan() for T == 1 (a vector-env step), with [K] arrays: the hot path.
+        v = self._np
+        was_open = v["is_open"][streams]
+        start = ~was_open
+        if traj is not None:
+            start |= traj != v["stream_traj"][streams]
+        # open stream: the step goes to the pending row (written - 1), unless a new
+        # trajectory starts, which leaves that row as the old episode's last.
+        tau = v["written"][streams] - (was_open & ~start)
+        episode = v["episode_count"][streams] - 1 + start
+        slot = streams * self.episode_capacity + episode % self.episode_capacity
+        first = np.where(start, tau, v["episode_start_flat"][slot])
+        return WritePlan(
+            index=self,
+            streams=streams,
+            rows=(streams * self.stream_capacity + tau % self.stream_capacity)[:, None],
+            next_rows=(streams * self.stream_capacity + (tau + 1) % self.stream_capacity)[:, None],
+            start=start[:, None],
+            episode=episode[:, None],
+            start_slots=slot[start],
+            start_tau=tau[start],
+            length_slots=slot,
+            lengths=tau - first + 1,
+            written=tau + 2,
+            is_open=~done,
+            traj=traj,
+        )
+
+    def commit(self, plan: WritePlan) -> None:
+        """Publish a write whose rows are in storage.
+
+        Episode tables first, cursors last: a reader in another process that
+        sees the new cursor also sees the rows and their episodes.
+        """
+        v = self._np
+        v["row_episode"][plan.rows] = plan.episode
+        v["row_episode"][plan.next_rows] = plan.episode
+        # next rows first: a step's next row is the following step's row when
+        # the episode continues, and then it is a transition
+        v["row_is_step"][plan.next_rows] = False
+        v["row_is_step"][plan.rows] = True
+        v["episode_start_flat"][plan.start_slots] = plan.start_tau
+        v["episode_length_flat"][plan.length_slots] = plan.lengths
+        v["episode_count"][plan.streams] = plan.episode[:, -1] + 1
+        if plan.traj is not None:
+            v["stream_traj"][plan.streams] = plan.traj
+        v["is_open"][plan.streams] = plan.is_open
+        v["written"][plan.streams] = plan.written
+
+    def reset(self) -> None:
+        """Forget every row (``rb.empty()``)."""
+        for name in ("written", "is_open", "episode_count", "episode_start", "episode_length"):
+            getattr(self, name).zero_()
+        self.row_is_step.zero_()
+        self.stream_traj.fill_(-1)
+        self.row_episode.fill_(-1)
+
+    # ------------------------------------------------------- state and sharing
+    def state(self) -> TensorDict:
+        """All index tensors (shared with the data, checkpointed with it)."""
+        return TensorDict({name: getattr(self, name) for name in self._TENSORS}, batch_size=[])
+
+    def load_state(self, state: TensorDict) -> None:
+        """Copy a :meth:`state` in place (keeps shared memory shared)."""
+        self.state().update_(state)
+
+    def share_memory_(self) -> EpisodeIndex:
+        """Move every index tensor to shared memory, in place."""
+        for name in self._TENSORS:
+            getattr(self, name).share_memory_()
+        self._bind()
+        return self
+
+
+@dataclass(slots=True)
+class WritePlan:
+    """Where the ``[K, T]`` steps of one write go, and the index update to publish.
+
+    ``rows``, ``next_rows`` and ``start`` tell the storage where to write; the
+    other fields are the index entries :meth:`EpisodeIndex.commit` writes once
+    the rows are stored.
+
+    Attributes:
+        index: the index the plan updates.
+        streams: ``[K]`` the streams written.
+        rows: ``[K, T]`` physical row of each step (its observation, action and
+            next-only entries).
+        next_rows: ``[K, T]`` physical row of each step's next observation.
+        start: ``[K, T]`` bool, the step opens an episode (its observation is
+            written to ``rows``; otherwise that row already holds it).
+        episode: ``[K, T]`` per-stream episode number of each step.
+        start_slots: episode-table slots of the episodes opened, and
+        start_tau: their first ``tau``.
+        length_slots: episode-table slots whose length changes, and
+        lengths: their new lengths.
+        written: ``[K]`` new write cursor of each stream.
+        is_open: ``[K]`` the stream's last episode still runs.
+        traj: ``[K]`` trajectory id of each stream's last step, or ``None``.
+
+    Examples:
+        >>> import numpy as np
+        >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+        >>> plan = index.plan(np.array([0]), np.array([[False, True]]), None)
+        >>> plan.rows.tolist(), plan.next_rows.tolist()  # 2 steps then the final observation
+        ([[0, 1]], [[1, 2]])
+        >>> plan.commit()
+        >>> index.num_transitions()
+        2
+    """
+
+    index: EpisodeIndex
+    streams: np.ndarray
+    rows: np.ndarray
+    next_rows: np.ndarray
+    start: np.ndarray
+    episode: np.ndarray
+    start_slots: np.ndarray
+    start_tau: np.ndarray
+    length_slots: np.ndarray
+    lengths: np.ndarray
+    written: np.ndarray
+    is_open: np.ndarray
+    traj: np.ndarray | None
+
+    def commit(self) -> None:
+        """Publish the write in the index (after the rows are stored)."""
+        self.index.commit(self)

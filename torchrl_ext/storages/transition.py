@@ -1,0 +1,364 @@
+"""Episode-aware storage: per-stream rings, each observation stored once."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Storage, TensorStorage
+
+from torchrl_ext.core.schema import LeafSpec, RowSchema
+from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
+from torchrl_ext.storages._packed import PackedRows
+
+__all__ = ["TransitionStorage"]
+
+Backend = Literal["tensor", "memmap"]
+
+
+class TransitionStorage(TensorStorage):
+    """Rows of transitions in per-stream rings, with the episode index beside them.
+
+    Each row holds one observation (every key present both at the root and under
+    ``"next"``), the root-only entries (action, ...) and the next-only entries
+    (reward, done flags) of its step. A step's next observation is the next row
+    of its stream; the true final observation of an episode gets a row of its
+    own. Frames are therefore stored once, whatever their size. See
+    :class:`~torchrl_ext.core.episodes.EpisodeIndex` for the layout.
+
+    The bytes live in a TorchRL storage: :class:`~torchrl.data.LazyTensorStorage`
+    in shared memory (``backend="tensor"``, visible to forked and spawned
+    workers, also for rows written after they started) or
+    :class:`~torchrl.data.LazyMemmapStorage` (``backend="memmap"``, disk-backed).
+    The schema and the number of streams are fixed by the first write, done by
+    :class:`~torchrl_ext.writers.TransitionWriter`.
+
+    :meth:`get` returns TorchRL transitions for *row* indices, as drawn by the
+    samplers of :mod:`torchrl_ext.samplers`.
+
+    Args:
+        max_size (int): number of rows. Each stream gets ``max_size // num_streams``
+            rows; an episode of ``L`` steps uses ``L + 1`` of them.
+
+    Keyword Args:
+        backend (str): ``"tensor"`` (shared memory, default) or ``"memmap"``.
+        scratch_dir (str or Path, optional): directory of the memmap files.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import TensorDictReplayBuffer
+        >>> from torchrl_ext.storages import TransitionStorage
+        >>> from torchrl_ext.writers import TransitionWriter
+        >>> from torchrl_ext.samplers import UniformTransitionSampler
+        >>> rb = TensorDictReplayBuffer(storage=TransitionStorage(100),
+        ...     writer=TransitionWriter(), sampler=UniformTransitionSampler(), batch_size=2)
+        >>> step = TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
+        ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
+        ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, batch_size=[2])
+        >>> _ = rb.extend(step)  # one step of 2 envs: two streams
+        >>> len(rb)
+        2
+        >>> rb.sample()["next", "observation"].shape
+        torch.Size([2, 3])
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        backend: Backend = "tensor",
+        scratch_dir: str | Path | None = None,
+    ) -> None:
+        if backend not in ("tensor", "memmap"):
+            raise ValueError(
+                f"TransitionStorage: backend={backend!r}, expected 'tensor' or 'memmap'."
+            )
+        if int(max_size) < 2:
+            raise ValueError(f"TransitionStorage: max_size={max_size}, expected at least 2 rows.")
+        Storage.__init__(self, max_size)  # TensorStorage's init expects its own layout
+        self.ndim = 1
+        self.device = torch.device("cpu")
+        self.backend = backend
+        self.scratch_dir = None if scratch_dir is None else str(scratch_dir)
+        self.schema: RowSchema | None = None
+        self.index: EpisodeIndex | None = None
+        self._storage: TensorDictBase | None = None
+        self._last_cursor = None
+        self.__dict__["_storage_keys"] = None
+
+    # ----------------------------------------------------------------- set-up
+    @property
+    def initialized(self) -> bool:  # type: ignore[override]
+        """Whether the first write has fixed the schema and allocated the rows."""
+        return self.schema is not None
+
+    @initialized.setter
+    def initialized(self, value: bool) -> None:  # TensorStorage assigns it
+        pass
+
+    @property
+    def num_streams(self) -> int | None:
+        """Number of streams, fixed by the first write."""
+        return None if self.index is None else self.index.num_streams
+
+    def initialize(self, schema: RowSchema, num_streams: int) -> None:
+        """Allocate ``max_size`` rows for ``schema`` split in ``num_streams`` rings."""
+        stream_capacity = self.max_size // num_streams
+        if stream_capacity < 2:
+            raise ValueError(
+                f"TransitionStorage: max_size={self.max_size} gives {stream_capacity} rows to "
+                f"each of {num_streams} streams; need at least 2 per stream."
+            )
+        index = EpisodeIndex(num_streams, stream_capacity).share_memory_()
+        self.packed = PackedRows(schema, index.num_rows, self.backend, self.scratch_dir)
+        self.schema, self.index, self._storage = schema, index, self.packed.buffers
+
+    # ----------------------------------------------------------------- writes
+    def write(self, plan: WritePlan, leaves: dict[tuple[str, ...], torch.Tensor]) -> None:
+        """Write the ``[K, T]`` steps of ``plan``, then publish them in the index.
+
+        Args:
+            plan: rows from :meth:`EpisodeIndex.plan`.
+            leaves: every entry of the steps, ``[K * T, *shape]``.
+        """
+        start = plan.start.reshape(-1)
+        self.packed.write(
+            leaves,
+            torch.from_numpy(plan.rows.reshape(-1)),
+            torch.from_numpy(plan.next_rows.reshape(-1)),
+            torch.from_numpy(start) if start.any() else None,
+        )
+        plan.commit()
+
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        """Not supported: rows are placed by :class:`~torchrl_ext.writers.TransitionWriter`."""
+        raise TypeError(
+            "TransitionStorage is written through torchrl_ext.writers.TransitionWriter "
+            "(rb.extend / rb.add), which places each step in its episode; "
+            "direct assignment (rb[index] = data, RoundRobinWriter) is not supported."
+        )
+
+    # ------------------------------------------------------------------ reads
+    def next_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Physical row following ``rows`` in their streams (ring wrap-around)."""
+        capacity = self.index.stream_capacity
+        nxt = rows + 1
+        nxt[nxt % capacity == 0] -= capacity  # past the end of its stream's ring
+        return nxt
+
+    def get(self, index: Any) -> TensorDictBase:
+        """Transitions starting at physical ``index`` rows, in TorchRL layout.
+
+        ``index`` is a LongTensor (or numpy array) of rows as drawn by the
+        samplers, an int, or ``slice(None)`` for every live transition.
+        """
+        self._check_ready("get")
+        if isinstance(index, tuple):
+            return self.get_windows(*index)
+        if isinstance(index, slice):
+            if index != slice(None):
+                raise ValueError(f"TransitionStorage.get: slice {index} unsupported; use [:].")
+            index = self.live_transition_rows()
+        rows = torch.as_tensor(index, dtype=torch.int64)
+        if rows.ndim == 2 and rows.shape[1] > 1:
+            # consecutive rows of one stream (unpadded sequences): one gather
+            r = rows.numpy()
+            if np.array_equal(self.next_rows(r[:, :-1]), r[:, 1:]):
+                after = self.next_rows(r[:, -1:])
+                return self.packed.gather_sequences(torch.from_numpy(np.concatenate([r, after], 1)))
+        flat = rows.reshape(-1)
+        out = self.packed.gather(flat, torch.from_numpy(self.next_rows(flat.numpy())))
+        return out if rows.ndim == 1 else out.reshape(rows.shape)
+
+    def window_steps(self, rows: torch.Tensor, n: int) -> torch.Tensor:
+        """Steps of the window of at most ``n`` steps starting at each of ``rows``.
+
+        ``min(n, steps of the episode from the row on)``: a window stops at its
+        episode's end, and, in an episode still being written, at its last
+        written step. Rows are live transitions (as drawn by a sampler).
+        """
+        tau, stream = self.index.row_coordinates(rows.numpy())
+        _, step, _, length = self.index.locate(tau, stream)
+        return torch.from_numpy(np.minimum(length - step, n))
+
+    def get_windows(
+        self, rows: torch.Tensor, steps: torch.Tensor, goal_rows: torch.Tensor | None = None
+    ) -> TensorDictBase:
+        """Windows of ``steps`` transitions starting at ``rows`` (see :meth:`window_steps`).
+
+        Returns a ``[B]`` TensorDict with the first step's observation and
+        action, ``("next", obs)`` = the observation after the window's last step
+        (the true final observation when the window ends its episode), the
+        last step's next-only entries (``("next", "terminated")``...),
+        ``"steps_to_next_obs"`` ``[B, 1]``, and under ``"n_step"`` a ``[B, W]``
+        TensorDict (``W = max(steps)``) of each window step's next-only entries
+        (reward, done flags) with ``"mask"`` marking the steps inside the window.
+        :class:`~torchrl_ext.transforms.NStepTransform` reduces it.
+
+        With ``goal_rows`` (from :class:`~torchrl_ext.samplers.HindsightSampler`,
+        ``-1`` for rows kept real), also ``"her"``: the observation entries at
+        the goal rows and ``"relabel"`` (``goal_rows >= 0``), and in
+        ``"n_step"`` each window step's next observation entries.
+        """
+        rows_np, steps_np = rows.numpy(), steps.numpy()
+        width = int(steps_np.max())
+        tau, stream = self.index.row_coordinates(rows_np)
+        offsets = np.arange(width)
+        mask = offsets < steps_np[:, None]  # [B, W]
+        # padding reads the first step again; the mask hides it
+        window_tau = tau[:, None] + np.where(mask, offsets, 0)
+        window_rows = self.index.physical_rows(window_tau, stream[:, None])
+        last_rows = self.index.physical_rows(tau + steps_np - 1, stream)
+        after_rows = self.index.physical_rows(tau + steps_np, stream)
+        goals = window_next = None
+        if goal_rows is not None:
+            relabel = goal_rows >= 0
+            goals = torch.where(relabel, goal_rows, rows)  # real rows: any valid row
+            window_next = torch.from_numpy(self.index.physical_rows(window_tau + 1, stream[:, None]))
+        out = self.packed.gather_windows(
+            rows,
+            torch.from_numpy(window_rows),
+            torch.from_numpy(last_rows),
+            torch.from_numpy(after_rows),
+            goals,
+            window_next,
+        )
+        if goal_rows is not None:
+            out.set(("her", "relabel"), relabel)
+        out.set(("n_step", "mask"), torch.from_numpy(mask))
+        out.set("steps_to_next_obs", steps.reshape(-1, 1))
+        return out
+
+    def live_transition_rows(self) -> torch.Tensor:
+        """Physical rows of every live transition, stream by stream (O(capacity))."""
+        index = self.index
+        lo, written = index.live_start(), index.written.numpy()
+        parts = []
+        for s in range(index.num_streams):
+            tau = np.arange(lo[s], written[s])
+            stream = np.full_like(tau, s)
+            _, step, _, length = index.locate(tau, stream)
+            parts.append(index.physical_rows(tau[step < length], stream[step < length]))
+        return torch.from_numpy(np.concatenate(parts))
+
+    def __len__(self) -> int:
+        return 0 if self.index is None else self.index.num_transitions()
+
+    def _check_ready(self, where: str) -> None:
+        if self.index is None:
+            raise RuntimeError(
+                f"TransitionStorage.{where}: the storage is empty (nothing was written yet)."
+            )
+
+    def contains(self, item: Any) -> bool:
+        """Whether physical row ``item`` starts a live transition."""
+        if self.index is None:
+            return False
+        tau, stream = self.index.row_coordinates(np.asarray(item))
+        live = (tau >= self.index.live_start()[stream]) & (tau >= 0)
+        _, step, _, length = self.index.locate(np.maximum(tau, 0), stream)
+        return bool((live & (step < length)).all())
+
+    # ---------------------------------------------------- state and persistence
+    def _empty(self) -> None:
+        if self.index is not None:
+            self.index.reset()
+        # torchrl >= 0.14 caches metadata per storage revision; 0.13 has none
+        bump = getattr(self, "_bump_mutation_revision", None)
+        if bump is not None:
+            bump()
+
+    def _meta(self) -> dict[str, Any]:
+        schema = self.schema
+        return {
+            "max_size": self.max_size,
+            "num_streams": self.index.num_streams,
+            "shared": [list(k) for k in schema.shared],
+            "root_only": [list(k) for k in schema.root_only],
+            "next_only": [list(k) for k in schema.next_only],
+            "leaves": [
+                [list(k), list(v.shape), str(v.dtype).removeprefix("torch.")]
+                for k, v in schema.leaves.items()
+            ],
+        }
+
+    def _restore_meta(self, meta: dict[str, Any]) -> None:
+        if meta["max_size"] != self.max_size:
+            raise ValueError(
+                f"TransitionStorage: checkpoint has max_size={meta['max_size']}, "
+                f"this storage {self.max_size}; build the buffer with the same size."
+            )
+        schema = RowSchema(
+            shared=tuple(tuple(k) for k in meta["shared"]),
+            root_only=tuple(tuple(k) for k in meta["root_only"]),
+            next_only=tuple(tuple(k) for k in meta["next_only"]),
+            leaves={
+                tuple(k): LeafSpec(torch.Size(shape), getattr(torch, dtype))
+                for k, shape, dtype in meta["leaves"]
+            },
+        )
+        if self.schema is None:
+            self.initialize(schema, meta["num_streams"])
+        elif self.schema != schema or self.index.num_streams != meta["num_streams"]:
+            raise ValueError(
+                "TransitionStorage: the checkpoint's entries or stream count differ from "
+                "this storage's; load into a new, empty buffer."
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.schema is None:
+            return {"meta": None}
+        return {"meta": self._meta(), "rows": self._storage.clone(), "index": self.index.state().clone()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict["meta"] is None:
+            self._empty()
+            return
+        self._restore_meta(state_dict["meta"])
+        self._storage.update_(state_dict["rows"])
+        self.index.load_state(state_dict["index"])
+
+    def dumps(self, path: str | Path) -> None:
+        """Write rows, episode index and schema under ``path``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        meta = None if self.schema is None else self._meta()
+        (path / "meta.json").write_text(json.dumps(meta))
+        if meta is not None:
+            self._storage.memmap(path / "rows", copy_existing=True)
+            self.index.state().memmap(path / "index")
+
+    def loads(self, path: str | Path) -> None:
+        """Restore what :meth:`dumps` wrote, in place."""
+        path = Path(path)
+        meta = json.loads((path / "meta.json").read_text())
+        if meta is None:
+            self._empty()
+            return
+        self._restore_meta(meta)
+        self._storage.update_(TensorDict.load_memmap(path / "rows"))
+        self.index.load_state(TensorDict.load_memmap(path / "index"))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = Storage.__getstate__(self)
+        # the buffers using this storage re-attach themselves when rebuilt
+        state["_attached_entities_list"] = []
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        restore = getattr(Storage, "__setstate__", None)  # torchrl 0.13 has none
+        if restore is None:
+            self.__dict__.update(state)
+        else:
+            restore(self, state)
+
+    def __repr__(self) -> str:
+        streams = "?" if self.index is None else self.index.num_streams
+        return (
+            f"{type(self).__name__}(max_size={self.max_size}, backend={self.backend!r}, "
+            f"num_streams={streams}, transitions={len(self)})"
+        )
