@@ -140,7 +140,10 @@ def checkpoint_round_trip(rb, n_step=None) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="torchrl_ext demo: episode-aware replay fed by gymnasium "
+        "and by a TorchRL collector."
+    )
     parser.add_argument("--steps", type=int, default=2_000,
                         help="vector steps of each gymnasium fill (8 envs)")
     parser.add_argument("--frames", type=int, default=8_192,

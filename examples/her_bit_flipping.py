@@ -18,7 +18,7 @@ Run::
 
 (``--quick`` for a run of a few seconds on 6 bits, ``--help`` for options). The
 greedy success rate of both agents is measured at ``--stages`` points of
-training and plotted (``--plot``, by default ``examples/out/her_bit_flipping.png``;
+training and plotted (``--plot``, by default ``her_bit_flipping.png`` in the current directory;
 the figure stays open for notebooks and the docs' gallery). The last two lines
 are the final success rates, e.g. ``HER success: 0.98`` then ``DQN success: 0.00``.
 """
@@ -41,7 +41,7 @@ from torchrl_ext import HerReplayStorage
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)  # storage allocation logs
 
-DEFAULT_PLOT = Path(__file__).resolve().parent / "out" / "her_bit_flipping.png"
+DEFAULT_PLOT = Path("her_bit_flipping.png")  # in the current directory
 
 
 class BitFlippingVecEnv(gym.vector.VectorEnv):
@@ -198,7 +198,9 @@ def plot(path: Path, curves: dict[str, list[tuple[int, float]]], title: str) -> 
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="DQN with and without hindsight experience replay on the bit-flipping task."
+    )
     parser.add_argument("--n-bits", type=int, default=15)
     parser.add_argument("--episodes", type=int, default=2000, help="training episodes per agent")
     parser.add_argument("--seed", type=int, default=0)

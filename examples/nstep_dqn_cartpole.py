@@ -22,7 +22,7 @@ truncated episode (500 steps) still bootstraps; only a termination cuts it.
 At ``--stages`` evenly spaced points the greedy policy is evaluated on a separate
 env (mean return over ``--eval-episodes``, 500 at most); one table line is printed
 per stage and the curve is drawn with matplotlib and saved (``--plot``, by default
-``examples/out/nstep_dqn_cartpole.png`` next to this script; the figure stays open
+``nstep_dqn_cartpole.png`` in the current directory; the figure stays open
 for notebooks and the docs' gallery).
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ FRAMES_PER_BATCH = 64  # 16 steps of each of the 4 envs
 UPDATES_PER_BATCH = 8  # one gradient step per 8 frames
 BATCH_SIZE = 128
 WARMUP_FRAMES = 1_024  # frames collected (at epsilon ~1) before the first update
-DEFAULT_PLOT = Path(__file__).resolve().parent / "out" / "nstep_dqn_cartpole.png"
+DEFAULT_PLOT = Path("nstep_dqn_cartpole.png")  # in the current directory
 
 
 def make_env() -> GymEnv:
@@ -101,7 +101,10 @@ def plot(path: Path, frames: list[int], returns: list[float], title: str) -> plt
 
 
 def main(argv: list[str] | None = None) -> list[tuple[int, float]]:
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="n-step DQN on CartPole-v1: a TorchRL collector writing into "
+        "an n-step replay buffer."
+    )
     parser.add_argument("--frames", type=int, default=32_000, help="total env frames")
     parser.add_argument("--stages", type=int, default=6, help="evaluation points")
     parser.add_argument("--eval-episodes", type=int, default=5)

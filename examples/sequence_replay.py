@@ -2,8 +2,9 @@
 Sequence replay for a recurrent model
 =====================================
 
-A GRU infers CartPole's hidden velocities from positions only. Run with ``.venv/bin/python examples/sequence_replay.py`` (``--quick`` for a
-few-second run, ``--help`` for options).
+A GRU infers CartPole's hidden velocities from positions only. Run with
+``.venv/bin/python examples/sequence_replay.py`` (``--quick`` for a few-second run,
+``--help`` for options).
 
 A TorchRL ``Collector`` steps ``SerialEnv(4, CartPole-v1)`` with a random
 policy. Each ``[4, T]`` batch it yields is written step by step into an
@@ -65,7 +66,7 @@ BURN_IN = 2  # steps at the start of a sequence left out of the loss (no history
 EVAL_BATCHES = 8  # held-out batches, sampled once
 EVAL_SEED_OFFSET = 10_000  # SerialEnv seeds env i with seed + i: keep the held-out envs apart
 POSITIONS, VELOCITIES = [0, 2], [1, 3]  # CartPole obs: x, x_dot, theta, theta_dot
-DEFAULT_PLOT = Path(__file__).resolve().parent / "out" / "sequence_replay.png"
+DEFAULT_PLOT = Path("sequence_replay.png")  # in the current directory
 
 
 # ------------------------------------------------------------------ collection
@@ -175,7 +176,10 @@ def plot(path: Path, steps: list[int], curves: dict[str, list[float]], title: st
 
 # ------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="Sequence replay: a GRU infers CartPole's hidden velocities "
+        "from positions only."
+    )
     parser.add_argument("--frames", type=int, help="training env frames (default 8,192; "
                         "held-out: a quarter as many more)")
     parser.add_argument("--steps", type=int, help="gradient steps per model (default 1,000)")
