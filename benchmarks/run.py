@@ -7,7 +7,8 @@
     .venv/bin/python benchmarks/run.py --no-her     # skip the W3 HER tables (her.py)
     .venv/bin/python benchmarks/run.py --no-seq     # skip the W4 sequence tables (sequence.py)
 
-Prints markdown tables and writes them to benchmarks/results/latest.md; the W2
+Prints markdown tables and writes them to benchmarks/results/latest.md, then the
+docs' benchmark page from them (docs_page.py: docs/benchmarks/); the W2
 n-step tables (``nstep.py``), the W3 HER tables (``her.py``) and the W4 sequence
 tables (``sequence.py``), each run in a fresh subprocess after the W1 buffers are
 freed, are appended to the same file.
@@ -31,6 +32,7 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")  # silence torchrl INFO lin
 
 import torch  # noqa: E402
 
+import docs_page  # noqa: E402
 import pixels  # noqa: E402
 from impls import ALL  # noqa: E402
 from measure import (  # noqa: E402
@@ -100,6 +102,8 @@ def main() -> None:
         flags = (["--quick"] if a.quick else []) + (["--scale"] if a.scale else [])
         flags += ["--no-scale"] if a.no_scale else []
         subprocess.run(cmd + flags, check=False)
+    if os.path.abspath(a.out) == str(docs_page.RESULTS):
+        docs_page.main([])  # docs/benchmarks/: this run's tables and charts
 
 
 def run_w1(a) -> None:
