@@ -11,6 +11,7 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
+from torchrl_ext.core.schema import as_key
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
@@ -20,7 +21,11 @@ from torchrl_ext.transforms.hindsight import HindsightTransform
 from torchrl_ext.transforms.nstep import NStepTransform
 from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS, TransitionWriter
 
-__all__ = ["TransitionReplayBuffer", "make_her_replay_buffer", "make_replay_buffer"]
+__all__ = [
+    "TransitionReplayBuffer",
+    "make_her_replay_buffer",
+    "make_replay_buffer",
+]
 
 
 class TransitionReplayBuffer(TensorDictReplayBuffer):
@@ -139,6 +144,34 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         return (data, info) if return_info else data
 
 
+def _check_terminated_key(
+    where: str, terminated_key: NestedKey, done_keys: Sequence[NestedKey]
+) -> None:
+    """Raise unless ``terminated_key`` is one of ``done_keys``.
+
+    Windows (n-step, HER) end where the writer ends episodes, at the done
+    entries; the transform reads ``terminated_key`` to stop bootstrapping. A
+    terminated entry that does not end episodes, or custom done entries of
+    which none is the terminated one, would bootstrap past terminal states.
+
+    Examples:
+        >>> _check_terminated_key("make_replay_buffer", ("next", "term"),
+        ...                       [("next", "term"), ("next", "trunc")])
+        >>> _check_terminated_key("make_replay_buffer", ("next", "terminated"), [("next", "done")])
+        Traceback (most recent call last):
+        ...
+        ValueError: make_replay_buffer: terminated_key=('next', 'terminated') is not one of done_keys=[('next', 'done')]: ...
+    """
+    done = [as_key(k) for k in done_keys]
+    if as_key(terminated_key) not in done:
+        raise ValueError(
+            f"{where}: terminated_key={as_key(terminated_key)!r} is not one of "
+            f"done_keys={done!r}: n-step windows would not stop at terminations, "
+            "or would bootstrap through them. Pass terminated_key= the done entry "
+            "that marks terminations (e.g. terminated_key=('next', 'term')), or add it "
+            "to done_keys."
+        )
+
 
 def make_replay_buffer(
     capacity: int,
@@ -152,6 +185,11 @@ def make_replay_buffer(
     n_step: int | None = None,
     gamma: float = 0.99,
     done_keys: Sequence[NestedKey] = DEFAULT_DONE_KEYS,
+    terminated_key: NestedKey = ("next", "terminated"),
+    reward_key: NestedKey = ("next", "reward"),
+    traj_key: NestedKey = ("collector", "traj_ids"),
+    mask_key: NestedKey = ("collector", "mask"),
+    discount_key: NestedKey | None = "discount",
     seed: int | None = None,
 ) -> TransitionReplayBuffer:
     """Build a replay buffer over an episode-aware storage.
@@ -160,7 +198,8 @@ def make_replay_buffer(
 
         TransitionReplayBuffer(
             storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
-            writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),
+            writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys,
+                                    reward_key=reward_key, traj_key=traj_key, mask_key=mask_key),
             sampler=sampler or UniformTransitionSampler(),
             transform=transform, batch_size=batch_size, generator=generator)
 
@@ -182,9 +221,24 @@ def make_replay_buffer(
             :class:`~torchrl_ext.samplers.NStepSampler` and appends
             :class:`~torchrl_ext.transforms.NStepTransform` (``gamma``).
         gamma (float): discount of the n-step returns. Defaults to ``0.99``.
-        done_keys (sequence of NestedKey): entries ending an episode.
+        done_keys (sequence of NestedKey): entries ending an episode (OR-ed).
+        terminated_key (NestedKey): the entry of ``done_keys`` that marks a
+            termination (no bootstrap); read by the n-step transform. Defaults
+            to ``("next", "terminated")``.
+        reward_key (NestedKey): the reward entry. Defaults to ``("next", "reward")``.
+        traj_key (NestedKey): trajectory ids of flat batches. Defaults to
+            ``("collector", "traj_ids")``.
+        mask_key (NestedKey): steps where it is False are skipped. Defaults to
+            ``("collector", "mask")``.
+        discount_key (NestedKey, optional): where n-step batches get
+            ``gamma**k * (1 - terminated)``; None for none. Defaults to ``"discount"``.
         seed (int, optional): seeds the buffer's ``torch.Generator`` (checkpointed
             by ``rb.dumps``). Without it, a generator is seeded from torch's global RNG.
+
+    Raises:
+        ValueError: with ``n_step``, ``terminated_key`` is not one of
+            ``done_keys`` (a termination would not end its episode, and windows
+            would run past it).
 
     Returns:
         the assembled :class:`TransitionReplayBuffer` (a
@@ -209,12 +263,15 @@ def make_replay_buffer(
     generator.manual_seed(int(torch.randint(2**62, ()).item()) if seed is None else seed)
     sampler = sampler if sampler is not None else UniformTransitionSampler()
     if n_step is not None:
+        _check_terminated_key("make_replay_buffer", terminated_key, done_keys)
         sampler = NStepSampler(n_step, base=sampler)
-        nstep = NStepTransform(gamma)
+        nstep = NStepTransform(gamma, reward_key=reward_key, terminated_key=terminated_key,
+                               discount_key=discount_key)
         transform = nstep if transform is None else Compose(nstep, transform)
     return TransitionReplayBuffer(
         storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
-        writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),
+        writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys,
+                                reward_key=reward_key, traj_key=traj_key, mask_key=mask_key),
         sampler=sampler,
         transform=transform,
         batch_size=batch_size,
@@ -234,6 +291,9 @@ def make_her_replay_buffer(
     achieved_goal_key: NestedKey = "achieved_goal",
     terminated_fn: Callable[..., Any] | None = None,
     sampler: Sampler | None = None,
+    reward_key: NestedKey = ("next", "reward"),
+    terminated_key: NestedKey = ("next", "terminated"),
+    discount_key: NestedKey | None = "discount",
     **kwargs: Any,
 ) -> TransitionReplayBuffer:
     """A replay buffer relabelling goals in hindsight (HER), optionally n-step.
@@ -259,8 +319,18 @@ def make_her_replay_buffer(
         terminated_fn (callable, optional): recomputes termination of relabelled
             one-step transitions.
         sampler (Sampler, optional): picks the transitions.
+        reward_key (NestedKey): the reward entry, recomputed for relabelled goals.
+            Defaults to ``("next", "reward")``.
+        terminated_key (NestedKey): the done entry that marks terminations
+            (recomputed by ``terminated_fn``; stops the n-step bootstrap).
+            Defaults to ``("next", "terminated")``.
+        discount_key (NestedKey, optional): where ``gamma**k * (1 - terminated)``
+            goes; None for none. Defaults to ``"discount"``.
         **kwargs: the other keywords of :func:`make_replay_buffer` (``batch_size``,
-            ``backend``, ``seed``...).
+            ``backend``, ``done_keys``, ``seed``...).
+
+    Raises:
+        ValueError: ``terminated_key`` is not one of ``done_keys``.
 
     Returns:
         the assembled :class:`TransitionReplayBuffer`.
@@ -278,9 +348,14 @@ def make_her_replay_buffer(
         num_goals,
         base=NStepSampler(n_step, base=sampler if sampler is not None else UniformTransitionSampler()),
     )
+    _check_terminated_key(
+        "make_her_replay_buffer", terminated_key, kwargs.get("done_keys", DEFAULT_DONE_KEYS)
+    )
     her = HindsightTransform(
         reward_fn, goal_key=goal_key, achieved_goal_key=achieved_goal_key,
-        terminated_fn=terminated_fn,
+        reward_key=reward_key, terminated_key=terminated_key, terminated_fn=terminated_fn,
     )
-    transform = Compose(her, NStepTransform(gamma))
-    return make_replay_buffer(capacity, sampler=sampler, transform=transform, **kwargs)
+    nstep = NStepTransform(gamma, reward_key=reward_key, terminated_key=terminated_key,
+                           discount_key=discount_key)
+    return make_replay_buffer(capacity, sampler=sampler, transform=Compose(her, nstep),
+                              reward_key=reward_key, terminated_key=terminated_key, **kwargs)
