@@ -189,7 +189,7 @@ class HerReplayStorage:
         reward_fn: Callable[..., Any] | None = None,
         copy_info_dict: bool = False,
         *,
-        autoreset_mode: AutoresetMode | str | Any = AutoresetMode.NEXT_STEP,
+        autoreset_mode: AutoresetMode | str | Any | None = None,
         terminated_fn: Callable[..., Any] | None = None,
         goal_key: NestedKey = "desired_goal",
         achieved_goal_key: NestedKey = "achieved_goal",

@@ -137,7 +137,7 @@ class NStepReplayStorage:
         fetch_every: int = 1000,
         save_snapshot: bool = False,
         *,
-        autoreset_mode: AutoresetMode | str | Any = AutoresetMode.NEXT_STEP,
+        autoreset_mode: AutoresetMode | str | Any | None = None,
         snapshot_dir: str | Path | None = None,
         seed: int | None = None,
     ) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,6 +17,8 @@ from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
+
+logger = logging.getLogger(__name__)
 
 # TorchRL's multi-agent layout keeps rewards and dones per agent, [batch, n_agents, 1];
 # episodes (and n-step windows) need one reward and one done per env step.
@@ -330,6 +333,14 @@ class TransitionWriter(Writer):
                     f"expected num_streams={self.num_streams}."
                 )
         self._storage.initialize(schema, num_streams)
+        rows = self._storage.max_size
+        logger.info(
+            "TransitionWriter: %d stream(s) fixed by the first write (batch %s): each "
+            "gets %d of the %d rows%s; later writes must have %d envs.",
+            num_streams, batch, rows // num_streams, rows,
+            f" ({rows % num_streams} left unused)" if rows % num_streams else "",
+            num_streams,
+        )
 
     def _done(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray:
         done = None
