@@ -1,7 +1,8 @@
 """Every ```python block of README.md and docs/**/*.md runs as pasted.
 
 Each block is a complete program: it runs alone, in a fresh namespace, in an
-empty working directory. A block fenced as ```text or ```bash is not run.
+empty working directory. A block fenced as ```text, ```bash or ```py (the code of
+other libraries on the migration pages, which are not installed) is not run.
 """
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def snippets() -> list:
 
 SNIPPETS = snippets()
 
+#: pages about classes that other branches add (``mb``: MBReplayBuffer, ``d3``:
+#: BatchReplayBuffer and torchrl_ext.export): their snippets are skipped, with
+#: this reason, only while importing those names fails. Remove an entry once its
+#: branch is merged; the snippet then runs like every other.
+PENDING = {
+    "docs/migration/pytorchrl.md": ("MBReplayBuffer", "branch mb"),
+    "docs/migration/d3rlpy.md": ("BatchReplayBuffer", "branch d3"),
+}
+
 
 def test_pages_have_snippets():
     """The extraction finds the README's and the docs' code (not vacuous)."""
@@ -48,4 +58,10 @@ def test_snippet_runs(code: str, name: str, tmp_path, monkeypatch) -> None:
             "ignore", message=r"Creating \w+ which inherits from WeightUpdaterBase",
             category=DeprecationWarning,
         )
-        exec(compile(code, name, "exec"), {"__name__": "__main__"})
+        try:
+            exec(compile(code, name, "exec"), {"__name__": "__main__"})
+        except ImportError as error:
+            pending = PENDING.get(name.rsplit(":", 1)[0])
+            if pending is None or pending[0] not in str(error):
+                raise
+            pytest.skip(f"{pending[0]} comes with {pending[1]}, not merged here: {error}")
