@@ -31,6 +31,7 @@ demo: $(STAMP)
 
 test: $(STAMP) compat
 	$(PY) -m pytest -q
+	$(PY) -m mypy torchrl_ext
 	$(DOCS)
 
 # A subset of the suite under the oldest supported torchrl / tensordict.

@@ -8,7 +8,11 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")  # torchrl logs every stora
 
 import torch
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from tensordict import TensorDict
+
+from reference import LoopReference
+from torchrl_ext import make_replay_buffer
 
 settings.register_profile(
     "ci",
@@ -94,3 +98,54 @@ class CountingSource:
     def live_episodes(self):
         self.exact_counts += 1
         return self.source.live_episodes()
+
+
+# per step: 0 = continue, 1 = terminated, 2 = truncated
+ENDINGS = st.sampled_from([0, 0, 0, 1, 2])
+
+
+@st.composite
+def workloads(draw):
+    num_streams = draw(st.integers(1, 3))
+    stream_capacity = draw(st.integers(2, 12))
+    num_writes = draw(st.integers(1, 12))
+    # every write covers all streams with the same number of steps, at times
+    # more than a stream's ring holds (the oldest rows of the write are evicted)
+    lengths = draw(st.lists(st.integers(1, 7), min_size=num_writes, max_size=num_writes))
+    endings = [
+        draw(st.lists(ENDINGS, min_size=num_streams * t, max_size=num_streams * t))
+        for t in lengths
+    ]
+    single_steps = draw(st.booleans())  # write [N] one-step batches instead of [N, T]
+    return num_streams, stream_capacity, lengths, endings, single_steps
+
+
+def run(num_streams, stream_capacity, lengths, endings, single_steps):
+    """Feed the same episodes to the buffer and to the reference."""
+    rb = make_replay_buffer(num_streams * stream_capacity, seed=0)
+    ref = LoopReference(num_streams, stream_capacity)
+    counter = iter(range(1, 10**9))
+    current = [float(next(counter)) for _ in range(num_streams)]  # obs each stream is in
+    for T, ending in zip(lengths, endings):
+        ending = torch.tensor(ending).view(num_streams, T)
+        obs = torch.zeros(num_streams, T)
+        nxt = torch.zeros(num_streams, T)
+        for t in range(T):
+            for s in range(num_streams):
+                obs[s, t] = current[s]
+                nxt[s, t] = next(counter)
+                term, trunc = bool(ending[s, t] == 1), bool(ending[s, t] == 2)
+                ref.step(s, current[s], current[s], current[s], float(nxt[s, t]), term, trunc)
+                current[s] = float(next(counter)) if term or trunc else float(nxt[s, t])
+        data = steps(
+            obs.unsqueeze(-1),
+            nxt.unsqueeze(-1),
+            terminated=(ending == 1).unsqueeze(-1),
+            truncated=(ending == 2).unsqueeze(-1),
+        )
+        if single_steps:
+            for t in range(T):
+                rb.extend(data[:, t])
+        else:
+            rb.extend(data)
+    return rb, ref

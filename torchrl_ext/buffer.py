@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence, overload
 
 import torch
 from tensordict import TensorDictBase
@@ -15,6 +15,7 @@ from torchrl_ext.core.schema import as_key
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
 from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
+from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
 from torchrl_ext.storages.transition import Backend, TransitionStorage
 from torchrl_ext.transforms.hindsight import HindsightTransform
@@ -104,7 +105,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         maximum priority).
         """
         sampler = self._sampler
-        while isinstance(sampler, (HindsightSampler, NStepSampler)):  # wrappers of a base
+        while isinstance(sampler, RefiningSampler):  # refines the draws of its base
             sampler = sampler.base
         priority = data.get(self.priority_key, None)
         if not isinstance(sampler, PrioritizedTransitionSampler) or priority is None:
@@ -112,6 +113,28 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         if not data.ndim:
             data, priority = data.unsqueeze(0), priority.reshape(1)
         self.update_priority(data.get("index"), priority.reshape(data.shape[0], -1).amax(-1))
+
+    @overload
+    def sample(
+        self,
+        batch_size: int | None = None,
+        return_info: Literal[False] = False,
+        include_info: bool | None = None,
+    ) -> TensorDictBase: ...
+
+    @overload
+    def sample(
+        self,
+        batch_size: int | None = None,
+        *,
+        return_info: Literal[True],
+        include_info: bool | None = None,
+    ) -> tuple[TensorDictBase, dict]: ...
+
+    @overload
+    def sample(
+        self, batch_size: int | None, return_info: Literal[True], include_info: bool | None = None
+    ) -> tuple[TensorDictBase, dict]: ...
 
     def sample(
         self,
@@ -290,6 +313,7 @@ def make_her_replay_buffer(
     goal_key: NestedKey = "desired_goal",
     achieved_goal_key: NestedKey = "achieved_goal",
     terminated_fn: Callable[..., Any] | None = None,
+    info_key: NestedKey | None = None,
     sampler: Sampler | None = None,
     reward_key: NestedKey = ("next", "reward"),
     terminated_key: NestedKey = ("next", "terminated"),
@@ -318,6 +342,8 @@ def make_her_replay_buffer(
         achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
         terminated_fn (callable, optional): recomputes termination of relabelled
             one-step transitions.
+        info_key (NestedKey, optional): a ``"next"`` entry passed to ``reward_fn``
+            as ``infos`` (see :class:`~torchrl_ext.transforms.HindsightTransform`).
         sampler (Sampler, optional): picks the transitions.
         reward_key (NestedKey): the reward entry, recomputed for relabelled goals.
             Defaults to ``("next", "reward")``.
@@ -354,6 +380,7 @@ def make_her_replay_buffer(
     her = HindsightTransform(
         reward_fn, goal_key=goal_key, achieved_goal_key=achieved_goal_key,
         reward_key=reward_key, terminated_key=terminated_key, terminated_fn=terminated_fn,
+        info_key=info_key,
     )
     nstep = NStepTransform(gamma, reward_key=reward_key, terminated_key=terminated_key,
                            discount_key=discount_key)

@@ -1,8 +1,9 @@
 """Serve a replay buffer to ``torch.utils.data.DataLoader`` worker processes."""
 from __future__ import annotations
 
+import itertools
 import multiprocessing
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from tensordict import TensorDictBase
@@ -12,12 +13,97 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.storages.transition import TransitionStorage
 
-__all__ = ["ReplayDataset", "make_loader"]
+__all__ = ["DEFAULT_CONTEXT", "ReplayDataset", "SampleStream", "make_loader", "worker_loader"]
 
-_DEFAULT_CONTEXT = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+#: Start method of loader workers: ``"fork"`` where the platform has it (see :func:`make_loader`).
+DEFAULT_CONTEXT = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
 
 
-class ReplayDataset(IterableDataset):
+class SampleStream(IterableDataset):
+    """Base of the endless sample streams that ``DataLoader`` workers iterate.
+
+    Each worker samples the *whole* store (shared memory), with its own
+    generator seeded from the DataLoader's per-worker seed, so workers draw
+    different samples and a run is reproducible given the loader's
+    ``generator``. In the main process (``num_workers=0``) the generator is
+    :meth:`in_process_generator`. A subclass defines :meth:`batches` (and
+    pickles only what a worker needs).
+
+    Keyword Args:
+        num_batches (int, optional): items per worker; ``None`` for endless.
+
+    Examples:
+        >>> import torch
+        >>> class Noise(SampleStream):
+        ...     def batches(self, generator):
+        ...         while True:
+        ...             yield torch.rand(2, generator=generator)
+        ...     def in_process_generator(self):
+        ...         return torch.Generator().manual_seed(0)
+        >>> [x.shape for x in Noise(num_batches=2)]
+        [torch.Size([2]), torch.Size([2])]
+    """
+
+    def __init__(self, *, num_batches: int | None = None) -> None:
+        self.num_batches = num_batches
+
+    def batches(self, generator: torch.Generator | None) -> Iterator[Any]:
+        """The endless items of one iteration, drawn with ``generator``."""
+        raise NotImplementedError(f"{type(self).__name__} must define batches(generator).")
+
+    def in_process_generator(self) -> torch.Generator | None:
+        """The generator of in-process iteration; ``None`` keeps the store's own."""
+        return None
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        if info is not None:  # a worker: its own stream, derived from the loader's seed
+            generator: torch.Generator | None = torch.Generator().manual_seed(info.seed)
+        else:
+            generator = self.in_process_generator()
+        return itertools.islice(self.batches(generator), self.num_batches)
+
+
+def worker_loader(
+    stream: SampleStream,
+    *,
+    batch_size: int | None,
+    collate_fn: Callable[[Any], Any],
+    num_workers: int,
+    pin_memory: bool = False,
+    seed: int | None = None,
+    multiprocessing_context: str | None = None,
+    prefetch_factor: int | None = None,
+) -> DataLoader:
+    """The ``DataLoader`` over a :class:`SampleStream`, as every loader here builds it.
+
+    ``seed`` seeds the per-worker generators; ``multiprocessing_context``
+    defaults to :data:`DEFAULT_CONTEXT` (only used with workers).
+
+    Examples:
+        >>> import torch
+        >>> class Zeros(SampleStream):
+        ...     def batches(self, generator):
+        ...         while True:
+        ...             yield torch.zeros(3)
+        >>> loader = worker_loader(Zeros(num_batches=2), batch_size=2, collate_fn=torch.stack, num_workers=0)
+        >>> [x.shape for x in loader]
+        [torch.Size([2, 3])]
+    """
+    return DataLoader(
+        stream,
+        batch_size=batch_size,
+        collate_fn=collate_fn,
+        num_workers=num_workers,
+        pin_memory=bool(pin_memory),
+        generator=None if seed is None else torch.Generator().manual_seed(seed),
+        multiprocessing_context=(multiprocessing_context or DEFAULT_CONTEXT) if num_workers else None,
+        prefetch_factor=prefetch_factor if num_workers else None,
+        persistent_workers=False,
+    )
+
+
+class ReplayDataset(SampleStream):
     """An endless (or ``num_batches`` long) stream of ``rb.sample()`` batches.
 
     Every worker samples from the *whole* buffer: the storage and the episode
@@ -70,12 +156,12 @@ class ReplayDataset(IterableDataset):
                 "ReplayDataset: the buffer is empty; write at least one step before "
                 "starting workers, so its rows exist in shared memory."
             )
-        batch_size = batch_size if batch_size is not None else rb._batch_size
+        batch_size = batch_size if batch_size is not None else rb.batch_size
         if batch_size is None:
             raise ValueError("ReplayDataset: batch_size is None and the buffer has none.")
+        super().__init__(num_batches=num_batches)
         self.rb = rb
         self.batch_size = int(batch_size)
-        self.num_batches = num_batches
         self.seed = seed
 
     def __getstate__(self) -> dict[str, Any]:
@@ -84,7 +170,7 @@ class ReplayDataset(IterableDataset):
         # transient tensor that a spawned process cannot open.)
         rb = self.rb
         return {
-            "parts": (rb.storage, rb.sampler, rb._transform),
+            "parts": (rb.storage, rb.sampler, rb.transform),
             "batch_size": self.batch_size,
             "num_batches": self.num_batches,
             "seed": self.seed,
@@ -97,16 +183,16 @@ class ReplayDataset(IterableDataset):
         self.num_batches = state["num_batches"]
         self.seed = state["seed"]
 
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        info = get_worker_info()
-        if info is not None:  # a worker: its own stream, derived from the loader's seed
-            self.rb.set_rng(torch.Generator().manual_seed(info.seed))
-        elif self.seed is not None:  # in process: reseed the buffer's own generator
-            self.rb.set_rng(torch.Generator().manual_seed(self.seed))
-        count = 0
-        while self.num_batches is None or count < self.num_batches:
+    def in_process_generator(self) -> torch.Generator | None:
+        """A generator seeded with ``seed``; ``None`` (the buffer's own) without one."""
+        return None if self.seed is None else torch.Generator().manual_seed(self.seed)
+
+    def batches(self, generator: torch.Generator | None) -> Iterator[TensorDictBase]:
+        """Endless ``rb.sample(batch_size)``, after handing ``generator`` to the buffer."""
+        if generator is not None:
+            self.rb.set_rng(generator)
+        while True:
             yield self.rb.sample(self.batch_size)
-            count += 1
 
 
 def make_loader(
@@ -156,20 +242,15 @@ def make_loader(
         >>> next(iter(make_loader(rb, num_batches=1)))["observation"].shape
         torch.Size([2, 3])
     """
-    generator = None
-    if seed is not None:
-        generator = torch.Generator()
-        generator.manual_seed(seed)
-    return DataLoader(
+    return worker_loader(
         ReplayDataset(rb, batch_size=batch_size, num_batches=num_batches, seed=seed),
         batch_size=None,
+        collate_fn=_identity,
         num_workers=num_workers,
         pin_memory=pin_memory,
-        multiprocessing_context=(multiprocessing_context or _DEFAULT_CONTEXT) if num_workers else None,
-        generator=generator,
-        prefetch_factor=prefetch_factor if num_workers else None,
-        persistent_workers=False,
-        collate_fn=_identity,
+        seed=seed,
+        multiprocessing_context=multiprocessing_context,
+        prefetch_factor=prefetch_factor,
     )
 
 

@@ -214,7 +214,7 @@ def test_b8_an_episode_longer_than_the_capacity_is_a_clear_error():
 def test_b9_half_precision_stores_float16_and_returns_float32():
     dataset = RingBufferDataset(20, half_precision=True)
     dataset.add_episode({**episode(0, 5), "flag": torch.ones(5, dtype=torch.bool)})
-    assert dataset._pool.rows["x"].dtype == torch.float16
+    assert dataset.pool.rows["x"].dtype == torch.float16
     batch = draw(dataset, 4, 2)
     assert batch["x"].dtype == torch.float32 and batch["flag"].dtype == torch.bool
     assert within_one_episode(batch)
@@ -237,7 +237,7 @@ def test_b11_extend_with_variable_lengths_any_kind_and_the_new_episode_kept(tmp_
     front.extend(other, other_batch_size=2, fetch_from_other_every=1)
     for eid, n in enumerate([6, 9, 4, 7, 5, 8]):
         front.add_episode(episode(eid, n))
-        newest = front._pool.gather(front._pool.episode_rows(front._slots[-1]).numpy())
+        newest = front.episode(-1)
         assert newest["x"][0, 0] == eid  # the incoming episode is stored in the front
     assert other.num_episodes == 6 and other.num_timesteps == 39
     assert front.is_full and front.num_timesteps <= 20
@@ -365,7 +365,7 @@ def test_serialization_strategies_round_trip_every_field(tmp_path, strategy):
             "done": torch.tensor([False, False, False, True])}
     IndividualFileDataset(100, directory=tmp_path, serialization_strategy=strategy).add_episode(data)
     reopened = IndividualFileDataset(100, directory=tmp_path, serialization_strategy=strategy)
-    stored = reopened._pool.gather(reopened._pool.episode_rows(reopened._slots[0]).numpy())
+    stored = reopened.episode(0)
     for key, value in data.items():
         assert torch.equal(stored[key], value)
 
@@ -496,7 +496,7 @@ def test_preallocated_fields_from_info():
     probe = RingBufferDataset(10)
     probe.add_episode(episode(0, 2))
     dataset = RingBufferDataset(10, info=EpisodeDatasetInfo(fields=probe.fields))
-    assert dataset._pool is not None
+    assert dataset.pool is not None
     with pytest.raises(KeyError, match="missing"):
         dataset.add_episode({"y": torch.zeros(2, 2)})
 

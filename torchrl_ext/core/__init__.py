@@ -7,7 +7,7 @@ the other way round.
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
 from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
 from torchrl_ext.core.views import NumpyViews
-from torchrl_ext.core.windows import RejectionRounds, valid_window
+from torchrl_ext.core.windows import RejectionRounds, WindowSource, draw_windows, valid_window
 
 __all__ = [
     "EntryKeyError",
@@ -15,8 +15,10 @@ __all__ = [
     "NumpyViews",
     "RejectionRounds",
     "RowSchema",
+    "WindowSource",
     "WritePlan",
     "as_key",
+    "draw_windows",
     "key_str",
     "valid_window",
 ]

@@ -192,7 +192,7 @@ class EpisodeIndex(NumpyViews):
         observation-only row (exact rejection sampling; such rows are one per
         episode, so a redraw round is rarely needed). O(count + num_streams).
         The index must hold a transition; callers check the batch size (see
-        :func:`torchrl_ext.samplers.uniform.draw_transitions`).
+        :func:`torchrl_ext.samplers.draw_transitions`).
 
         Raises:
             RuntimeError: no transition found after many rounds (an inconsistent index).
@@ -306,10 +306,18 @@ class EpisodeIndex(NumpyViews):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``count`` live transitions as window starts: ``(slot, step, length)`` of each.
 
-        The :class:`~torchrl_ext.core.windows.WindowSource` side of the index
-        (see :func:`~torchrl_ext.core.windows.draw_windows`): uniform over live
+        The :class:`~torchrl_ext.core.WindowSource` side of the index
+        (see :func:`~torchrl_ext.core.draw_windows`): uniform over live
         transitions, each with its episode's table slot, its step in the
         episode and the episode's length so far.
+
+        Examples:
+            >>> import numpy as np, torch
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> index.plan(np.array([0]), np.array([[False, False, True]]), None).commit()
+            >>> slot, step, length = index.window_candidates(5, torch.Generator().manual_seed(0))
+            >>> sorted(set(step.tolist())) <= [0, 1, 2], set(length.tolist())
+            (True, {3})
         """
         tau, stream = self.draw_transitions(count, generator)
         episode, step, _, length = self.locate(tau, stream)

@@ -16,19 +16,34 @@ __all__ = ["EntryKeyError", "RowSchema", "as_key", "key_str"]
 
 
 class EntryKeyError(KeyError):
-    """A ``KeyError`` about an entry, shown as written (``KeyError`` shows its repr)."""
+    """A ``KeyError`` about an entry, shown as written (``KeyError`` shows its repr).
+
+    Examples:
+        >>> print(EntryKeyError("missing 'reward'"), KeyError("missing 'reward'"))
+        missing 'reward' "missing 'reward'"
+    """
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
 
 def as_key(key: NestedKey) -> tuple[str, ...]:
-    """Normalise a nested key to a tuple of strings."""
+    """Normalise a nested key to a tuple of strings.
+
+    Examples:
+        >>> as_key("reward"), as_key(["next", "reward"])
+        (('reward',), ('next', 'reward'))
+    """
     return (key,) if isinstance(key, str) else tuple(key)
 
 
 def key_str(key: NestedKey) -> str:
-    """The way a key is written in error messages: ``"a"`` or ``("next", "a")``."""
+    """The way a key is written in error messages: ``"a"`` or ``("next", "a")``.
+
+    Examples:
+        >>> print(key_str("a"), key_str(("next", "a")))
+        'a' ('next', 'a')
+    """
     key = as_key(key)
     return repr(key[0]) if len(key) == 1 else repr(key)
 
@@ -51,6 +66,13 @@ class RowSchema:
         next_only: keys under ``"next"`` (without the ``"next"`` prefix) with no
             root counterpart (reward, done flags).
         leaves: spec of every input leaf, by its full key.
+
+    Examples:
+        >>> import torch
+        >>> schema = RowSchema.infer({("obs",): torch.zeros(4, 3), ("next", "obs"): torch.zeros(4, 3),
+        ...     ("action",): torch.zeros(4, 1), ("next", "reward"): torch.zeros(4, 1)}, batch_dims=1)
+        >>> schema.row_keys  # the observation is stored once per row
+        (('obs',), ('action',), ('next', 'reward'))
     """
 
     shared: tuple[tuple[str, ...], ...]

@@ -71,8 +71,18 @@ class WindowSource(Protocol):
     """What :func:`draw_windows` needs from a store of episodes.
 
     Episodes are named by an int64 key (a table slot) the source can map back
-    to its rows. :class:`~torchrl_ext.core.episodes.EpisodeIndex` and
+    to its rows. :class:`~torchrl_ext.core.EpisodeIndex` and
     :class:`~torchrl_ext.storages.EpisodePool` are window sources.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext.storages import EpisodePool
+        >>> source: WindowSource = EpisodePool(4, TensorDict({"x": torch.zeros(())}, []))
+        >>> slot = source.append(TensorDict({"x": torch.zeros(3)}, [3]))
+        >>> key, length, first = source.live_episodes()
+        >>> key.tolist(), length.tolist(), first.tolist()
+        ([0], [3], [0])
     """
 
     def window_candidates(

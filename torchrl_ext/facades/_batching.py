@@ -38,8 +38,11 @@ class StepBatcher:
         self._pending: list[dict[tuple[str, ...], np.ndarray]] = []
         self._specs: dict[tuple[str, ...], tuple] | None = None
 
-    def add(self, *step: Any) -> None:
+    def add(self, *step: Any, extra: dict[tuple[str, ...], np.ndarray] | None = None) -> None:
+        """Hold one step (``GymVectorAdapter.resolve``'s arguments), plus ``extra`` entries by key."""
         entries = self.adapter.resolve(*step)
+        if extra:
+            entries.update(extra)
         specs = {k: (v.shape, v.dtype) for k, v in entries.items()}
         if self._specs is None or specs != self._specs:
             self.flush()

@@ -1,26 +1,19 @@
 """rllte's ``HerReplayStorage`` API over the episode-aware components."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDict
 from tensordict.utils import NestedKey
-from torchrl.envs.transforms import Compose
 
+from torchrl_ext.buffer import make_her_replay_buffer
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
-from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._tensorclass import documented_tensorclass
-from torchrl_ext.facades.nstep import _numpy
-from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
-from torchrl_ext.samplers.nstep import NStepSampler
-from torchrl_ext.samplers.uniform import UniformTransitionSampler
-from torchrl_ext.transforms.hindsight import HindsightTransform
-from torchrl_ext.transforms.nstep import NStepTransform
+from torchrl_ext.facades._convert import space_error, to_actions, to_numpy
+from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 
 __all__ = ["HerReplayBatch", "HerReplayStorage", "goal_match_reward"]
 
@@ -47,7 +40,7 @@ def goal_match_reward(
 
 
 @documented_tensorclass
-class HerReplayBatch:
+class HerReplayBatch(TensorclassBatch):
     """A batch of (possibly relabelled) one-step transitions, rllte's fields.
 
     The first ``B - n_virtual`` rows are real, the last ``n_virtual =
@@ -80,6 +73,21 @@ class HerReplayBatch:
     next_observations: Any
     terminateds: torch.Tensor
     truncateds: torch.Tensor
+
+    if TYPE_CHECKING:  # the constructor tensorclass generates, for type checkers
+
+        def __init__(
+            self,
+            *,
+            observations: Any,
+            actions: torch.Tensor,
+            rewards: torch.Tensor,
+            next_observations: Any,
+            terminateds: torch.Tensor,
+            truncateds: torch.Tensor,
+            batch_size: Sequence[int] | torch.Size,
+            device: torch.device | str | None = None,
+        ) -> None: ...
 
 
 class HerReplayStorage:
@@ -196,61 +204,44 @@ class HerReplayStorage:
         seed: int | None = None,
     ) -> None:
         if not isinstance(observation_space, gym.spaces.Dict):
-            raise TypeError(
-                f"HerReplayStorage: observation_space is {type(observation_space).__name__}, "
-                "expected a gymnasium Dict space with the goal entries."
-            )
+            raise space_error("HerReplayStorage", "observation_space", observation_space,
+                              "a gymnasium Dict space with the goal entries")
         if not isinstance(action_space, gym.Space):
-            raise TypeError(
-                f"HerReplayStorage: action_space is {type(action_space).__name__}, "
-                "expected a gymnasium Space."
-            )
+            raise space_error("HerReplayStorage", "action_space", action_space)
         for name, key in (("goal_key", goal_key), ("achieved_goal_key", achieved_goal_key)):
             _subspace(observation_space, as_key(key), name)
-        try:
-            strategy = HindsightStrategy(goal_selection_strategy)
-        except ValueError:
-            raise ValueError(
-                f"HerReplayStorage: goal_selection_strategy={goal_selection_strategy!r}, "
-                f"expected one of {[s.value for s in HindsightStrategy]}."
-            ) from None
-        if int(num_goals) < 0:
-            raise ValueError(f"HerReplayStorage: num_goals={num_goals}, expected >= 0.")
-        if reward_fn is not None and not callable(reward_fn):
-            raise TypeError(
-                f"HerReplayStorage: reward_fn is {type(reward_fn).__name__}, expected a "
-                "callable reward_fn(achieved_goal, desired_goal, infos)."
-            )
-        self.observation_space = observation_space
-        self.action_space = action_space
-        self.device = torch.device(device)
         self.num_envs = int(num_envs)
         if self.num_envs < 1:
             raise ValueError(f"HerReplayStorage: num_envs={num_envs}, expected >= 1.")
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = torch.device(device)
         self.batch_size = int(batch_size)
-        self.goal_selection_strategy = strategy.value
-        self.num_goals = int(num_goals)
         self.reward_fn = goal_match_reward if reward_fn is None else reward_fn
         self.copy_info_dict = bool(copy_info_dict)
         self.seed = seed
         # no silent remainder (H12): every env gets ceil(storage_size / num_envs) rows
         self.capacity_per_env = -(-int(storage_size) // self.num_envs)
+        # the strategy, num_goals and reward_fn are checked by the components
+        self.rb = make_her_replay_buffer(
+            self.capacity_per_env * self.num_envs,
+            self.reward_fn,
+            strategy=goal_selection_strategy,
+            num_goals=num_goals,
+            gamma=1.0,
+            goal_key=goal_key,
+            achieved_goal_key=achieved_goal_key,
+            terminated_fn=terminated_fn,
+            info_key=INFO_KEY if self.copy_info_dict else None,
+            batch_size=self.batch_size,
+            num_streams=self.num_envs,
+            seed=seed,
+        )
+        self.goal_selection_strategy = self.rb.sampler.strategy.value
+        self.num_goals = self.rb.sampler.num_goals
         self.adapter = GymVectorAdapter(self.num_envs, autoreset_mode=autoreset_mode)
         self._obs_keys = list(observation_space.spaces)
         self._info_schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
-        self.hindsight = HindsightTransform(
-            self.reward_fn, goal_key=goal_key, achieved_goal_key=achieved_goal_key,
-            terminated_fn=terminated_fn, info_key=INFO_KEY if self.copy_info_dict else None,
-        )
-        self.rb = make_replay_buffer(
-            self.capacity_per_env * self.num_envs,
-            batch_size=self.batch_size,
-            num_streams=self.num_envs,
-            sampler=HindsightSampler(strategy, self.num_goals,
-                                     base=NStepSampler(1, base=UniformTransitionSampler())),
-            transform=Compose(self.hindsight, NStepTransform(1.0)),
-            seed=seed,
-        )
         self._batcher = StepBatcher(self.rb, self.adapter, chunk=ADD_CHUNK)
 
     # ------------------------------------------------------------------ seed API
@@ -274,20 +265,12 @@ class HerReplayStorage:
                 dtype differs from the first step's (the message names it).
         """
         space = self.observation_space
-        args = (
-            _numpy(observations, space), self._actions(actions), _numpy(rewards),
-            _numpy(terminateds).astype(bool), _numpy(truncateds).astype(bool),
-            infos, _numpy(next_observations, space),
+        # observations and actions take the spaces' dtypes; the adapter converts the rest
+        self._batcher.add(  # written in chunks, flushed before any read
+            to_numpy(observations, space), to_actions(actions, self.action_space, self.num_envs),
+            rewards, terminateds, truncateds, infos, to_numpy(next_observations, space),
+            extra=self._infos(infos) if self.copy_info_dict else None,
         )
-        if not self.copy_info_dict:
-            self._batcher.add(*args)  # written in chunks, flushed before any read
-            return
-        self._batcher.flush()
-        step = self.adapter.step(*args)
-        info = self._infos(infos)
-        if info is not None:
-            step.set(INFO_KEY, info)
-        self.rb.extend(step)
 
     def sample(self) -> HerReplayBatch:
         """A batch of ``batch_size`` transitions on ``device``, relabelled rows last.
@@ -337,21 +320,13 @@ class HerReplayStorage:
         )
 
     # ---------------------------------------------------------------- helpers
-    def _actions(self, actions: Any) -> np.ndarray:
-        space = self.action_space
-        value = _numpy(actions)
-        dtype = getattr(space, "dtype", None)
-        if dtype is not None and np.issubdtype(dtype, np.integer) and not np.issubdtype(
-            value.dtype, np.integer
-        ):
-            value = np.rint(value)
-        value = value if dtype is None else value.astype(dtype, copy=False)
-        if isinstance(space, gym.spaces.Discrete):
-            value = value.reshape(self.num_envs, 1) if value.size == self.num_envs else value
-        return value
+    def _infos(self, infos: Any) -> dict[tuple[str, ...], np.ndarray]:
+        """Numeric per-env entries of a gymnasium info dict, by stored key (``("next", "info", name)``).
 
-    def _infos(self, infos: Any) -> TensorDict | None:
-        """Numeric per-env entries of a gymnasium info dict, as a ``[num_envs]`` TensorDict."""
+        The entries of the first step fix the set; later missing ones are zeros.
+        Nothing is stored when the first step has none (``reward_fn`` then gets
+        ``infos=None``).
+        """
         n = self.num_envs
         found: dict[str, np.ndarray] = {}
         if isinstance(infos, Mapping):
@@ -366,17 +341,13 @@ class HerReplayStorage:
                     found[key] = value
         if self._info_schema is None:
             self._info_schema = {k: (v.dtype, v.shape[1:]) for k, v in found.items()}
-            if not self._info_schema:  # nothing to store: reward_fn gets infos=None
-                self.hindsight.info_key = None
-        if not self._info_schema:
-            return None
-        out = {}
+        out: dict[tuple[str, ...], np.ndarray] = {}
         for key, (dtype, shape) in self._info_schema.items():
             value = found.get(key)
             if value is None or value.shape[1:] != shape:
                 value = np.zeros((n, *shape), dtype)
-            out[key] = torch.as_tensor(value.astype(dtype, copy=False))
-        return TensorDict(out, batch_size=[n])
+            out[(*INFO_KEY, key)] = value.astype(dtype, copy=False)
+        return out
 
 
 def _subspace(space: gym.spaces.Dict, key: tuple[str, ...], name: str) -> gym.Space:

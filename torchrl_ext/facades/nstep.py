@@ -2,24 +2,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import gymnasium as gym
-import numpy as np
 import torch
 from tensordict import TensorDictBase
 
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._tensorclass import documented_tensorclass
+from torchrl_ext.facades._convert import space_error, to_numpy
+from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.loader import make_loader
 
 __all__ = ["NStepReplayBatch", "NStepReplayStorage"]
 
 
 @documented_tensorclass
-class NStepReplayBatch:
+class NStepReplayBatch(TensorclassBatch):
     """A batch of n-step transitions (rllte's fields plus the episode facts).
 
     ``target = rewards + discounts * V(next_observations)``.
@@ -54,6 +54,23 @@ class NStepReplayBatch:
     terminateds: torch.Tensor
     truncateds: torch.Tensor
     steps: torch.Tensor
+
+    if TYPE_CHECKING:  # the constructor tensorclass generates, for type checkers
+
+        def __init__(
+            self,
+            *,
+            observations: Any,
+            actions: torch.Tensor,
+            rewards: torch.Tensor,
+            discounts: torch.Tensor,
+            next_observations: Any,
+            terminateds: torch.Tensor,
+            truncateds: torch.Tensor,
+            steps: torch.Tensor,
+            batch_size: Sequence[int] | torch.Size,
+            device: torch.device | str | None = None,
+        ) -> None: ...
 
 
 class NStepReplayStorage:
@@ -141,16 +158,9 @@ class NStepReplayStorage:
         snapshot_dir: str | Path | None = None,
         seed: int | None = None,
     ) -> None:
-        if not isinstance(observation_space, gym.Space):
-            raise TypeError(
-                f"NStepReplayStorage: observation_space is {type(observation_space).__name__}, "
-                "expected a gymnasium Space."
-            )
-        if not isinstance(action_space, gym.Space):
-            raise TypeError(
-                f"NStepReplayStorage: action_space is {type(action_space).__name__}, "
-                "expected a gymnasium Space."
-            )
+        for name, space in (("observation_space", observation_space), ("action_space", action_space)):
+            if not isinstance(space, gym.Space):
+                raise space_error("NStepReplayStorage", name, space)
         if save_snapshot and snapshot_dir is None:
             raise ValueError(
                 "NStepReplayStorage: save_snapshot=True needs snapshot_dir=...; "
@@ -180,8 +190,9 @@ class NStepReplayStorage:
             gamma=discount,
             seed=seed,
         )
-        if self.save_snapshot and (self.snapshot_dir / "buffer").exists():
-            self.rb.loads(self.snapshot_dir / "buffer")
+        if self.snapshot_dir is not None and self.save_snapshot:
+            if (self.snapshot_dir / "buffer").exists():
+                self.rb.loads(self.snapshot_dir / "buffer")
         # workers see added steps once written: at most min(ADD_CHUNK, fetch_every) held
         self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every))
         self._iter: Iterator[TensorDictBase] | None = None
@@ -209,10 +220,10 @@ class NStepReplayStorage:
                 dtype differs from the first step's (the message names it).
         """
         space = self.observation_space
+        # observations and actions take the spaces' dtypes; the adapter converts the rest
         self._batcher.add(  # written in chunks, flushed before any read
-            _numpy(observations, space), _numpy(actions, self.action_space), _numpy(rewards),
-            _numpy(terminateds).astype(bool), _numpy(truncateds).astype(bool),
-            infos, _numpy(next_observations, space),
+            to_numpy(observations, space), to_numpy(actions, self.action_space),
+            rewards, terminateds, truncateds, infos, to_numpy(next_observations, space),
         )
 
     @property
@@ -267,7 +278,7 @@ class NStepReplayStorage:
     # ----------------------------------------------------------------- extras
     def save(self) -> None:
         """Write the episode index and cursors beside the rows in ``snapshot_dir``."""
-        if not self.save_snapshot:
+        if not self.save_snapshot or self.snapshot_dir is None:  # the constructor pairs them
             raise ValueError("NStepReplayStorage.save: only with save_snapshot=True.")
         self._batcher.flush()
         self.rb.dumps(self.snapshot_dir / "buffer")
@@ -282,18 +293,6 @@ class NStepReplayStorage:
             f"{type(self).__name__}(transitions={len(self)}, num_envs={self.num_envs}, "
             f"n_step={self.rb.sampler.n}, batch_size={self.batch_size})"
         )
-
-
-def _numpy(value: Any, space: gym.Space | None = None) -> Any:
-    """numpy arrays, cast to ``space``'s dtype (numpy arithmetic often gives float64)."""
-    if isinstance(value, dict):
-        spaces = getattr(space, "spaces", {})
-        return {k: _numpy(v, spaces.get(k)) for k, v in value.items()}
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    value = np.asarray(value)
-    dtype = getattr(space, "dtype", None)
-    return value if dtype is None else value.astype(dtype, copy=False)
 
 
 def _observations(data: TensorDictBase, keys: list[str]) -> Any:

@@ -16,7 +16,18 @@ class RefiningSampler(Sampler):
     Everything about choosing transitions belongs to ``base``: the buffer's
     generator, priorities, write notifications and checkpoints go to it. The
     subclass only extends the index (``(rows, ...)`` tuples whose first entry
-    is the rows ``base`` drew).
+    is the rows ``base`` drew). :class:`~torchrl_ext.samplers.NStepSampler` and
+    :class:`~torchrl_ext.samplers.HindsightSampler` are refining samplers; the
+    buffer finds the priorities of ``base`` through them.
+
+    Args:
+        base (Sampler): the sampler whose draws are refined.
+
+    Examples:
+        >>> from torchrl_ext.samplers import NStepSampler, PrioritizedTransitionSampler
+        >>> sampler = NStepSampler(3, base=PrioritizedTransitionSampler())
+        >>> isinstance(sampler, RefiningSampler), type(sampler.base).__name__
+        (True, 'PrioritizedTransitionSampler')
     """
 
     def __init__(self, base: Sampler) -> None:

@@ -10,7 +10,7 @@ from tensordict.utils import NestedKey
 from torchrl_ext.core import windows
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.core.schema import as_key
-from torchrl_ext.samplers.uniform import UniformTransitionSampler
+from torchrl_ext.samplers.uniform import UniformTransitionSampler, check_batch_size, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["SequenceSampler", "draw_episodes", "draw_windows"]
@@ -33,7 +33,7 @@ def draw_windows(
     gives one window, from its step 0, that the caller pads.
 
     Starts are drawn as live transitions and kept if valid: the one window
-    algorithm, :func:`torchrl_ext.core.windows.draw_windows`, over the
+    algorithm, :func:`torchrl_ext.core.draw_windows`, over the
     episode index (O(batch); exact counting per episode after ``max_rounds``
     rejection rounds, or when valid windows are rare).
 
@@ -141,7 +141,7 @@ class SequenceSampler(UniformTransitionSampler):
         init_key (NestedKey): entry marking episode starts. Defaults to ``"is_init"``.
         max_rounds (int): rejection rounds before the valid windows are counted
             episode by episode (``0``: always count; see
-            :func:`torchrl_ext.core.windows.draw_windows`). Defaults to 16.
+            :func:`torchrl_ext.core.draw_windows`). Defaults to 16.
         generator (torch.Generator, optional): RNG used when the buffer sets none.
 
     Examples:
@@ -183,12 +183,14 @@ class SequenceSampler(UniformTransitionSampler):
         self.pad = bool(pad)
         self.mask_key = as_key(mask_key)
         self.init_key = as_key(init_key)
+        if int(max_rounds) < 0:
+            raise ValueError(f"SequenceSampler: max_rounds={max_rounds}, expected an integer >= 0.")
         self.max_rounds = int(max_rounds)
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
-        index = storage.index
-        if index is None or not index.live_rows().any():
-            raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
+        index = storage_index(storage)
+        if not index.live_rows().any():
+            check_batch_size(batch_size, 0)  # the buffer is empty
         if batch_size < 1:
             raise ValueError(f"cannot sample: batch_size={batch_size}, expected >= 1 sequences.")
         generator = self._generator()

@@ -9,10 +9,12 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
+from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.storages.transition import TransitionStorage
 
-__all__ = ["UniformTransitionSampler", "check_batch_size", "draw_transitions"]
+__all__ = ["UniformTransitionSampler", "check_batch_size", "draw_transitions", "storage_index"]
+
 
 def draw_transitions(
     storage: TransitionStorage, batch_size: int, generator: torch.Generator | None
@@ -44,15 +46,32 @@ def draw_transitions(
         >>> tau.tolist(), set(stream.tolist()) <= {0, 1}  # step 0 of either stream
         ([0, 0], True)
     """
-    index = storage.index
-    if index is None:
-        raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
+    index = storage_index(storage)
     # Each live final-observation row follows a live transition of its episode,
     # except in a stream's oldest episode: so at least (rows - S) / 2 are
     # transitions, and the exact count is only needed near that bound.
     if batch_size < 1 or (int(index.live_rows().sum()) - index.num_streams) // 2 < 1:
         check_batch_size(batch_size, len(storage))
     return index.draw_transitions(batch_size, generator)
+
+
+def storage_index(storage: TransitionStorage) -> EpisodeIndex:
+    """The episode index of ``storage``, which exists from its first write on.
+
+    Raises:
+        ValueError: nothing was written yet.
+
+    Examples:
+        >>> from torchrl_ext import make_replay_buffer
+        >>> storage_index(make_replay_buffer(8).storage)
+        Traceback (most recent call last):
+        ...
+        ValueError: cannot sample: the buffer holds no transition yet; extend it first.
+    """
+    index = storage.index
+    if index is None:
+        raise ValueError("cannot sample: the buffer holds no transition yet; extend it first.")
+    return index
 
 
 def check_batch_size(batch_size: int, available: int) -> None:
@@ -120,7 +139,7 @@ class UniformTransitionSampler(Sampler):
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         tau, stream = draw_transitions(storage, batch_size, self._generator())
-        return torch.from_numpy(storage.index.physical_rows(tau, stream)), {}
+        return torch.from_numpy(storage_index(storage).physical_rows(tau, stream)), {}
 
     def _empty(self) -> None:
         pass

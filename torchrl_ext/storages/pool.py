@@ -19,7 +19,9 @@ _COUNTERS = ("free_top", "slot_top", "row_high", "slot_high", "table_head")
 class EpisodePool(NumpyViews):
     """Episodes of step entries stored row by row, with eviction in any order.
 
-    The storage behind the episodic datasets
+    Not a TorchRL ``Storage`` (no buffer writes to it): a store of whole
+    episodes that its owner appends and evicts, and samples windows from (a
+    :class:`~torchrl_ext.core.WindowSource`). The storage behind the episodic datasets
     (:class:`~torchrl_ext.facades.episodic.EpisodeDataset`). Unlike the
     per-stream rings of :class:`~torchrl_ext.storages.TransitionStorage`, whose
     eviction is FIFO by construction, any stored episode can be evicted here,
@@ -223,8 +225,17 @@ class EpisodePool(NumpyViews):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``count`` rows drawn uniformly as window starts: ``(slot, step, length)``.
 
-        The :class:`~torchrl_ext.core.windows.WindowSource` side of the pool:
+        The :class:`~torchrl_ext.core.WindowSource` side of the pool:
         rows are drawn in ``[0, highest used row]``; a free row has slot ``-1``.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> pool = EpisodePool(4, TensorDict({"x": torch.zeros(())}, []))
+            >>> slot = pool.append(TensorDict({"x": torch.zeros(2)}, [2]))
+            >>> slots, steps, lengths = pool.window_candidates(4, torch.Generator().manual_seed(0))
+            >>> set(slots.tolist()), set(lengths.tolist())
+            ({0}, {2})
         """
         v = self._np
         high = self._counter("row_high")
@@ -236,7 +247,16 @@ class EpisodePool(NumpyViews):
         return s, v["row_step"][r], v["length"][np.maximum(s, 0)]
 
     def live_episodes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(slot, length, first live step)`` of every stored episode (all steps live)."""
+        """``(slot, length, first live step)`` of every stored episode (all steps live).
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> pool = EpisodePool(8, TensorDict({"x": torch.zeros(())}, []))
+            >>> a, b = (pool.append(TensorDict({"x": torch.zeros(n)}, [n])) for n in (3, 2))
+            >>> [x.tolist() for x in pool.live_episodes()]
+            [[0, 1], [3, 2], [0, 0]]
+        """
         slots = self.live_slots()
         return slots, self._np["length"][slots], np.zeros_like(slots)
 
@@ -246,7 +266,7 @@ class EpisodePool(NumpyViews):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``count`` windows of ``width`` steps, uniform over valid windows.
 
-        Call under :attr:`lock`. :func:`~torchrl_ext.core.windows.draw_windows`
+        Call under :attr:`lock`. :func:`~torchrl_ext.core.draw_windows`
         over this pool: O(batch) rejection sampling of rows, exact counting per
         episode when valid windows are rare.
 

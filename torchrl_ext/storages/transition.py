@@ -27,7 +27,7 @@ class TransitionStorage(TensorStorage):
     (reward, done flags) of its step. A step's next observation is the next row
     of its stream; the true final observation of an episode gets a row of its
     own. Frames are therefore stored once, whatever their size. See
-    :class:`~torchrl_ext.core.episodes.EpisodeIndex` for the layout.
+    :class:`~torchrl_ext.core.EpisodeIndex` for the layout.
 
     The bytes live in a TorchRL storage: :class:`~torchrl.data.LazyTensorStorage`
     in shared memory (``backend="tensor"``, visible to forked and spawned

@@ -43,7 +43,9 @@ class HindsightTransform(Transform):
             (and ``done``) of relabelled one-step transitions; without it they
             keep their stored flags (as in SB3).
         info_key (NestedKey, optional): next-only entry holding per-step infos
-            to pass to ``reward_fn``.
+            to pass to ``reward_fn``; where the buffer stores no such entry
+            (e.g. a HER facade whose envs report no numeric info),
+            ``reward_fn`` gets ``infos=None``.
 
     Examples:
         >>> import torch
@@ -115,8 +117,9 @@ class HindsightTransform(Transform):
         goals = goal.unsqueeze(1).expand(V, W, *goal.shape[1:]).reshape(V * W, *goal.shape[1:])
         flat_achieved = achieved.reshape(V * W, *goal.shape[1:])
         infos = None
-        if self.info_key is not None:
-            infos = window.get(self.info_key[1:])[idx].reshape(V * W)
+        stored = None if self.info_key is None else window.get(self.info_key[1:], None)
+        if stored is not None:  # a buffer that stores no such entry passes infos=None
+            infos = stored[idx].reshape(V * W)
         rewards = window.get(self.reward_key[1:]).clone()  # [B, W, *reward]
         new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos)
         rewards[idx] = new.view(V, W, *rewards.shape[2:]).to(rewards.dtype)

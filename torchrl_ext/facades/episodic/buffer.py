@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl_ext.core.schema import EntryKeyError
-from torchrl_ext.facades.episodic.dataset import EpisodeDataset
+from torchrl_ext.facades.episodic.dataset import EpisodeDataset, SequenceStream
 
 __all__ = ["EpisodeReplayBuffer"]
 
@@ -94,6 +94,13 @@ class EpisodeReplayBuffer:
         self.loader = dataset.get_loader(
             batch_size, sequence_length, chunk_size, num_workers, pin_memory, pad=pad, seed=seed
         )
+        stream = self.loader.dataset
+        if not isinstance(stream, SequenceStream):
+            raise TypeError(
+                f"EpisodeReplayBuffer: {type(dataset).__name__}.get_loader serves "
+                f"{type(stream).__name__}, expected a SequenceStream."
+            )
+        self._stream = stream
         self._iterator: Iterator[TensorDictBase] | None = None
         self._num_envs: int | None = None  # 0: single env, fixed by the first call
         self._keys: tuple[str, ...] | None = None
@@ -264,7 +271,8 @@ class EpisodeReplayBuffer:
         Raises:
             RuntimeError: the dataset is empty, or no episode is long enough.
         """
-        if self.dataset.is_empty:
+        fields = self.dataset.fields
+        if self.dataset.is_empty or fields is None:
             raise RuntimeError("Cannot sample from empty dataset.")
         length = self.sequence_length
         if length is not None and not self.pad and self.dataset.longest_episode < length:
@@ -276,7 +284,7 @@ class EpisodeReplayBuffer:
         if self._iterator is None:
             self._iterator = iter(self.loader)
         batch = next(self._iterator)
-        for key, kind in self.dataset.fields.items():
+        for key, kind in fields.items():
             if batch.get(key).device != kind.device:
                 batch.set(key, batch.get(key).to(kind.device))
         return batch
@@ -314,7 +322,7 @@ class EpisodeReplayBuffer:
             >>> torch.equal(restored.sample()["obs"], rb.sample()["obs"])
             True
         """
-        stream = self.loader.dataset
+        stream = self._stream
         return {
             "dataset": self.dataset.state_dict(),
             "num_envs": self._num_envs,
@@ -329,7 +337,7 @@ class EpisodeReplayBuffer:
         self._num_envs = state["num_envs"]
         self._keys = state["keys"]
         self._episodes = [[dict(step) for step in steps] for steps in state["running"]]
-        self.loader.dataset.in_process_generator().set_state(state["generator"])
+        self._stream.in_process_generator().set_state(state["generator"])
 
     @property
     def num_episodes(self) -> int:

@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import torch
 from tensordict import TensorDictBase
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset
 
 from torchrl_ext.facades.episodic.evictors import Evictor, FIFOEvictor
 from torchrl_ext.facades.episodic.fields import (
@@ -16,7 +16,7 @@ from torchrl_ext.facades.episodic.fields import (
     as_episode,
     verify,
 )
-from torchrl_ext.loader import _DEFAULT_CONTEXT
+from torchrl_ext.loader import SampleStream, worker_loader
 from torchrl_ext.storages.pool import EpisodePool
 
 __all__ = ["EpisodeDataset", "MASK_KEY"]
@@ -101,6 +101,10 @@ class EpisodeDataset(IterableDataset):
     def _preferred_num_workers(self, num_workers: int | None) -> int:
         return 0 if num_workers is None else int(num_workers)
 
+    def _max_sampling_rounds(self) -> int:
+        """Rejection rounds before sampling counts the valid windows exactly."""
+        return 16
+
     def _stored(self, episode: TensorDictBase) -> None:
         """Called after an episode is appended (persistence)."""
 
@@ -149,6 +153,46 @@ class EpisodeDataset(IterableDataset):
         return self.num_timesteps / self.num_episodes if self.num_episodes else 0.0
 
     @property
+    def pool(self) -> EpisodePool | None:
+        """The :class:`~torchrl_ext.storages.EpisodePool` holding the episodes.
+
+        ``None`` until the fields are known (the first episode, or ``info.fields``).
+
+        Examples:
+            >>> import torch
+            >>> from torchrl_ext import RingBufferDataset
+            >>> dataset = RingBufferDataset(10, half_precision=True)
+            >>> dataset.pool is None
+            True
+            >>> dataset.add_episode({"obs": torch.zeros(3)})
+            >>> dataset.pool.rows["obs"].dtype  # stored in half precision
+            torch.float16
+        """
+        return self._pool
+
+    def episode(self, position: int) -> TensorDictBase:
+        """The stored episode at ``position`` (0 = oldest), ``[length]`` steps.
+
+        Raises:
+            IndexError: no episode at ``position``.
+
+        Examples:
+            >>> import torch
+            >>> from torchrl_ext import RingBufferDataset
+            >>> dataset = RingBufferDataset(10)
+            >>> dataset.add_episode({"obs": torch.arange(3.0)})
+            >>> dataset.episode(0)["obs"].tolist()
+            [0.0, 1.0, 2.0]
+        """
+        if not -self.num_episodes <= position < self.num_episodes:
+            raise IndexError(
+                f"{type(self).__name__}.episode: position {position}, but {self.num_episodes} "
+                "episodes are stored."
+            )
+        pool = self._stored_pool()
+        return pool.gather(pool.episode_rows(self._slots[position]).numpy())
+
+    @property
     def longest_episode(self) -> int:
         """Length of the longest stored episode (0 when empty)."""
         return self._longest
@@ -163,9 +207,16 @@ class EpisodeDataset(IterableDataset):
         )
 
     # ----------------------------------------------------------------- writes
-    def _allocate(self, fields: Fields) -> None:
+    def _allocate(self, fields: Fields) -> EpisodePool:
         self.info.fields = fields
         self._pool = EpisodePool(self.capacity, fields.spec(), **self._pool_options())
+        return self._pool
+
+    def _stored_pool(self) -> EpisodePool:
+        """The pool, which exists once an episode was added (or fields were given)."""
+        if self._pool is None:
+            raise RuntimeError(f"{type(self).__name__}: no episode was added yet.")
+        return self._pool
 
     def add_episode(self, episode: Any) -> None:
         """Store an episode, evicting others (chosen by the evictor) to make room.
@@ -192,9 +243,11 @@ class EpisodeDataset(IterableDataset):
                 f"add_episode: an episode of {length} steps does not fit in "
                 f"{type(self).__name__}(capacity={self.capacity}); raise the capacity."
             )
-        if self._pool is None:
-            self._allocate(Fields.from_episode(episode))
-        verify(episode, self.info.fields, self.info.verification_mode)
+        fields = self.info.fields
+        if fields is None:  # the first episode fixes the fields and allocates the pool
+            fields = Fields.from_episode(episode)
+            self._allocate(fields)
+        verify(episode, fields, self.info.verification_mode)
         while self.num_timesteps + length > self.capacity:
             position = self.evictor(self)
             if not isinstance(position, int) or not 0 <= position < self.num_episodes:
@@ -208,7 +261,7 @@ class EpisodeDataset(IterableDataset):
 
     def append_episode(self, episode: TensorDictBase) -> None:
         """Store ``episode`` in free space (the caller made room) and count it."""
-        self._slots.append(self._pool.append(episode))
+        self._slots.append(self._stored_pool().append(episode))
         length = int(episode.shape[0])
         self.info.episode_lengths.append(length)
         self.info.num_episodes += 1
@@ -218,7 +271,7 @@ class EpisodeDataset(IterableDataset):
 
     def evict_episode(self, idx: int) -> None:
         """Evict the episode at position ``idx`` (0 = oldest) and free its storage."""
-        self._pool.evict(self._slots.pop(idx))
+        self._stored_pool().evict(self._slots.pop(idx))
         length = self.info.episode_lengths.pop(idx)
         self.info.num_episodes -= 1
         self.info.num_timesteps -= length
@@ -268,9 +321,16 @@ class EpisodeDataset(IterableDataset):
         self._slots = list(state["slots"])
         self._longest = max(info.episode_lengths, default=0)
         if state["pool"] is not None:
-            self._pool.load_state_dict(state["pool"])
-        if state["evictor"] is not None:
-            self.evictor.generator.set_state(state["evictor"])  # saved only if it has one
+            self._stored_pool().load_state_dict(state["pool"])
+        if state["evictor"] is not None:  # saved only if the evictor has a generator
+            generator = getattr(self.evictor, "generator", None)
+            if generator is None:
+                raise ValueError(
+                    f"load_state_dict: the checkpoint holds an evictor's generator, but "
+                    f"{type(self.evictor).__name__} has none; restore into a dataset with "
+                    "the same kind of evictor."
+                )
+            generator.set_state(state["evictor"])
 
     # -------------------------------------------------------------- sampling
     def get_loader(
@@ -327,17 +387,14 @@ class EpisodeDataset(IterableDataset):
             )
         if pin_memory and not torch.cuda.is_available():
             raise ValueError("get_loader: pin_memory=True needs CUDA, which is not available.")
-        workers = self._preferred_num_workers(num_workers)
-        generator = None if seed is None else torch.Generator().manual_seed(seed)
-        stream = SequenceStream(self, chunk_size, sequence_length, pad=pad, seed=seed)
-        return DataLoader(
-            stream,
+        return worker_loader(
+            SequenceStream(self, chunk_size, sequence_length, pad=pad, seed=seed),
             batch_size=batch_size // chunk_size,
             collate_fn=concat_chunks,
-            num_workers=workers,
+            num_workers=self._preferred_num_workers(num_workers),
             pin_memory=bool(pin_memory),
-            generator=generator,
-            multiprocessing_context=(multiprocessing_context or _DEFAULT_CONTEXT) if workers else None,
+            seed=seed,
+            multiprocessing_context=multiprocessing_context,
         )
 
     def __iter__(self) -> Iterator[TensorDictBase]:
@@ -420,7 +477,7 @@ def _pad(chunk: TensorDictBase, width: int) -> TensorDictBase:
     return torch.cat([chunk, tail], 1)
 
 
-class SequenceStream(IterableDataset):
+class SequenceStream(SampleStream):
     """The endless stream of chunks a dataset's loader iterates.
 
     Holds the dataset's :class:`EpisodePool` (shared memory) and the sampling
@@ -438,12 +495,13 @@ class SequenceStream(IterableDataset):
         pad: bool = False,
         seed: int | None = None,
     ) -> None:
+        super().__init__()
         self.dataset = dataset
         self.chunk_size = chunk_size
         self.sequence_length = None if sequence_length is None else int(sequence_length)
         self.pad = pad
         self.seed = seed
-        self.max_rounds = getattr(dataset, "max_sampling_attempts", 16)
+        self.max_rounds = dataset._max_sampling_rounds()
         # the in-process generator (checkpointed by EpisodeReplayBuffer)
         self.generator: torch.Generator | None = None
 
@@ -470,12 +528,8 @@ class SequenceStream(IterableDataset):
             self.generator = torch.Generator().manual_seed(seed)
         return self.generator
 
-    def __iter__(self) -> Iterator[TensorDictBase]:
-        info = get_worker_info()
-        if info is not None:
-            generator = torch.Generator().manual_seed(info.seed)
-        else:
-            generator = self.in_process_generator()
+    def batches(self, generator: torch.Generator | None) -> Iterator[TensorDictBase]:
+        """Endless chunks of ``chunk_size`` sequences drawn from the pool."""
         pool = self._pool()
         while True:
             yield pool.sample(

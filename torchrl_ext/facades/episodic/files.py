@@ -47,7 +47,7 @@ class NumpyCompressedSerialization:
                     f"NumpyCompressedSerialization: field {key!r} has dtype {value.dtype}, "
                     "which numpy cannot store; use serialization_strategy='pt'."
                 ) from error
-        np.savez_compressed(file, **arrays)
+        np.savez_compressed(file, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as the allow_pickle flag
 
     def load(self, file: Any) -> dict[str, torch.Tensor]:
         with np.load(file) as data:
@@ -159,6 +159,9 @@ class IndividualFileDataset(EpisodeDataset):
             self.add_episode(episode.auto_batch_size_(1))
         self._reopening = None
         self._next_id = max((i for i, _ in found), default=-1) + 1
+
+    def _max_sampling_rounds(self) -> int:
+        return self.max_sampling_attempts
 
     def _stored(self, episode: TensorDictBase) -> None:
         if self._reopening is not None:

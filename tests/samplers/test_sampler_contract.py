@@ -14,6 +14,7 @@ from torchrl.data import TensorDictReplayBuffer
 from conftest import steps
 from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer
 from torchrl_ext.samplers import (
+    HindsightSampler,
     NStepSampler,
     PrioritizedTransitionSampler,
     SequenceSampler,
@@ -27,7 +28,13 @@ SAMPLERS = {
     "sequence": lambda: SequenceSampler(2),
     "sequence-pad": lambda: SequenceSampler(3, pad=True),
     "episodes": lambda: SequenceSampler(None),
+    "hindsight-future": lambda: HindsightSampler("future", 2),
+    "hindsight-random": lambda: HindsightSampler("random", 3, base=NStepSampler(2)),
+    "hindsight-prioritized": lambda: HindsightSampler(
+        "episode", 1, base=NStepSampler(1, base=PrioritizedTransitionSampler(alpha=0.6, beta=0.4))
+    ),
 }
+REFINING = ("nstep", "hindsight-future", "hindsight-random", "hindsight-prioritized")
 
 
 def build(make_sampler, backend, directory, seed=0, cls=TransitionReplayBuffer):
@@ -65,8 +72,13 @@ def test_plain_torchrl_buffer_draws_the_same(kind, backend, tmp_path):
         assert torch.equal(a["observation"], b["observation"])
         assert torch.equal(a["next", "observation"], b["next", "observation"])
         # every row drawn is a live transition (n-step: [row, k]; sequences: [B, L] rows)
-        rows = a["index"][:, 0] if kind == "nstep" else a["index"].reshape(-1)
+        # (refining samplers: [B, k] rows first; sequences: [B, L] rows)
+        rows = a["index"][:, 0] if kind in REFINING else a["index"].reshape(-1)
         assert ours.storage.contains(rows)
+        if kind.startswith("hindsight"):  # goal rows: -1 for real rows, else live rows
+            goals = a["index"][:, 2]
+            assert (goals[: 6 - ours.sampler.n_virtual(6)] == -1).all()
+            assert torch.equal(a["index"][:, 2], b["index"][:, 2])
 
 
 def test_checkpoint_resume_gives_the_same_next_sample(kind, tmp_path):
@@ -88,3 +100,17 @@ def test_empty_buffer_is_a_value_error(kind, tmp_path):
     rb = build(SAMPLERS[kind], "tensor", tmp_path)
     with pytest.raises(ValueError, match="cannot sample"):
         rb.sample()
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "sequence"])
+def test_sampler_own_generator_is_checkpointed(kind, tmp_path):
+    """Without a buffer generator, the sampler's own one is saved and restored."""
+    make = {"uniform": UniformTransitionSampler, "prioritized": PrioritizedTransitionSampler,
+            "sequence": lambda generator: SequenceSampler(2, generator=generator)}[kind]
+    sampler = make(generator=torch.Generator().manual_seed(5))
+    rb = TensorDictReplayBuffer(storage=TransitionStorage(48), writer=TransitionWriter(), sampler=sampler)
+    fill(rb)
+    sampler.dumps(tmp_path)
+    first = rb.sample(4)["index"]
+    sampler.loads(tmp_path)
+    assert torch.equal(rb.sample(4)["index"], first)

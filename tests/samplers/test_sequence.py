@@ -17,9 +17,8 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from torchrl.data import TensorDictReplayBuffer
 
-from conftest import CountingSource, steps
+from conftest import CountingSource, run, steps, workloads
 from reference import sequence_reference
-from test_properties import run, workloads
 from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer
 from torchrl_ext.samplers import SequenceSampler
 from torchrl_ext.core import windows
@@ -485,3 +484,8 @@ def test_whole_episodes_match_reference(workload, single_sample, seed):
     got = decode(sample_sequences(rb, sampler, 60 * len(expected) + 100), tight=True)
     assert all(init for _, init in got)
     assert {seq for seq, _ in got} == set(expected)
+
+
+def test_max_rounds_must_not_be_negative():
+    with pytest.raises(ValueError, match=r"SequenceSampler: max_rounds=-1, expected an integer >= 0\."):
+        SequenceSampler(3, max_rounds=-1)

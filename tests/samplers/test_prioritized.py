@@ -319,16 +319,6 @@ def test_dumps_loads_into_a_fresh_buffer_gives_the_same_next_sample(tmp_path):
     assert torch.equal(restored.sampler.priorities(), rb.sampler.priorities())
 
 
-def test_sampler_own_generator_is_checkpointed(tmp_path):
-    sampler = PrioritizedTransitionSampler(generator=torch.Generator().manual_seed(5))
-    rb = TensorDictReplayBuffer(storage=TransitionStorage(40), writer=TransitionWriter(), sampler=sampler)
-    rb.extend(episodes(0))
-    sampler.dumps(tmp_path)
-    first = rb.sample(4)["index"]
-    sampler.loads(tmp_path)
-    assert torch.equal(rb.sample(4)["index"], first)
-
-
 def test_state_dict_round_trip():
     rb = build()
     rb.extend(episodes(0))

@@ -8,9 +8,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import steps
+from conftest import run, steps, workloads
 from reference import nstep_reference
-from test_properties import run, workloads
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.transforms import NStepTransform, nstep_return
 

@@ -1,10 +1,12 @@
-"""Golden cases: where rows go and which transitions come back."""
+"""The episode index: golden cases of where rows go, its public queries against the reference."""
 from __future__ import annotations
 
 import numpy as np
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from conftest import column, steps, transitions_of
+from conftest import column, run, steps, transitions_of, workloads
 from torchrl_ext import make_replay_buffer
 
 
@@ -167,3 +169,45 @@ def test_index_physical_rows_round_trip():
     index = rb.storage.index
     tau, stream = index.row_coordinates(np.arange(12))
     assert (index.physical_rows(tau, stream) == np.arange(12)).all()
+
+
+# ------------------------------------------------------- public index queries
+def reference_episodes(rows, capacity):
+    """``(steps written, first live step, complete)`` of each live episode of one stream."""
+    kept_from = max(len(rows) - capacity, 0)
+    out, first = [], 0
+    while first < len(rows):
+        j, complete = first, False
+        while j < len(rows) and "step" in rows[j]:
+            _, _, terminated, truncated = rows[j]["step"]
+            j += 1
+            if terminated or truncated:
+                complete = True
+                break
+        if min(j, len(rows) - 1) >= kept_from and j > first:  # its last row is kept
+            out.append((j - first, max(kept_from - first, 0), complete))
+        first = j + 1
+    return out
+
+
+@given(workloads(), st.integers(0, 2**31))
+def test_index_queries_match_reference(workload, seed):
+    rb, ref = run(*workload)
+    index = rb.storage.index
+    live_rows = [min(len(rows), ref.capacity) for rows in ref.rows]
+    assert index.live_rows().tolist() == live_rows
+    assert int(index.is_transition(np.arange(index.num_rows)).sum()) == len(ref.live_transitions())
+    slot, length, first = index.live_episodes()
+    stream, start, length_at = index.episode_at(slot)
+    assert length.tolist() == length_at.tolist()
+    first_of, count = index.complete_episodes()
+    for s, rows in enumerate(ref.rows):
+        expected = reference_episodes(rows, ref.capacity)
+        mine = stream == s
+        assert sorted(zip(length[mine].tolist(), first[mine].tolist())) == sorted(
+            (n, f) for n, f, _ in expected
+        )
+        assert count[s] == sum(1 for _, f, complete in expected if complete and f == 0)
+    if ref.live_transitions():
+        tau, s = index.draw_transitions(64, torch.Generator().manual_seed(seed))
+        assert index.is_transition(index.physical_rows(tau, s)).all()

@@ -160,11 +160,7 @@ def apply(pool: EpisodePool, ref: Reference, op: str, arg: int) -> None:
                 assert (v == after[k]).all(), f"failed append changed {k}"
             note("append refused: no room")
             return
-        head = pool._counter("table_head")
-        slot = pool.append(episode(ids))
-        if pool._counter("table_head") < head + length:
-            note("table compacted")
-        ref.append(slot, ids)
+        ref.append(pool.append(episode(ids)), ids)
     elif op == "evict":
         if not ref.episodes:
             with pytest.raises(KeyError, match="holds no episode"):
