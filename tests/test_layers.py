@@ -11,10 +11,13 @@ PACKAGE = Path(torchrl_ext.__file__).parent
 # layer of each top-level folder / module; a module imports only from layers <= its own
 LAYERS = {
     "_compat": 0, "core": 0,
+    "sample_index": 0,  # arriving with the d3 branch (storages import it)
     "storages": 1, "transforms": 1, "envs": 1,
     "writers": 2, "samplers": 2,
     "buffer": 3,
+    "model_based": 3,  # arriving with the mb branch: assembles like buffer.py
     "loader": 4,
+    "export": 4,  # arriving with the d3 branch: reads and rebuilds buffers
     "facades": 5,
 }
 
