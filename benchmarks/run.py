@@ -10,7 +10,8 @@
     .venv/bin/python benchmarks/run.py --no-frames  # skip the W5 frame-stack tables (frames.py)
     .venv/bin/python benchmarks/run.py --no-ray     # skip the W7 Ray tables (ray_writers.py)
 
-Prints markdown tables and writes them to benchmarks/results/latest.md; the W2
+Prints markdown tables and writes them to benchmarks/results/latest.md, then the
+docs' benchmark page from them (docs_page.py: docs/benchmarks/); the W2
 n-step tables (``nstep.py``), the W3 HER tables (``her.py``), the W4 sequence
 tables (``sequence.py``), W5 frame stacks (``frames.py``), W6 model-based epochs
 (``model_based.py``) and the W7 Ray tables (``ray_writers.py``), each run in a
@@ -35,6 +36,7 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")  # silence torchrl INFO lin
 
 import torch  # noqa: E402
 
+import docs_page  # noqa: E402
 import pixels  # noqa: E402
 from impls import ALL  # noqa: E402
 from measure import (  # noqa: E402
@@ -114,10 +116,13 @@ def main() -> None:
     if not a.no_frames:  # fresh interpreters, one per buffer (frames.py)
         log("W5 frame stacks (frames.py)")
         cmd = [sys.executable, os.path.join(HERE, "frames.py"), "--out", a.out, "--append"]
+        subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
     if not a.no_ray:  # a local Ray cluster: 2 remote collectors + this process as learner
         log("W7 Ray writers (ray_writers.py)")
         cmd = [sys.executable, os.path.join(HERE, "ray_writers.py"), "--out", a.out, "--append"]
         subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
+    if os.path.abspath(a.out) == str(docs_page.RESULTS):
+        docs_page.main([])  # docs/benchmarks/: this run's tables and charts
 
 
 def run_w1(a) -> None:

@@ -32,8 +32,10 @@ version = ".".join(release.split(".")[:2])
 # -- General configuration ---------------------------------------------------
 extensions = [
     "sphinx.ext.autodoc",
+    "sphinx.ext.intersphinx",
     "sphinx.ext.napoleon",
     "myst_parser",
+    "sphinx_gallery.gen_gallery",
 ]
 
 source_suffix = {
@@ -41,12 +43,42 @@ source_suffix = {
     ".md": "markdown",
 }
 root_doc = "index"
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "**/*.md5", "**/*.ipynb", "**/*.zip"]
 templates_path: list[str] = []
 
 # Unresolvable cross-references (torch, tensordict, torchrl types in
 # signatures and type fields) are not warnings.
 nitpicky = False
+
+# -- intersphinx: links into torch, tensordict, torchrl, gymnasium ---------------
+# The build runs offline: each project's inventory is a small file in
+# docs/inventories/, written from the installed packages by
+# docs/inventories/build.py, with the URLs of the projects' published pages.
+_INVENTORIES = Path(__file__).parent / "inventories"
+intersphinx_mapping = {
+    "torch": ("https://docs.pytorch.org/docs/stable/", str(_INVENTORIES / "torch.inv")),
+    "tensordict": ("https://docs.pytorch.org/tensordict/stable/",
+                   str(_INVENTORIES / "tensordict.inv")),
+    "torchrl": ("https://docs.pytorch.org/rl/stable/", str(_INVENTORIES / "torchrl.inv")),
+    "gymnasium": ("https://gymnasium.farama.org/", str(_INVENTORIES / "gymnasium.inv")),
+}
+
+# -- sphinx-gallery: the examples, run in their quick mode, with their plots ------
+sys.path.insert(0, str(Path(__file__).parent))  # gallery_argv.py
+sphinx_gallery_conf = {
+    "examples_dirs": str(ROOT / "examples"),
+    "gallery_dirs": "examples",
+    # demo.py prints the same checks as the other examples, without a plot
+    "ignore_pattern": r"demo\.py",
+    "filename_pattern": r".*\.py",  # run every example (each has a quick mode)
+    "reset_argv": "gallery_argv.quick",
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "matplotlib_animations": False,
+    "min_reported_time": 1,
+    "show_memory": False,
+    "plot_gallery": "True",
+}
 
 # -- MyST (Markdown) -----------------------------------------------------------
 myst_enable_extensions = ["colon_fence"]
@@ -90,12 +122,12 @@ napoleon_preprocess_types = False
 napoleon_attr_annotations = True
 
 # -- HTML output -----------------------------------------------------------------
-html_theme = "alabaster"
+html_theme = "furo"
 html_title = f"torchrl_ext {release}"
-html_theme_options = {
-    "description": "Episode-aware experience replay for TorchRL",
-    "fixed_sidebar": True,
-}
+pygments_style = "friendly"
+pygments_dark_style = "monokai"
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 
 # -- Document each public object exactly once ----------------------------------------
 # ``torchrl_ext/__init__.py`` re-exports classes from its subpackages.  If both
@@ -190,7 +222,28 @@ def _class_signature(app, what, name, obj, options, signature, return_annotation
     return str(sig.replace(parameters=params, return_annotation=sig.empty)), None
 
 
+# -- Only our own members ------------------------------------------------------
+# A tensorclass (``NStepReplayBatch``...) gets several hundred TensorDict methods
+# copied into its class body, and a subclass of a torchrl component may carry
+# attributes set by torchrl; autodoc would list them all as members of our
+# class. A member is documented only when torchrl_ext defines it.
+def _defined_here(obj: Any) -> bool | None:
+    """Whether ``obj`` (a member) comes from torchrl_ext; None when it cannot tell."""
+    func = obj.fget if isinstance(obj, property) else getattr(obj, "__func__", obj)
+    if not (inspect.isroutine(func) or inspect.isclass(func) or isinstance(obj, property)):
+        return None  # constants, enum members: judged by autodoc's own rules
+    module = getattr(func, "__module__", None)
+    return module is not None and module.split(".")[0] == "torchrl_ext"
+
+
+def _skip_foreign_members(app, what, name, obj, skip, options):
+    if skip or what not in {"class", "exception"}:
+        return None
+    return True if _defined_here(obj) is False else None
+
+
 def setup(app):
+    app.connect("autodoc-skip-member", _skip_foreign_members)
     app.connect("autodoc-process-signature", _class_signature)
 
     app.connect("autodoc-process-docstring", _remember_module)

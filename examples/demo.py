@@ -17,21 +17,33 @@ Run with ``make demo`` (or ``.venv/bin/python examples/demo.py``). It
    4-frame stacks of 3-step windows (each frame stored once) and checks every
    stack against the step counter in the observation, then exports the held
    episodes (our format, reloaded; d3rlpy's ``MDPDataset`` when installed).
+
+``--help`` lists the options (the sizes of the fills).
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import logging
 import math
 import tempfile
 import time
+import warnings
 
 import gymnasium as gym
 import numpy as np
 import torch
-from torchrl.collectors import Collector
 from torchrl.envs import GymEnv, SerialEnv
+from tqdm import tqdm
+
+with warnings.catch_warnings():
+    # torchrl 0.14 warns about its own weight updaters when torchrl.collectors is imported
+    warnings.filterwarnings(
+        "ignore", message=r"Creating \w+ which inherits from WeightUpdaterBase",
+        category=DeprecationWarning,
+    )
+    from torchrl.collectors import Collector
 
 from torchrl_ext import BatchReplayBuffer, make_replay_buffer
 from torchrl_ext.envs import GymVectorAdapter
@@ -61,7 +73,7 @@ def fill_from_gymnasium(num_envs: int = 8, steps: int = 2_000, n_step: int | Non
     env.action_space.seed(SEED)
     obs, _ = env.reset(seed=SEED)
     write_s = 0.0
-    for _ in range(steps):
+    for _ in tqdm(range(steps), unit="step", disable=None, leave=False):  # on a terminal only
         action = env.action_space.sample()
         next_obs, reward, terminated, truncated, infos = env.step(action)
         steps = adapter.step(obs, action, reward, terminated, truncated, infos, next_obs)
@@ -85,8 +97,11 @@ def fill_from_collector(num_envs: int = 4, frames: int = 8_192):
         post_collect_hook=lambda batch: handed_over.append(time.perf_counter()),
     )
     write_s = 0.0
+    progress = tqdm(total=frames, unit="frame", disable=None, leave=False)
     for _ in collector:  # each iteration yields once rb.extend has returned
         write_s += time.perf_counter() - handed_over[-1]
+        progress.update(256)
+    progress.close()
     collector.shutdown()
     return rb, write_s
 
@@ -134,16 +149,27 @@ def checkpoint_round_trip(rb, n_step=None) -> str:
     return "same sample" if same else "MISMATCH"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="torchrl_ext demo: episode-aware replay fed by gymnasium "
+        "and by a TorchRL collector."
+    )
+    parser.add_argument("--steps", type=int, default=2_000,
+                        help="vector steps of each gymnasium fill (8 envs)")
+    parser.add_argument("--frames", type=int, default=8_192,
+                        help="frames of the collector fill (4 envs, batches of 256)")
+    args = parser.parse_args(argv)
     rows = []
     started = time.perf_counter()
-    for name, fill, n_step in [
-        ("gymnasium 8 x CartPole (NextStep)", fill_from_gymnasium, None),
-        ("Collector SerialEnv(4 x CartPole)", fill_from_collector, None),
-        ("gymnasium 8 x CartPole, n-step 3", fill_from_gymnasium, 3),
+    for name, fill in [
+        ("gymnasium 8 x CartPole (NextStep)", lambda: fill_from_gymnasium(steps=args.steps)),
+        ("Collector SerialEnv(4 x CartPole)", lambda: fill_from_collector(frames=args.frames)),
+        ("gymnasium 8 x CartPole, n-step 3",
+         lambda: fill_from_gymnasium(steps=args.steps, n_step=3)),
     ]:
         print(f"filling: {name} ...", flush=True)
-        rb, write_s = fill(n_step=n_step) if n_step else fill()
+        n_step = 3 if "n-step" in name else None
+        rb, write_s = fill()
         n = len(rb)
         rows.append(
             (

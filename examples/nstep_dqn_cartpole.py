@@ -1,6 +1,10 @@
-"""n-step DQN on CartPole-v1: a TorchRL collector writing into an n-step replay buffer.
+"""
+n-step DQN on CartPole-v1
+=========================
 
-Run with ``.venv/bin/python examples/nstep_dqn_cartpole.py`` (``--help`` for options).
+A TorchRL collector writing into an n-step replay buffer. Run with
+``.venv/bin/python examples/nstep_dqn_cartpole.py`` (``--quick`` for a run of a few
+seconds, ``--help`` for options).
 
 A TorchRL ``Collector`` steps ``SerialEnv(4, CartPole-v1)`` with an epsilon-greedy
 ``QValueActor`` and writes every batch into ``make_replay_buffer(..., n_step=3)``
@@ -17,8 +21,9 @@ truncated episode (500 steps) still bootstraps; only a termination cuts it.
 
 At ``--stages`` evenly spaced points the greedy policy is evaluated on a separate
 env (mean return over ``--eval-episodes``, 500 at most); one table line is printed
-per stage and the curve is written as a small SVG chart (``--plot``, by default
-``examples/out/nstep_dqn_cartpole.svg`` next to this script).
+per stage and the curve is drawn with matplotlib and saved (``--plot``, by default
+``nstep_dqn_cartpole.png`` in the current directory; the figure stays open
+for notebooks and the docs' gallery).
 """
 from __future__ import annotations
 
@@ -28,12 +33,14 @@ import time
 import warnings
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import torch
 from tensordict.nn import TensorDictSequential
 from torchrl.envs import GymEnv, SerialEnv
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import MLP, EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, SoftUpdate, ValueEstimators
+from tqdm import tqdm
 
 with warnings.catch_warnings():
     # torchrl 0.14 warns about its own weight updaters when torchrl.collectors is imported
@@ -53,7 +60,7 @@ FRAMES_PER_BATCH = 64  # 16 steps of each of the 4 envs
 UPDATES_PER_BATCH = 8  # one gradient step per 8 frames
 BATCH_SIZE = 128
 WARMUP_FRAMES = 1_024  # frames collected (at epsilon ~1) before the first update
-DEFAULT_PLOT = Path(__file__).resolve().parent / "out" / "nstep_dqn_cartpole.svg"
+DEFAULT_PLOT = Path("nstep_dqn_cartpole.png")  # in the current directory
 
 
 def make_env() -> GymEnv:
@@ -82,50 +89,35 @@ def evaluate(actor, env, episodes: int) -> float:
     return sum(returns) / len(returns)
 
 
-def write_svg(path: Path, frames: list[int], returns: list[float], title: str) -> None:
-    """A polyline of evaluation return against frames, with axes, ticks and labels."""
-    w, h, left, right, top, bottom = 560, 340, 60, 20, 36, 48
-    x_max, y_max = max(frames + [1]), 500.0
-    sx = lambda x: left + (w - left - right) * x / x_max  # noqa: E731
-    sy = lambda y: h - bottom - (h - top - bottom) * y / y_max  # noqa: E731
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-        f'viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">',
-        f'<rect width="{w}" height="{h}" fill="white"/>',
-        f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="13">{title}</text>',
-    ]
-    for y in range(0, 501, 100):  # horizontal grid and y ticks
-        parts.append(f'<line x1="{left}" y1="{sy(y):.1f}" x2="{w - right}" y2="{sy(y):.1f}" '
-                     f'stroke="#ddd"/>')
-        parts.append(f'<text x="{left - 6}" y="{sy(y) + 4:.1f}" text-anchor="end">{y}</text>')
-    for i in range(5):  # x ticks
-        x = x_max * i / 4
-        parts.append(f'<text x="{sx(x):.1f}" y="{h - bottom + 16}" text-anchor="middle">'
-                     f'{x / 1000:g}k</text>')
-    parts += [
-        f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>',
-        f'<text x="{(left + w - right) / 2}" y="{h - 10}" text-anchor="middle">env frames</text>',
-        f'<text x="16" y="{(top + h - bottom) / 2}" text-anchor="middle" '
-        f'transform="rotate(-90 16 {(top + h - bottom) / 2})">evaluation return</text>',
-    ]
-    points = " ".join(f"{sx(f):.1f},{sy(r):.1f}" for f, r in zip(frames, returns))
-    parts.append(f'<polyline points="{points}" fill="none" stroke="#1f77b4" stroke-width="2"/>')
-    parts += [f'<circle cx="{sx(f):.1f}" cy="{sy(r):.1f}" r="3" fill="#1f77b4"/>'
-              for f, r in zip(frames, returns)]
-    parts.append("</svg>")
+def plot(path: Path, frames: list[int], returns: list[float], title: str) -> plt.Figure:
+    """Evaluation return against env frames, saved to ``path``; returns the figure."""
+    fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+    ax.plot(frames, returns, marker="o")
+    ax.set(xlabel="env frames", ylabel="evaluation return", ylim=(0, 510), title=title)
+    ax.grid(alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(parts) + "\n")
+    fig.savefig(path, dpi=120)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> list[tuple[int, float]]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="n-step DQN on CartPole-v1: a TorchRL collector writing into "
+        "an n-step replay buffer."
+    )
     parser.add_argument("--frames", type=int, default=32_000, help="total env frames")
     parser.add_argument("--stages", type=int, default=6, help="evaluation points")
     parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument("--quick", action="store_true",
+                        help="a run of a few seconds: 4,096 frames, 2 stages, 2 eval episodes")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help="SVG file to write")
+    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help="image file to write")
+    parser.add_argument("--no-plot", action="store_true", help="draw no plot")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.frames, args.stages, args.eval_episodes = 4_096, 2, 2
+    if args.no_plot:
+        args.plot = None
     # one intra-op thread: a 128-wide MLP gains nothing from more, and on a busy
     # machine torch's thread pool makes each tiny op ~100x slower
     threads = torch.get_num_threads()
@@ -168,8 +160,11 @@ def train(args: argparse.Namespace) -> list[tuple[int, float]]:
     history: list[tuple[int, float]] = []
     print(f"{'stage':>5}  {'frames':>7}  {'epsilon':>7}  {'eval return':>11}  {'time':>6}")
     started, frames = time.perf_counter(), 0
+    # on a terminal only (disable=None); the stage lines go above the bar
+    progress = tqdm(total=total, unit="frame", disable=None, leave=False)
     for _ in collector:  # yields None once each batch of frames is written to rb
         frames += FRAMES_PER_BATCH
+        progress.update(FRAMES_PER_BATCH)
         exploration.step(FRAMES_PER_BATCH)
         if frames >= WARMUP_FRAMES:
             for _ in range(UPDATES_PER_BATCH):
@@ -182,14 +177,15 @@ def train(args: argparse.Namespace) -> list[tuple[int, float]]:
         if due and len(history) < args.stages:
             score = evaluate(actor, eval_env, args.eval_episodes)
             history.append((frames, score))
-            print(f"{len(history):>5}  {frames:>7}  {exploration.eps.item():>7.3f}  "
-                  f"{score:>11.1f}  {time.perf_counter() - started:>5.1f}s", flush=True)
+            tqdm.write(f"{len(history):>5}  {frames:>7}  {exploration.eps.item():>7.3f}  "
+                       f"{score:>11.1f}  {time.perf_counter() - started:>5.1f}s")
+    progress.close()
     collector.shutdown()
     eval_env.close()
 
     if args.plot is not None:
-        write_svg(args.plot, [f for f, _ in history], [r for _, r in history],
-                  f"{N_STEP}-step DQN on CartPole-v1 ({NUM_ENVS} envs, seed {args.seed})")
+        plot(args.plot, [f for f, _ in history], [r for _, r in history],
+             f"{N_STEP}-step DQN on CartPole-v1 ({NUM_ENVS} envs, seed {args.seed})")
         print(f"plot: {args.plot}")
     return history
 

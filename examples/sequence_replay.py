@@ -1,7 +1,10 @@
-"""Sequence replay: a GRU infers CartPole's hidden velocities from positions only.
+"""
+Sequence replay for a recurrent model
+=====================================
 
-Run with ``.venv/bin/python examples/sequence_replay.py`` (``--quick`` for a
-few-second run, ``--help`` for options).
+A GRU infers CartPole's hidden velocities from positions only. Run with
+``.venv/bin/python examples/sequence_replay.py`` (``--quick`` for a few-second run,
+``--help`` for options).
 
 A TorchRL ``Collector`` steps ``SerialEnv(4, CartPole-v1)`` with a random
 policy. Each ``[4, T]`` batch it yields is written step by step into an
@@ -32,15 +35,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import time
 import warnings
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 from torchrl.envs import GymEnv, SerialEnv
+from tqdm import tqdm
 
 with warnings.catch_warnings():
     # torchrl 0.14 warns about its own weight updaters when torchrl.collectors is imported
@@ -62,7 +66,7 @@ BURN_IN = 2  # steps at the start of a sequence left out of the loss (no history
 EVAL_BATCHES = 8  # held-out batches, sampled once
 EVAL_SEED_OFFSET = 10_000  # SerialEnv seeds env i with seed + i: keep the held-out envs apart
 POSITIONS, VELOCITIES = [0, 2], [1, 3]  # CartPole obs: x, x_dot, theta, theta_dot
-DEFAULT_PLOT = Path(__file__).resolve().parent / "out" / "sequence_replay.svg"
+DEFAULT_PLOT = Path("sequence_replay.png")  # in the current directory
 
 
 # ------------------------------------------------------------------ collection
@@ -157,58 +161,25 @@ def scored_mse(model: nn.Module, batch: TensorDictBase) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------ plot
-def write_svg(path: Path, steps: list[int], curves: dict[str, list[float]], title: str) -> None:
-    """Held-out MSE (log scale) against training steps, one polyline per model."""
-    w, h, left, right, top, bottom = 600, 340, 64, 130, 36, 48
-    values = [v for curve in curves.values() for v in curve if v > 0]
-    lo = 10 ** math.floor(math.log10(min(values)))
-    hi = 10 ** math.ceil(math.log10(max(values)))
-    x_max = max(steps + [1])
-    sx = lambda s: left + (w - left - right) * s / x_max  # noqa: E731
-    sy = lambda v: h - bottom - (h - top - bottom) * (  # noqa: E731
-        math.log10(max(v, lo)) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-        f'viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">',
-        f'<rect width="{w}" height="{h}" fill="white"/>',
-        f'<text x="{(w - right + left) / 2}" y="20" text-anchor="middle" font-size="13">'
-        f'{title}</text>',
-    ]
-    decade = lo
-    while decade <= hi * 1.0001:
-        y = sy(decade)
-        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{w - right}" y2="{y:.1f}" stroke="#ddd"/>')
-        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{decade:g}</text>')
-        decade *= 10
-    for i in range(5):
-        s = x_max * i / 4
-        out.append(f'<text x="{sx(s):.1f}" y="{h - bottom + 16}" text-anchor="middle">'
-                   f'{s:g}</text>')
-    out += [
-        f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>',
-        f'<text x="{(left + w - right) / 2}" y="{h - 10}" text-anchor="middle">'
-        'training steps</text>',
-        f'<text x="16" y="{(top + h - bottom) / 2}" text-anchor="middle" '
-        f'transform="rotate(-90 16 {(top + h - bottom) / 2})">held-out velocity MSE</text>',
-    ]
-    colors = ["#1f77b4", "#d62728", "#7f7f7f"]
-    for i, ((name, curve), color) in enumerate(zip(curves.items(), colors)):
-        points = " ".join(f"{sx(s):.1f},{sy(v):.1f}" for s, v in zip(steps, curve))
-        out.append(f'<polyline points="{points}" fill="none" stroke="{color}" '
-                   'stroke-width="2"/>')
-        y = top + 14 + 18 * i
-        out.append(f'<line x1="{w - right + 10}" y1="{y - 4}" x2="{w - right + 28}" '
-                   f'y2="{y - 4}" stroke="{color}" stroke-width="2"/>')
-        out.append(f'<text x="{w - right + 32}" y="{y}">{name}</text>')
-    out.append("</svg>")
+def plot(path: Path, steps: list[int], curves: dict[str, list[float]], title: str) -> plt.Figure:
+    """Held-out MSE (log scale) against training steps, one line per model; saved to ``path``."""
+    fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+    for name, curve in curves.items():
+        ax.plot(steps, curve, label=name, linestyle="--" if name == "mean predictor" else "-")
+    ax.set(xlabel="training steps", ylabel="held-out velocity MSE", yscale="log", title=title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(out) + "\n")
+    fig.savefig(path, dpi=120)
+    return fig
 
 
 # ------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="Sequence replay: a GRU infers CartPole's hidden velocities "
+        "from positions only."
+    )
     parser.add_argument("--frames", type=int, help="training env frames (default 8,192; "
                         "held-out: a quarter as many more)")
     parser.add_argument("--steps", type=int, help="gradient steps per model (default 1,000)")
@@ -217,8 +188,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help="SVG file to write")
-    parser.add_argument("--no-plot", action="store_true", help="write no SVG")
+    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help="image file to write")
+    parser.add_argument("--no-plot", action="store_true", help="draw no plot")
     args = parser.parse_args(argv)
     if args.frames is None:
         args.frames = 2_048 if args.quick else 8_192
@@ -278,7 +249,8 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     history_steps, history = [0], {name: [v] for name, v in evaluate().items()}
     print(f"{'step':>6}  {'GRU MSE':>9}  {'MLP MSE':>9}  {'time':>6}")
     train_started = time.perf_counter()
-    for step in range(1, args.steps + 1):
+    # on a terminal only (disable=None); the table lines go above the bar
+    for step in tqdm(range(1, args.steps + 1), unit="step", disable=None, leave=False):
         batch = sample(rb)  # the same batch for both models
         for name, model in models.items():
             loss = scored_mse(model, batch)
@@ -290,8 +262,8 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             history_steps.append(step)
             for name, value in scores.items():
                 history[name].append(value)
-            print(f"{step:>6}  {scores['GRU']:>9.4f}  {scores['MLP']:>9.4f}  "
-                  f"{time.perf_counter() - train_started:>5.1f}s", flush=True)
+            tqdm.write(f"{step:>6}  {scores['GRU']:>9.4f}  {scores['MLP']:>9.4f}  "
+                       f"{time.perf_counter() - train_started:>5.1f}s")
     rb.close()
     eval_rb.close()
 
@@ -308,8 +280,8 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     }
     if not args.no_plot:
         history["mean predictor"] = [mean_mse] * len(history_steps)
-        write_svg(args.plot, history_steps, history,
-                  f"CartPole velocities from positions ({frames:,} frames, seed {args.seed})")
+        plot(args.plot, history_steps, history,
+             f"CartPole velocities from positions ({frames:,} frames, seed {args.seed})")
         print(f"plot: {args.plot}")
     print(f"held-out velocity MSE after {args.steps} steps (sequences of {SEQUENCE_LENGTH}, "
           f"first {BURN_IN} steps unscored):")

@@ -4,7 +4,15 @@ Components (:mod:`torchrl_ext.storages`, :mod:`torchrl_ext.writers`,
 :mod:`torchrl_ext.samplers`) plug into a plain
 :class:`torchrl.data.TensorDictReplayBuffer`; :func:`make_replay_buffer`
 assembles them.
+
+The package logs through the ``torchrl_ext`` logger (with a ``NullHandler``, so
+nothing is printed unless the application configures logging): at INFO, once,
+the facts a user should know (an autoreset convention chosen or defaulted, the
+number of env streams fixed by the first write); at WARNING, inputs that look
+inconsistent.
 """
+import logging
+
 from torchrl_ext._compat import moved_names
 from torchrl_ext.buffer import TransitionReplayBuffer, make_her_replay_buffer, make_replay_buffer
 from torchrl_ext.core.episodes import EpisodeIndex
@@ -27,6 +35,8 @@ from torchrl_ext.loader import ReplayDataset, make_loader
 from torchrl_ext.samplers import PrioritizedTransitionSampler, SequenceSampler, UniformTransitionSampler
 from torchrl_ext.storages import TransitionStorage
 from torchrl_ext.writers import TransitionWriter
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "BatchReplayBatch",

@@ -12,6 +12,7 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
+from torchrl_ext.core.schema import as_key
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.frames import FrameStackSampler
 from torchrl_ext.samplers.masks import BootstrapMaskSampler
@@ -70,9 +71,9 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
     def _lean(self) -> bool:
         return (
             not self._prefetch
-            and self._sample_unit is None
+            and getattr(self, "_sample_unit", None) is None  # torchrl >= 0.14
             and not self._pin_memory
-            and not self._writer.tracks_generations
+            and not getattr(self._writer, "tracks_generations", False)  # torchrl >= 0.14
             and getattr(self, "_sample_dependency", None) is None
         )
 
@@ -213,7 +214,9 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         include_info: bool | None = None,
     ) -> TensorDictBase | tuple[TensorDictBase, dict]:
         """Sample ``batch_size`` transitions; ``"index"`` and sampler info are entries of the result."""
-        if not self._lean() or include_info is not None or self._service_shutdown:
+        if not self._lean() or include_info is not None or getattr(
+            self, "_service_shutdown", False  # torchrl >= 0.14
+        ):
             return super().sample(batch_size, return_info=return_info, include_info=include_info)
         batch_size = self._batch_size if batch_size is None else batch_size
         if batch_size is None:
@@ -233,6 +236,34 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         return (data, info) if return_info else data
 
 
+def _check_terminated_key(
+    where: str, terminated_key: NestedKey, done_keys: Sequence[NestedKey]
+) -> None:
+    """Raise unless ``terminated_key`` is one of ``done_keys``.
+
+    Windows (n-step, HER) end where the writer ends episodes, at the done
+    entries; the transform reads ``terminated_key`` to stop bootstrapping. A
+    terminated entry that does not end episodes, or custom done entries of
+    which none is the terminated one, would bootstrap past terminal states.
+
+    Examples:
+        >>> _check_terminated_key("make_replay_buffer", ("next", "term"),
+        ...                       [("next", "term"), ("next", "trunc")])
+        >>> _check_terminated_key("make_replay_buffer", ("next", "terminated"), [("next", "done")])
+        Traceback (most recent call last):
+        ...
+        ValueError: make_replay_buffer: terminated_key=('next', 'terminated') is not one of done_keys=[('next', 'done')]: ...
+    """
+    done = [as_key(k) for k in done_keys]
+    if as_key(terminated_key) not in done:
+        raise ValueError(
+            f"{where}: terminated_key={as_key(terminated_key)!r} is not one of "
+            f"done_keys={done!r}: n-step windows would not stop at terminations, "
+            "or would bootstrap through them. Pass terminated_key= the done entry "
+            "that marks terminations (e.g. terminated_key=('next', 'term')), or add it "
+            "to done_keys."
+        )
+
 
 def make_replay_buffer(
     capacity: int,
@@ -249,6 +280,11 @@ def make_replay_buffer(
     mask_size: int | None = None,
     mask_p: float = 0.5,
     done_keys: Sequence[NestedKey] = DEFAULT_DONE_KEYS,
+    terminated_key: NestedKey = ("next", "terminated"),
+    reward_key: NestedKey = ("next", "reward"),
+    traj_key: NestedKey = ("collector", "traj_ids"),
+    mask_key: NestedKey = ("collector", "mask"),
+    discount_key: NestedKey | None = "discount",
     seed: int | None = None,
     service_backend: str | None = None,
     service_backend_options: dict[str, Any] | None = None,
@@ -259,7 +295,8 @@ def make_replay_buffer(
 
         TransitionReplayBuffer(
             storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
-            writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),
+            writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys,
+                                    reward_key=reward_key, traj_key=traj_key, mask_key=mask_key),
             sampler=sampler or UniformTransitionSampler(),
             transform=transform, batch_size=batch_size, generator=generator)
 
@@ -289,7 +326,17 @@ def make_replay_buffer(
             wraps the sampler in :class:`~torchrl_ext.samplers.BootstrapMaskSampler`,
             keyed by the buffer's generator.
         mask_p (float): probability of each mask bit. Defaults to ``0.5``.
-        done_keys (sequence of NestedKey): entries ending an episode.
+        done_keys (sequence of NestedKey): entries ending an episode (OR-ed).
+        terminated_key (NestedKey): the entry of ``done_keys`` that marks a
+            termination (no bootstrap); read by the n-step transform. Defaults
+            to ``("next", "terminated")``.
+        reward_key (NestedKey): the reward entry. Defaults to ``("next", "reward")``.
+        traj_key (NestedKey): trajectory ids of flat batches. Defaults to
+            ``("collector", "traj_ids")``.
+        mask_key (NestedKey): steps where it is False are skipped. Defaults to
+            ``("collector", "mask")``.
+        discount_key (NestedKey, optional): where n-step batches get
+            ``gamma**k * (1 - terminated)``; None for none. Defaults to ``"discount"``.
         seed (int, optional): seeds the buffer's ``torch.Generator`` (checkpointed
             by ``rb.dumps``). Without it, a generator is seeded from torch's global RNG.
         service_backend (str, optional): ``"ray"``: the same buffer in a Ray
@@ -299,6 +346,11 @@ def make_replay_buffer(
             own. Needs the ``ray`` extra. Defaults to ``None`` (in process).
         service_backend_options (dict, optional): keywords of TorchRL's
             ``RayReplayBuffer``: ``ray_init_config``, ``remote_config``, ``transport``.
+
+    Raises:
+        ValueError: with ``n_step``, ``terminated_key`` is not one of
+            ``done_keys`` (a termination would not end its episode, and windows
+            would run past it).
 
     Returns:
         the assembled :class:`TransitionReplayBuffer` (a
@@ -323,8 +375,10 @@ def make_replay_buffer(
     generator.manual_seed(int(torch.randint(2**62, ()).item()) if seed is None else seed)
     sampler = sampler if sampler is not None else UniformTransitionSampler()
     if n_step is not None:
+        _check_terminated_key("make_replay_buffer", terminated_key, done_keys)
         sampler = NStepSampler(n_step, base=sampler)
-        nstep = NStepTransform(gamma)
+        nstep = NStepTransform(gamma, reward_key=reward_key, terminated_key=terminated_key,
+                               discount_key=discount_key)
         transform = nstep if transform is None else Compose(nstep, transform)
     if n_frames is not None:
         sampler = FrameStackSampler(n_frames, base=sampler)
@@ -332,7 +386,8 @@ def make_replay_buffer(
         sampler = BootstrapMaskSampler(mask_size, mask_p, base=sampler)
     parts = dict(
         storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
-        writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys),
+        writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys,
+                                reward_key=reward_key, traj_key=traj_key, mask_key=mask_key),
         sampler=sampler,
         transform=transform,
         batch_size=batch_size,
@@ -375,6 +430,9 @@ def make_her_replay_buffer(
     terminated_fn: Callable[..., Any] | None = None,
     info_key: NestedKey | None = None,
     sampler: Sampler | None = None,
+    reward_key: NestedKey = ("next", "reward"),
+    terminated_key: NestedKey = ("next", "terminated"),
+    discount_key: NestedKey | None = "discount",
     **kwargs: Any,
 ) -> TransitionReplayBuffer | RayTransitionReplayBuffer:
     """A replay buffer relabelling goals in hindsight (HER), optionally n-step.
@@ -402,8 +460,18 @@ def make_her_replay_buffer(
         info_key (NestedKey, optional): a ``"next"`` entry passed to ``reward_fn``
             as ``infos`` (see :class:`~torchrl_ext.transforms.HindsightTransform`).
         sampler (Sampler, optional): picks the transitions.
+        reward_key (NestedKey): the reward entry, recomputed for relabelled goals.
+            Defaults to ``("next", "reward")``.
+        terminated_key (NestedKey): the done entry that marks terminations
+            (recomputed by ``terminated_fn``; stops the n-step bootstrap).
+            Defaults to ``("next", "terminated")``.
+        discount_key (NestedKey, optional): where ``gamma**k * (1 - terminated)``
+            goes; None for none. Defaults to ``"discount"``.
         **kwargs: the other keywords of :func:`make_replay_buffer` (``batch_size``,
-            ``backend``, ``seed``, ``num_streams``, ``service_backend="ray"``...).
+            ``backend``, ``done_keys``, ``seed``, ``num_streams``, ``service_backend="ray"``...).
+
+    Raises:
+        ValueError: ``terminated_key`` is not one of ``done_keys``.
 
     Returns:
         the assembled :class:`TransitionReplayBuffer`.
@@ -421,9 +489,15 @@ def make_her_replay_buffer(
         num_goals,
         base=NStepSampler(n_step, base=sampler if sampler is not None else UniformTransitionSampler()),
     )
+    _check_terminated_key(
+        "make_her_replay_buffer", terminated_key, kwargs.get("done_keys", DEFAULT_DONE_KEYS)
+    )
     her = HindsightTransform(
         reward_fn, goal_key=goal_key, achieved_goal_key=achieved_goal_key,
-        terminated_fn=terminated_fn, info_key=info_key,
+        reward_key=reward_key, terminated_key=terminated_key, terminated_fn=terminated_fn,
+        info_key=info_key,
     )
-    transform = Compose(her, NStepTransform(gamma))
-    return make_replay_buffer(capacity, sampler=sampler, transform=transform, **kwargs)
+    nstep = NStepTransform(gamma, reward_key=reward_key, terminated_key=terminated_key,
+                           discount_key=discount_key)
+    return make_replay_buffer(capacity, sampler=sampler, transform=Compose(her, nstep),
+                              reward_key=reward_key, terminated_key=terminated_key, **kwargs)

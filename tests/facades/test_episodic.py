@@ -1,6 +1,7 @@
 """The episodic API (``EpisodeReplayBuffer`` + datasets): regression tests B1–B19.
 
-Each ``test_bN_*`` pins the fix of the original's bug BN (``SPEC-SEEDS.md`` §3.10).
+Each ``test_bN_*`` pins the fix of the original's bug BN (listed in the
+migration guide, ``docs/migration/buffers.md``).
 Episodes carry their identity in the data: field ``"x"`` is ``(episode id, step)``.
 """
 from __future__ import annotations

@@ -127,9 +127,10 @@ def test_sample_empty_buffer():
         make_replay_buffer(64, batch_size=4).sample()
 
 
-def test_batch_larger_than_valid_rows(rb):
-    with pytest.raises(ValueError, match=r"batch_size=3, but the buffer holds 2 transitions"):
-        rb.sample(3)
+def test_batch_size_below_one(rb):
+    with pytest.raises(ValueError, match=r"batch_size=0, expected >= 1 \(the buffer holds 2 "
+                       r"transitions; batches are drawn with replacement\)"):
+        rb.sample(0)
 
 
 def test_storage_too_small_for_streams():

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
 import torch
 from torchrl.envs import SerialEnv
@@ -38,8 +38,12 @@ def example():
     yield from load_example(EXAMPLE)
 
 
-def test_tiny_run_prints_stages_and_writes_svg(example, tmp_path, capsys):
-    plot = tmp_path / "curve.svg"
+def assert_png(path: Path) -> None:
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tiny_run_prints_stages_and_plots(example, tmp_path, capsys):
+    plot = tmp_path / "curve.png"
     threads = torch.get_num_threads()
     history = example.main(["--frames", "2048", "--stages", "2", "--eval-episodes", "2",
                             "--seed", "0", "--plot", str(plot)])
@@ -52,12 +56,19 @@ def test_tiny_run_prints_stages_and_writes_svg(example, tmp_path, capsys):
     assert [cells[:2] for cells in stage_lines] == [["1", "1024"], ["2", "2048"]]
     assert out[-1] == f"plot: {plot}"
 
-    root = ET.parse(plot).getroot()  # well-formed XML
-    assert root.tag == "{http://www.w3.org/2000/svg}svg"
-    (polyline,) = root.iter("{http://www.w3.org/2000/svg}polyline")
-    assert len(polyline.get("points").split()) == 2
-    texts = {t.text for t in root.iter("{http://www.w3.org/2000/svg}text")}
-    assert {"env frames", "evaluation return"} <= texts
+    assert_png(plot)
+    (line,) = plt.gcf().axes[0].get_lines()  # the figure stays open for the gallery
+    assert list(line.get_xdata()) == [1024, 2048]
+    assert list(line.get_ydata()) == [r for _, r in history]
+    plt.close("all")
+
+
+def test_help_lists_the_options(example, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        example.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage:") and "--quick" in out and "--plot" in out
 
 
 def test_loss_target_is_the_n_step_bootstrap(example):
@@ -122,7 +133,7 @@ def test_sequence_replay_quick_run_gru_beats_feed_forward(sequence_example, tmp_
     """Collector -> EpisodeReplayBuffer.add_step(is_last=...) -> [B, L] sequences:
     every sampled sequence stays inside one episode, and a GRU recovers CartPole's
     velocities from positions far better than a per-step MLP."""
-    plot = tmp_path / "sequence.svg"
+    plot = tmp_path / "sequence.png"
     threads = torch.get_num_threads()
     result = sequence_example.main(["--quick", "--seed", "0", "--plot", str(plot)])
     out = capsys.readouterr().out.splitlines()
@@ -142,9 +153,10 @@ def test_sequence_replay_quick_run_gru_beats_feed_forward(sequence_example, tmp_
     assert result["gru_mse"] < 0.2 * result["mlp_mse"]
     assert result["mlp_mse"] > 0.5 * result["mean_mse"]
 
-    root = ET.parse(plot).getroot()  # well-formed XML, one curve per model + the floor
-    assert root.tag == "{http://www.w3.org/2000/svg}svg"
-    assert len(list(root.iter("{http://www.w3.org/2000/svg}polyline"))) == 3
+    assert_png(plot)  # one curve per model + the floor
+    labels = [line.get_label() for line in plt.gcf().axes[0].get_lines()]
+    assert labels == ["GRU", "MLP", "mean predictor"]
+    plt.close("all")
 
 
 def test_sequence_replay_episode_check_catches_spliced_sequences(sequence_example):

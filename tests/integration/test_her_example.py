@@ -7,20 +7,36 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "her_bit_flipping.py"
 
 
 def test_tiny_run_prints_success_rates_last():
-    env = dict(os.environ, RL_LOGGING_LEVEL="WARNING")
+    env = {k: v for k, v in os.environ.items() if k != "RL_LOGGING_LEVEL"}
     result = subprocess.run(
         [sys.executable, "-W", "error", str(EXAMPLE), "--n-bits", "5", "--episodes", "400",
-         "--eval-episodes", "64", "--seed", "0"],
+         "--eval-episodes", "64", "--seed", "0", "--no-plot"],
         capture_output=True, text=True, timeout=60, env=env, check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    assert "[torchrl][INFO]" not in result.stdout + result.stderr  # the example silences it
     her_line, dqn_line = result.stdout.strip().splitlines()[-2:]
     her = re.fullmatch(r"HER success: (\d\.\d\d)", her_line)
     dqn = re.fullmatch(r"DQN success: (\d\.\d\d)", dqn_line)
     assert her and dqn, result.stdout[-500:]
     assert 0.0 <= float(dqn.group(1)) <= 1.0
     assert float(her.group(1)) >= 0.5
+
+
+@pytest.mark.parametrize("name", ["demo", "her_bit_flipping", "nstep_dqn_cartpole",
+                                  "sequence_replay"])
+def test_every_example_has_help(name):
+    result = subprocess.run(
+        [sys.executable, "-W", "error", str(EXAMPLE.parent / f"{name}.py"), "--help"],
+        capture_output=True, text=True, timeout=60, check=False,
+        cwd=EXAMPLE.parent,  # demo.py imports its neighbour sequence_replay.py
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("usage:"), result.stdout[:500]
+    assert result.stderr == ""  # no warnings, no log lines

@@ -412,9 +412,9 @@ def test_sample_errors():
     with pytest.raises(ValueError, match="holds no transition yet; extend it first"):
         rb.sample(2)
     rb.extend(episodes(0))
-    with pytest.raises(ValueError, match=f"batch_size=100, but the buffer holds {len(rb)} transitions"):
-        rb.sample(100)
-    with pytest.raises(ValueError, match="batch_size=0"):
+    assert rb.sample(100).shape == (100,)  # more than the buffer holds: with replacement
+    with pytest.raises(ValueError, match=f"batch_size=0, expected >= 1 \\(the buffer holds "
+                       f"{len(rb)} transitions; batches are drawn with replacement\\)"):
         rb.sample(0)
 
 

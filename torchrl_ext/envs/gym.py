@@ -1,8 +1,9 @@
 """Gymnasium vector-env steps to TorchRL transitions, in every autoreset mode."""
 from __future__ import annotations
 
-from enum import StrEnum
+import logging
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,21 @@ class AutoresetMode(StrEnum):
     LEGACY = "Legacy"
 
 
+logger = logging.getLogger(__name__)
+
+#: what each mode means for the stored steps, logged once per adapter
+_CONVENTION = {
+    AutoresetMode.NEXT_STEP: "the step() after an episode end only resets that sub-env: "
+    "it is not a transition and is not stored (its observation starts the next episode)",
+    AutoresetMode.SAME_STEP: "the true final observation of a done step is read from "
+    "infos['final_obs']; no step is dropped",
+    AutoresetMode.DISABLED: "the observation of a done step is its true final observation; "
+    "reset the done sub-envs yourself; no step is dropped",
+    AutoresetMode.LEGACY: "the true final observation of a done step is read from "
+    "infos[i]['terminal_observation'] (SB3 VecEnv); no step is dropped",
+}
+
+
 class GymVectorAdapter:
     """Builds TorchRL transition rows from gymnasium vector-env steps.
 
@@ -65,7 +81,10 @@ class GymVectorAdapter:
         num_envs (int): number of sub-envs.
 
     Keyword Args:
-        autoreset_mode (AutoresetMode or str): defaults to gymnasium's default, ``NEXT_STEP``.
+        autoreset_mode (AutoresetMode or str, optional): defaults to gymnasium's
+            default, ``NEXT_STEP``. The mode, and what it means for the stored
+            steps, is logged once at INFO on the ``torchrl_ext`` logger; infos
+            that look like another mode's log a WARNING at the first episode end.
             A :class:`gymnasium.vector.AutoresetMode` is accepted too.
         observation_key (str): key of a non-dict observation. Defaults to ``"observation"``.
 
@@ -90,11 +109,13 @@ class GymVectorAdapter:
         self,
         num_envs: int,
         *,
-        autoreset_mode: AutoresetMode | str | Any = AutoresetMode.NEXT_STEP,
+        autoreset_mode: AutoresetMode | str | Any | None = None,
         observation_key: str = "observation",
     ) -> None:
         self.num_envs = int(num_envs)
-        value = getattr(autoreset_mode, "value", autoreset_mode)
+        defaulted = autoreset_mode is None
+        mode = AutoresetMode.NEXT_STEP if autoreset_mode is None else autoreset_mode
+        value = getattr(mode, "value", mode)
         try:
             self.autoreset_mode = AutoresetMode(value)
         except ValueError:
@@ -104,6 +125,15 @@ class GymVectorAdapter:
             ) from None
         self.observation_key = observation_key
         self._resetting = np.zeros(self.num_envs, dtype=bool)
+        self._mode_checked = False
+        logger.info(
+            "GymVectorAdapter(%d envs): autoreset mode %s%s; %s",
+            self.num_envs,
+            self.autoreset_mode.name,
+            " (not given: gymnasium's default; pass autoreset_mode="
+            "envs.metadata['autoreset_mode'] if your env uses another)" if defaulted else "",
+            _CONVENTION[self.autoreset_mode],
+        )
 
     def reset(self) -> None:
         """Forget the pending reset steps (call after ``env.reset()``)."""
@@ -162,6 +192,8 @@ class GymVectorAdapter:
         entries = self._flat("obs", obs, ())
         nxt = self._flat("next_obs", next_obs, ("next",))
         mode = self.autoreset_mode
+        if not self._mode_checked and done.any():
+            self._check_mode(infos)
         if mode in (AutoresetMode.SAME_STEP, AutoresetMode.LEGACY) and done.any():
             nxt = {k: v.copy() for k, v in nxt.items()}
             for i in np.flatnonzero(done).tolist():
@@ -193,6 +225,19 @@ class GymVectorAdapter:
         return TensorDict(tree, batch_size=batch_size)
 
     # ---------------------------------------------------------------- helpers
+    def _check_mode(self, infos: Any) -> None:
+        """Once, at the first episode end: do the infos look like another mode's?"""
+        self._mode_checked = True
+        same_step = isinstance(infos, Mapping) and "final_obs" in infos
+        if self.autoreset_mode is not AutoresetMode.SAME_STEP and same_step:
+            logger.warning(
+                "GymVectorAdapter: the infos of an episode end carry 'final_obs', as "
+                "gymnasium's SAME_STEP autoreset returns them, but autoreset_mode is %s: "
+                "the next observations of done steps may be reset observations. Pass "
+                "autoreset_mode=envs.metadata['autoreset_mode'].",
+                self.autoreset_mode.name,
+            )
+
     def _infos(self, infos: Any) -> list[dict]:
         if infos is None or len(infos) != self.num_envs:
             raise ValueError(

@@ -177,7 +177,7 @@ def _flags(value: Any, name: str, n: int) -> np.ndarray:
 class BatchReplayBuffer:
     """d3rlpy 1.0's ``BatchReplayBuffer`` (online, multi-env), minus its bugs D1-D13.
 
-    ``append`` takes d3rlpy's convention (SPEC §5.5): at each env step, the
+    ``append`` takes d3rlpy's convention: at each env step, the
     observation just received, the action about to be taken, the reward
     received on arriving (0 at an episode start), ``terminals`` (the
     observation is a true terminal state) and ``clip_episodes`` (the episode

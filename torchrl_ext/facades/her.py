@@ -111,8 +111,13 @@ class HerReplayStorage:
     mode). It is written to the goal entry of the observation and next
     observation, and the reward is recomputed as ``reward_fn(achieved_goal,
     desired_goal, infos)``. Episodes longer than a ring keep their live steps;
-    goals only come from live rows. See ``SPEC-SEEDS.md`` §2 for the
-    original's behaviour (H1–H12).
+    goals only come from live rows. Fixed from the original (regression
+    tests ``test_h1_*`` .. ``test_h12_*`` in ``tests/facades/test_her_storage.py``):
+    its default ``reward_fn`` was called with the wrong number of arguments,
+    ``(B,)`` rewards failed to concatenate, ``"random"`` raised in ``sample``,
+    ``reset`` kept stale episodes sampleable, infos were broadcast across
+    envs, an episode as long as a ring became unsampleable, nothing could be
+    sampled before the first episode ended, and every output was float32.
 
     Args:
         observation_space (gym.spaces.Dict): holds ``goal_key`` and
@@ -192,7 +197,7 @@ class HerReplayStorage:
         reward_fn: Callable[..., Any] | None = None,
         copy_info_dict: bool = False,
         *,
-        autoreset_mode: AutoresetMode | str | Any = AutoresetMode.NEXT_STEP,
+        autoreset_mode: AutoresetMode | str | Any | None = None,
         terminated_fn: Callable[..., Any] | None = None,
         goal_key: NestedKey = "desired_goal",
         achieved_goal_key: NestedKey = "achieved_goal",

@@ -35,7 +35,7 @@ class MBReplayBuffer:
     dynamics-model regression pairs: ``train_input = concat(obs, action)``
     (discrete actions one-hot of width ``action_space.n``) and
     ``train_label = concat(next_obs - obs[, reward])``, over all envs
-    together. Fixes pytorchrl's M1-M13 (``SPEC-SEEDS.md`` §4):
+    together. Fixes pytorchrl's bugs M1-M13 (each has a regression test ``test_m<k>_...``):
 
     * only real transitions are trained on: in NEXT_STEP autoreset mode (the
       gymnasium default) a step that starts at a final observation (``"Done"``

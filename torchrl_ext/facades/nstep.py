@@ -83,7 +83,13 @@ class NStepReplayStorage:
     ``rewards = sum_{i<k} discount**i r_{t+i}`` and
     ``discounts = discount**k * (1 - terminated)``: a terminal never
     bootstraps, and every step of every episode is sampled, uniformly over
-    transitions. See ``SPEC-SEEDS.md`` §1 for the original's behaviour (N1–N18).
+    transitions. The original, by contrast, stored a discount of 1 for every
+    step (a terminal bootstrapped), never sampled the last ``n - 1`` steps of
+    an episode, crashed on episodes shorter than ``n`` and on worker seeding
+    under Python 3.11, kept env 0 only, wrote episode files to the working
+    directory, served each batch from one worker's shard and cast everything
+    to float32; the regression tests ``test_n1_*`` .. ``test_n18_*`` in
+    ``tests/facades/test_nstep_storage.py`` pin each fix.
 
     Workers of :attr:`replay_iter` sample the whole buffer from shared memory:
     no episode files, no shards, new steps visible at once. ``fetch_every``
@@ -148,7 +154,7 @@ class NStepReplayStorage:
         fetch_every: int = 1000,
         save_snapshot: bool = False,
         *,
-        autoreset_mode: AutoresetMode | str | Any = AutoresetMode.NEXT_STEP,
+        autoreset_mode: AutoresetMode | str | Any | None = None,
         snapshot_dir: str | Path | None = None,
         seed: int | None = None,
     ) -> None:

@@ -411,9 +411,10 @@ class PrioritizedTransitionSampler(Sampler):
             batch's largest (see the class docstring).
 
         Raises:
-            ValueError: the buffer holds no transition, ``batch_size`` is not in
-                ``[1, number of live transitions]``, or every live transition
-                has priority 0 (possible only with ``eps=0``).
+            ValueError: the buffer holds no transition, ``batch_size < 1``, or
+                every live transition has priority 0 (possible only with
+                ``eps=0``). Draws are with replacement: ``batch_size`` may exceed
+                the number of live transitions.
         """
         views = self._views(storage, "sample")
         if views is None:
@@ -421,7 +422,7 @@ class PrioritizedTransitionSampler(Sampler):
         index = storage_index(storage)
         # as in draw_transitions: the exact count only near the (rows - S) / 2 bound
         rows_live = int(index.live_rows().sum())
-        if batch_size < 1 or batch_size > (rows_live - index.num_streams) // 2:
+        if batch_size < 1 or (rows_live - index.num_streams) // 2 < 1:
             check_batch_size(batch_size, len(storage))
         tree, pairs = views
         generator = self._generator()

@@ -50,7 +50,7 @@ def draw_transitions(
     # Each live final-observation row follows a live transition of its episode,
     # except in a stream's oldest episode: so at least (rows - S) / 2 are
     # transitions, and the exact count is only needed near that bound.
-    if batch_size < 1 or batch_size > (int(index.live_rows().sum()) - index.num_streams) // 2:
+    if batch_size < 1 or (int(index.live_rows().sum()) - index.num_streams) // 2 < 1:
         check_batch_size(batch_size, len(storage))
     return index.draw_transitions(batch_size, generator)
 
@@ -78,26 +78,30 @@ def storage_index(storage: TransitionStorage) -> EpisodeIndex:
 
 
 def check_batch_size(batch_size: int, available: int) -> None:
-    """Raise unless ``1 <= batch_size <= available`` transitions can be drawn.
+    """Raise unless ``batch_size`` transitions can be drawn from ``available`` ones.
+
+    Draws are with replacement, as in TorchRL's ``RandomSampler``, SB3 and
+    cpprb: a batch may be larger than the buffer, but the buffer must hold a
+    transition and the batch must have one.
 
     Raises:
-        ValueError: the buffer is empty, or ``batch_size`` is out of range; the
-            message says how many transitions there are and what to do.
+        ValueError: the buffer is empty, or ``batch_size < 1``; the message
+            says how many transitions there are and what to do.
 
     Examples:
         >>> check_batch_size(4, 10)
-        >>> check_batch_size(0, 10)
+        >>> check_batch_size(256, 10)  # with replacement
+        >>> check_batch_size(4, 0)
         Traceback (most recent call last):
         ...
-        ValueError: cannot sample: batch_size=0, but the buffer holds 10 transitions; expected 1 <= batch_size <= 10 (wait until len(rb) >= batch_size, e.g. with a collector's init_random_frames).
+        ValueError: cannot sample: the buffer holds no transition yet; extend it first.
     """
     if available == 0:
         raise ValueError(EMPTY_BUFFER)
-    if not 1 <= batch_size <= available:
+    if batch_size < 1:
         raise ValueError(
-            f"cannot sample: batch_size={batch_size}, but the buffer holds {available} "
-            f"transitions; expected 1 <= batch_size <= {available} (wait until "
-            "len(rb) >= batch_size, e.g. with a collector's init_random_frames)."
+            f"cannot sample: batch_size={batch_size}, expected >= 1 (the buffer holds "
+            f"{available} transitions; batches are drawn with replacement)."
         )
 
 

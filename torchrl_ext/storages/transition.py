@@ -262,7 +262,10 @@ class TransitionStorage(TensorStorage):
     def _empty(self) -> None:
         if self.index is not None:
             self.index.reset()
-        self._bump_mutation_revision()
+        # torchrl >= 0.14 caches metadata per storage revision; 0.13 has none
+        bump = getattr(self, "_bump_mutation_revision", None)
+        if bump is not None:
+            bump()
 
     def _meta(self) -> dict[str, Any]:
         schema, index, _ = self._ready("_meta")
@@ -346,7 +349,11 @@ class TransitionStorage(TensorStorage):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        Storage.__setstate__(self, state)
+        restore = getattr(Storage, "__setstate__", None)  # torchrl 0.13 has none
+        if restore is None:
+            self.__dict__.update(state)
+        else:
+            restore(self, state)
 
     def __repr__(self) -> str:
         streams = "?" if self.index is None else self.index.num_streams

@@ -36,8 +36,10 @@ class HindsightTransform(Transform):
         goal_key (NestedKey): the desired goal. Defaults to ``"desired_goal"``.
         achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
         reward_key (NestedKey): defaults to ``("next", "reward")``.
+        terminated_key (NestedKey): the termination entry ``terminated_fn``
+            recomputes. Defaults to ``("next", "terminated")``.
         terminated_fn (callable, optional): ``terminated_fn(achieved_goal,
-            desired_goal, infos) -> (n,)`` bool, recomputing ``("next", "terminated")``
+            desired_goal, infos) -> (n,)`` bool, recomputing ``terminated_key``
             (and ``done``) of relabelled one-step transitions; without it they
             keep their stored flags (as in SB3).
         info_key (NestedKey, optional): next-only entry holding per-step infos
@@ -75,6 +77,7 @@ class HindsightTransform(Transform):
         goal_key: NestedKey = "desired_goal",
         achieved_goal_key: NestedKey = "achieved_goal",
         reward_key: NestedKey = ("next", "reward"),
+        terminated_key: NestedKey = ("next", "terminated"),
         terminated_fn: Callable[..., Any] | None = None,
         info_key: NestedKey | None = None,
     ) -> None:
@@ -89,6 +92,7 @@ class HindsightTransform(Transform):
         self.goal_key = as_key(goal_key)
         self.achieved_goal_key = as_key(achieved_goal_key)
         self.reward_key = as_key(reward_key)
+        self.terminated_key = as_key(terminated_key)
         self.info_key = None if info_key is None else as_key(info_key)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -137,7 +141,7 @@ class HindsightTransform(Transform):
         term = torch.as_tensor(terminated_fn(achieved, goals, infos)).reshape(-1, 1).bool()
         truncated = td.get(("next", "truncated"), None)
         done = term if truncated is None else term | truncated[idx]
-        for key, new in ((("next", "terminated"), term), (("next", "done"), done)):
+        for key, new in ((self.terminated_key, term), (("next", "done"), done)):
             value = td.get(key, None)
             if value is not None:
                 value = value.clone()

@@ -6,7 +6,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext.core.schema import EntryKeyError, as_key
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.transforms.functional import nstep_return
 
 __all__ = ["NStepTransform"]
@@ -37,8 +37,8 @@ class NStepTransform(Transform):
 
     Keyword Args:
         reward_key (NestedKey): defaults to ``("next", "reward")``.
-        terminated_key (NestedKey): defaults to ``("next", "terminated")``; a
-            window without it is treated as never terminating.
+        terminated_key (NestedKey): defaults to ``("next", "terminated")``. A
+            batch without it is an error: a termination must not bootstrap.
         discount_key (NestedKey, optional): where to write the bootstrap
             discount; ``None`` to skip. Defaults to ``"discount"``.
 
@@ -95,9 +95,17 @@ class NStepTransform(Transform):
             )
         # the storage already put the last step's done flags under "next"
         terminated = tensordict.get(self.terminated_key, None)
+        if terminated is None:  # [B, 1]: without it, a terminal would be bootstrapped
+            raise EntryKeyError(
+                f"NStepTransform: the termination entry {key_str(self.terminated_key)} is not "
+                f"in the sampled batch (entries under 'next': "
+                f"{', '.join(sorted(map(key_str, tensordict.get('next').keys(True, True))))}); "
+                "a window "
+                "cannot tell a termination (no bootstrap) from a truncation without it. "
+                "Store it, or pass terminated_key= the entry that marks terminations "
+                "(make_replay_buffer(terminated_key=...))."
+            )
         mask = window.get("mask")
-        if terminated is None:
-            terminated = torch.zeros(mask.shape[0], 1, dtype=torch.bool)
         rewards = window.get(self.reward_key[1:])  # [B, W, *reward_shape]
         ret, discount = nstep_return(rewards, mask, terminated, self.gamma)
         tensordict.set(self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,6 +21,17 @@ __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
 
 # writer ids of writer copies in other processes: this offset plus the process id
 _PROCESS_IDS = 1 << 32
+logger = logging.getLogger(__name__)
+
+# TorchRL's multi-agent layout keeps rewards and dones per agent, [batch, n_agents, 1];
+# episodes (and n-step windows) need one reward and one done per env step.
+_MULTI_AGENT_FIX = (
+    "TorchRL's multi-agent layout ([batch, n_agents, 1] rewards and dones) is not "
+    "supported as the reward or done entries. Store one value per env step beside "
+    "the per-agent ones, e.g. td['next', 'reward'] = td[{key!r}].{op}(-2) (and "
+    "td['next', 'done'] / td['next', 'terminated'] likewise, with .any(-2)); the "
+    "per-agent entries are then stored and sampled like any other entry."
+)
 
 DEFAULT_DONE_KEYS: tuple[NestedKey, ...] = (
     ("next", "done"),
@@ -428,16 +440,27 @@ class TransitionWriter(Writer):
                 "Add ('next', 'done') or pass done_keys=."
             )
         if self.reward_key not in leaves:
+            grouped = [k for k in leaves if k[0] == "next" and k[-1] == self.reward_key[-1]]
             raise EntryKeyError(
                 f"{where}: reward entry {key_str(self.reward_key)} is missing "
                 f"(entries: {names}); pass reward_key= if it has another name."
+                + (f" {key_str(grouped[0])} looks like a per-agent reward: "
+                   + _MULTI_AGENT_FIX.format(key=grouped[0], op="sum") if grouped else "")
             )
         nb = len(batch)
         for key in (self.reward_key, *present_done):
             value = leaves[key]
-            if tuple(value.shape) != batch + (1,):
+            shape = tuple(value.shape)
+            if shape[:nb] == batch and len(shape) > nb + 1 and shape[-1] == 1:
                 raise ValueError(
-                    f"{where}: {key_str(key)} has shape {tuple(value.shape)}, expected "
+                    f"{where}: {key_str(key)} has shape {shape}, expected {batch + (1,)}: "
+                    f"one value per env step, not per agent. "
+                    + _MULTI_AGENT_FIX.format(key=key, op="sum" if key == self.reward_key
+                                              else "any")
+                )
+            if shape != batch + (1,):
+                raise ValueError(
+                    f"{where}: {key_str(key)} has shape {shape}, expected "
                     f"{batch + (1,)} (the batch {batch} plus a trailing dim of 1, TorchRL layout)."
                 )
         for key in present_done:
@@ -469,6 +492,13 @@ class TransitionWriter(Writer):
         else:
             num_streams = self.num_streams
         self._storage.initialize(schema, num_streams)
+        rows = self._storage.max_size
+        logger.info(
+            "TransitionWriter: %d stream(s) fixed by the first write (batch %s): each "
+            "gets %d of the %d rows%s.",
+            num_streams, batch, rows // num_streams, rows,
+            f" ({rows % num_streams} left unused)" if rows % num_streams else "",
+        )
 
     def _done(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray:
         flags = [leaves[key] for key in self.done_keys if key in leaves]  # >= 1: first write
