@@ -31,10 +31,7 @@ def snippets() -> list:
 
 SNIPPETS = snippets()
 
-#: pages about classes that other branches add (``mb``: MBReplayBuffer, ``d3``:
-#: BatchReplayBuffer and torchrl_ext.export): their snippets are skipped, with
-#: this reason, only while importing those names fails. Remove an entry once its
-#: branch is merged; the snippet then runs like every other.
+
 def test_pages_have_snippets():
     """The extraction finds the README's and the docs' code (not vacuous)."""
     names = [p.values[1] for p in SNIPPETS]
