@@ -39,7 +39,7 @@ def test_stream_count_is_logged_once_at_the_first_write(caplog):
     assert record.name == "torchrl_ext.writers.transition"
     assert record.getMessage() == (
         "TransitionWriter: 3 stream(s) fixed by the first write (batch (3,)): each gets 33 of "
-        "the 100 rows (1 left unused); later writes must have 3 envs."
+        "the 100 rows (1 left unused)."
     )
 
 
