@@ -162,6 +162,20 @@ class EpisodeIndex(NumpyViews):
         obs_rows = self._np["episode_count"][streams] - oldest
         return int((written[streams] - lo[streams] - obs_rows).sum())
 
+    def is_empty(self) -> bool:
+        """No row was written since the index was created or reset.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=4)
+            >>> index.is_empty()
+            True
+            >>> index.plan(np.array([0]), np.array([[True]]), None).commit()
+            >>> index.is_empty()
+            False
+        """
+        return not self._np["written"].any()
+
     def live_rows(self) -> np.ndarray:
         """Live rows per stream, ``[num_streams]`` (observation-only rows included).
 
@@ -326,8 +340,8 @@ class EpisodeIndex(NumpyViews):
             (True, {3})
         """
         tau, stream = self.draw_transitions(count, generator)
-        episode, step, _, length = self.locate(tau, stream)
-        return self.episode_slot(stream, episode), step, length
+        slot = self.episode_slot(stream, self._np["row_episode"][self.physical_rows(tau, stream)])
+        return slot, tau - self._np["episode_start_flat"][slot], self._np["episode_length_flat"][slot]
 
     # --------------------------------------------------------------- ownership
     def owned_streams(self, writer: int) -> np.ndarray:

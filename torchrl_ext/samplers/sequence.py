@@ -190,8 +190,8 @@ class SequenceSampler(UniformTransitionSampler):
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         index = storage_index(storage)
-        if not index.live_rows().any():
-            check_batch_size(batch_size, 0)  # the buffer is empty
+        if index.is_empty():
+            check_batch_size(batch_size, 0)  # raises: the buffer is empty
         if batch_size < 1:
             raise ValueError(f"cannot sample: batch_size={batch_size}, expected >= 1 sequences.")
         generator = self._generator()
