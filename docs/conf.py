@@ -69,7 +69,8 @@ sphinx_gallery_conf = {
     "examples_dirs": str(ROOT / "examples"),
     "gallery_dirs": "examples",
     # demo.py prints the same checks as the other examples, without a plot
-    "ignore_pattern": r"demo\.py",
+    # demo.py is the README's tour; offline_export.py draws no plot and trains d3rlpy
+    "ignore_pattern": r"(demo|offline_export)\.py",
     "filename_pattern": r".*\.py",  # run every example (each has a quick mode)
     "reset_argv": "gallery_argv.quick",
     "download_all_examples": False,

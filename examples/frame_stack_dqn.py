@@ -1,4 +1,8 @@
-"""DQN on CartPole without velocities: frame stacks from the replay buffer make it solvable.
+"""
+Frame-stack DQN on velocity-free CartPole
+=========================================
+
+DQN on CartPole without velocities: frame stacks from the replay buffer make it solvable.
 
 Run with ``.venv/bin/python examples/frame_stack_dqn.py`` (``--help`` for options).
 
@@ -13,7 +17,7 @@ learns to balance (mean greedy return >= 195); with ``n_frames=1`` it cannot.
 
 Both runs are trained with the same seed and settings (3-step returns, double
 DQN, a soft-updated target network); their evaluation curves are plotted with
-matplotlib (``--plot``, by default ``examples/out/frame_stack_dqn.png``).
+matplotlib (``--plot``, by default ``frame_stack_dqn.png`` in the current directory).
 ``--quick`` is a tiny run used by the tests.
 """
 from __future__ import annotations
@@ -30,7 +34,7 @@ from tqdm import tqdm
 
 from torchrl_ext import BatchReplayBuffer
 
-DEFAULT_PLOT = Path(__file__).resolve().parent / "out" / "frame_stack_dqn.png"
+DEFAULT_PLOT = Path("frame_stack_dqn.png")  # in the current directory
 KEEP = [0, 2]  # cart position, pole angle: the velocities are dropped
 SCALE = np.array([1 / 2.4, 1 / 0.21], np.float32)  # both to about [-1, 1] (termination bounds)
 GAMMA, N_STEPS = 0.99, 3
@@ -174,7 +178,7 @@ def plot(path: Path, curves: dict[int, list[tuple[int, float]]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[int, list[tuple[int, float]]]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description='DQN on CartPole without velocities: frame stacks from the replay buffer make it solvable.')
     parser.add_argument("--steps", type=int, default=20_000, help="vector-env steps per run")
     parser.add_argument("--envs", type=int, default=4)
     parser.add_argument("--frames", type=int, nargs="+", default=[4, 1], help="n_frames of each run")

@@ -1,4 +1,8 @@
-"""Model-based control of Pendulum-v1: a learned ensemble dynamics model and a CEM planner.
+"""
+Model-based control of Pendulum-v1
+==================================
+
+Model-based control of Pendulum-v1: a learned ensemble dynamics model and a CEM planner.
 
 Run with ``.venv/bin/python examples/model_based_pendulum.py`` (``--help`` for
 options, ``--quick`` for a short smoke run).
@@ -56,7 +60,7 @@ from torchrl_ext.transforms import StandardScaler
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)  # storage allocation logs
 
-DEFAULT_PLOT = Path(__file__).resolve().parent / "out" / "model_based_pendulum.png"
+DEFAULT_PLOT = Path("model_based_pendulum.png")  # in the current directory
 OBS_DIM, ACT_DIM, MAX_TORQUE = 3, 1, 2.0
 
 
@@ -255,7 +259,7 @@ def mean_return(policy: Any, cfg: Config, seed: int) -> float:
 
 # ---------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description='Model-based control of Pendulum-v1: a learned ensemble dynamics model and a CEM planner.')
     parser.add_argument("--quick", action="store_true", help="a short smoke run (~20 s)")
     parser.add_argument("--iterations", type=int, help="train / plan / collect rounds")
     parser.add_argument("--seed", type=int, default=0)

@@ -1,4 +1,8 @@
-"""Fill a replay buffer online, export it, and train an offline d3rlpy algorithm on the export.
+"""
+Offline export to d3rlpy
+========================
+
+Fill a replay buffer online, export it, and train an offline d3rlpy algorithm on the export.
 
 Run with ``.venv/bin/python examples/offline_export.py`` (``--help`` for options;
 needs the ``d3rlpy`` extra, which ``make test`` installs).
@@ -67,7 +71,7 @@ def evaluate(algo, episodes: int, seed: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description='Fill a replay buffer online, export it, and train an offline d3rlpy algorithm on the export.')
     parser.add_argument("--collect", type=int, default=5_000, help="vector-env steps (4 envs)")
     parser.add_argument("--capacity", type=int, default=15_000, help="buffer maxlen (transitions)")
     parser.add_argument("--noise", type=float, default=0.3, help="behaviour's random-action rate")
