@@ -34,8 +34,15 @@ class WindowReader(Protocol):
     lock, with the index it came with.
     """
 
-    def read(self, storage: Any, index: torch.Tensor) -> TensorDictBase:
-        """The sampled batch, in TorchRL's transition layout."""
+    def read(
+        self, storage: Any, index: torch.Tensor, *, observations: bool = True
+    ) -> TensorDictBase:
+        """The sampled batch, in TorchRL's transition layout.
+
+        ``observations=False``: without the observation entries (root and
+        ``"next"``), which are then not gathered: for a reader that wraps this
+        one and reads them itself (frame stacks).
+        """
         ...
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,8 +63,13 @@ class RowReads:
         (tensor([3, 5]), tensor([1, 1]))
     """
 
-    def read(self, storage: Any, index: torch.Tensor) -> TensorDictBase:
-        return storage.get(index.as_subclass(torch.Tensor))
+    def read(
+        self, storage: Any, index: torch.Tensor, *, observations: bool = True
+    ) -> TensorDictBase:
+        rows = index.as_subclass(torch.Tensor)
+        if observations:
+            return storage.get(rows)
+        return storage.packed.gather(rows.reshape(-1), None).reshape(rows.shape)
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = index.as_subclass(torch.Tensor)

@@ -266,6 +266,27 @@ def test_plain_rows_reader_is_the_storage_read():
     assert torch.equal(a["observation"], rb.storage.get(rows)["observation"])
 
 
+def test_readers_leave_out_observations_on_request():
+    # what FrameStacks relies on: the inner read without observation entries is
+    # the full read minus them (root and "next"), with every other entry equal
+    rb = episode_buffer(n_step=3)
+    storage = rb.storage
+    rows = storage.live_transition_rows()[:6]
+    window = torch.stack([rows, window_steps(storage.index, rows, 3)], -1)
+    goals = torch.stack([rows, window[:, 1], torch.where(rows % 2 == 0, rows, -1)], -1)
+    cases = [(RowReads(), rows), (RowReads(), rows[:4].view(2, 2)),
+             (StepWindows(), window), (StepWindows(), goals)]
+    observation = {"observation", ("next", "observation")}
+    for reader, index in cases:
+        full = reader.read(storage, SampleIndex.wrap(index, reader))
+        bare = reader.read(storage, SampleIndex.wrap(index, reader), observations=False)
+        assert bare.batch_size == full.batch_size
+        keys = set(full.keys(True, True)) - observation
+        assert set(bare.keys(True, True)) == keys, reader
+        for key in keys:
+            assert torch.equal(bare[key], full[key]), (reader, key)
+
+
 # ----------------------------------------------------------------- properties
 @given(workloads(), st.integers(1, 4), st.integers(1, 3))
 def test_stacks_match_reference(workload, n_frames, n):

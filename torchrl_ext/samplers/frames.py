@@ -60,12 +60,13 @@ def frame_steps(tau: np.ndarray, start: np.ndarray, n_frames: int) -> np.ndarray
 class FrameStacks:
     """The reader of frame stacks over the windows another reader serves.
 
-    Reads the ``inner`` batch, then replaces each stacked observation entry
-    ``key`` and ``("next", key)`` with its stack of ``n_frames`` observations
-    (:func:`frame_steps` of the transition's first row and of the row of its
-    next observation, ``steps`` later), gathered in one read of the
-    observation span and stacked by
-    :func:`~torchrl_ext.transforms.functional.stack_frames`.
+    Reads the ``inner`` batch without its observation entries, then sets each
+    observation entry ``key`` and ``("next", key)``: stacked entries get
+    their ``n_frames`` observations (:func:`frame_steps` of the transition's
+    first row and of the row of its next observation, ``steps`` later),
+    stacked by :func:`~torchrl_ext.transforms.functional.stack_frames`; the
+    others their last frame. Every frame row of the batch is in one
+    ``[*batch, 2, F]`` index, read by one gather of the observation span.
 
     Args:
         n_frames (int): ``F``.
@@ -82,32 +83,42 @@ class FrameStacks:
     keys: tuple[tuple[str, ...], ...] | None
     inner: WindowReader
 
-    def read(self, storage: TransitionStorage, index: torch.Tensor) -> TensorDictBase:
-        out = self.inner.read(storage, index)
+    def read(
+        self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
+    ) -> TensorDictBase:
+        held, stacked = self._keys(storage)
+        out = self.inner.read(storage, index, observations=False)
+        if not observations:
+            return out
         rows, steps = self.inner.spans(index)  # [*batch]
         episodes = storage_index(storage)
         tau, stream = episodes.row_coordinates(rows.numpy())
         _, _, start, _ = episodes.locate(tau, stream)
         # [*batch, 2, F]: the observation's frames, then the next observation's
-        taus = np.stack(
-            [frame_steps(tau, start, self.n_frames),
-             frame_steps(tau + steps.numpy(), start, self.n_frames)], -2
-        )
+        ends = np.stack([tau, tau + steps.numpy()], -1)
+        taus = frame_steps(ends, start[..., None], self.n_frames)
         frame_rows = episodes.physical_rows(taus, stream[..., None, None])
         frames = storage.get_observations(torch.from_numpy(frame_rows))
         dims = rows.ndim
-        for key in self._stacked(storage):
+        for key in held:
             value = frames.get(key)  # [*batch, 2, F, *shape]
-            out.set(key, stack_frames(value.select(dims, 0), dims))
-            out.set(("next", *key), stack_frames(value.select(dims, 1), dims))
+            if key in stacked:
+                obs, nxt = (stack_frames(value.select(dims, i), dims) for i in (0, 1))
+            else:  # not stacked: the observation itself, the newest frame
+                obs, nxt = value.select(dims + 1, -1).unbind(dims)
+            out.set(key, obs)
+            out.set(("next", *key), nxt)
         return out
 
-    def _stacked(self, storage: TransitionStorage) -> tuple[tuple[str, ...], ...]:
+    def _keys(
+        self, storage: TransitionStorage
+    ) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]:
+        """``(held, stacked)``: the buffer's observation entries, those to stack."""
         if storage.schema is None:
             raise ValueError("FrameStackSampler: the buffer holds no transition yet; extend it first.")
         held = storage.schema.shared
         if self.keys is None:
-            return held
+            return held, held
         for key in self.keys:
             if key not in held:
                 raise EntryKeyError(
@@ -115,7 +126,7 @@ class FrameStacks:
                     f"entry of the buffer (held: {[key_str(k) for k in held]}); pass keys among "
                     "them, or keys=None to stack every observation entry."
                 )
-        return self.keys
+        return held, self.keys
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.inner.spans(index)

@@ -68,7 +68,9 @@ class StepWindows:
         (tensor([5, 9]), tensor([3, 1]))
     """
 
-    def read(self, storage: TransitionStorage, index: torch.Tensor) -> TensorDictBase:
+    def read(
+        self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
+    ) -> TensorDictBase:
         columns = index.as_subclass(torch.Tensor)
         rows, steps = columns[:, 0].contiguous(), columns[:, 1].contiguous()
         rows_np, steps_np = rows.numpy(), steps.numpy()
@@ -81,7 +83,9 @@ class StepWindows:
         window_tau = tau[:, None] + np.where(mask, offsets, 0)
         window_rows = episodes.physical_rows(window_tau, stream[:, None])
         last_rows = episodes.physical_rows(tau + steps_np - 1, stream)
-        after_rows = episodes.physical_rows(tau + steps_np, stream)
+        after_rows = None  # the row of the next observation, when it is read here
+        if observations:
+            after_rows = torch.from_numpy(episodes.physical_rows(tau + steps_np, stream))
         goals = window_next = relabel = None
         if columns.shape[1] > 2:
             goal_rows = columns[:, 2].contiguous()
@@ -92,7 +96,7 @@ class StepWindows:
             rows,
             torch.from_numpy(window_rows),
             torch.from_numpy(last_rows),
-            torch.from_numpy(after_rows),
+            after_rows,
             goals,
             window_next,
         )

@@ -87,6 +87,11 @@ class PackedRows:
         self._obs_view = self._span_view(self.obs)
         self._step_view = self._span_view(self.step)
 
+    @property
+    def _step_lo(self) -> int:
+        """Where the step span starts in a row."""
+        return self.step[0].lo if self.step else self.row_bytes
+
     def _span_view(self, columns: list[_Column]) -> torch.Tensor | None:
         return self._rows[:, columns[0].lo : columns[-1].hi] if columns else None
 
@@ -143,11 +148,21 @@ class PackedRows:
         return same
 
     # ------------------------------------------------------------------ reads
-    def gather(self, rows: torch.Tensor, next_rows: torch.Tensor) -> TensorDictBase:
-        """Transitions at ``rows`` (next observations from ``next_rows``), ``[B]``."""
+    def gather(self, rows: torch.Tensor, next_rows: torch.Tensor | None) -> TensorDictBase:
+        """Transitions at ``rows`` (next observations from ``next_rows``), ``[B]``.
+
+        ``next_rows=None``: without the observation entries (root and next),
+        for a caller that reads them itself; only the step span is gathered.
+        """
         batch = rows.shape
-        first, after = _select(self._rows, rows), _select(self._rows, next_rows)
         root: dict[str, Any] = {}
+        if next_rows is None:
+            lo = self._step_lo
+            first = _select(self._rows[:, lo:], rows)
+            for c in self.step:
+                _put(root, c.key, _typed(first, c, c.lo - lo, batch))
+            return _tree(root, batch)
+        first, after = _select(self._rows, rows), _select(self._rows, next_rows)
         for c in self.obs + self.step:  # step keys of next-only entries start with "next"
             _put(root, c.key, _typed(first, c, c.lo, batch))
         for c in self.obs:
@@ -155,13 +170,13 @@ class PackedRows:
         return _tree(root, batch)
 
     def gather_observations(self, rows: torch.Tensor) -> TensorDictBase:
-        """The observation entries of ``rows`` (``[n]``), ``[n]``: one read of the span."""
+        """The observation entries of ``rows`` (any shape), shaped as ``rows``: one read of the span."""
         batch = rows.shape
         root: dict[str, Any] = {}
         if not self.obs:
             return _tree(root, batch)
         # the padded span: its width is a multiple of every itemsize
-        span = _select(self._rows[:, : self._obs_bytes], rows)
+        span = _select(self._rows[:, : self._obs_bytes], rows.reshape(-1))
         for c in self.obs:
             _put(root, c.key, _typed(span, c, c.lo, batch))
         return _tree(root, batch)
@@ -189,7 +204,7 @@ class PackedRows:
         rows: torch.Tensor,
         window_rows: torch.Tensor,
         last_rows: torch.Tensor,
-        after_rows: torch.Tensor,
+        after_rows: torch.Tensor | None,
         goal_rows: torch.Tensor | None = None,
         window_next_rows: torch.Tensor | None = None,
     ) -> TensorDictBase:
@@ -201,7 +216,9 @@ class PackedRows:
                 valid row; the caller masks it).
             last_rows: ``[B]`` row of each window's last step.
             after_rows: ``[B]`` row after each window's last step (its observation
-                is the window's next observation).
+                is the window's next observation); ``None``: without the
+                observation entries (root and next), for a caller that reads
+                them itself (then only step spans are gathered at ``rows``).
 
         Returns:
             a ``[B]`` TensorDict: observation and root-only entries at ``rows``,
@@ -215,34 +232,39 @@ class PackedRows:
         """
         B, W = window_rows.shape
         batch = torch.Size([B])
-        first = _select(self._rows, rows)
-        after = _select(self._rows, after_rows)
-        step_lo = self.step[0].lo if self.step else self.row_bytes
+        step_lo = self._step_lo
+        base = 0 if after_rows is not None else step_lo  # first: whole rows, or step spans
+        first = _select(self._rows[:, base:], rows)
         # the padded step span: its width is a multiple of every itemsize
         if W == 1:  # one-step windows: the window is the first row, its next row "after"
-            steps = last = first[:, step_lo:]
+            steps = last = first[:, step_lo - base :]
         else:
             steps = self._rows[:, step_lo:].index_select(0, window_rows.reshape(-1))
             last = self._rows[:, step_lo:].index_select(0, last_rows)
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         window: dict[str, Any] = {}
-        for c in self.obs:
-            _put(root, c.key, _typed(first, c, c.lo, batch))
-            _put(nxt, c.key, _typed(after, c, c.lo, batch))
+        if after_rows is not None:
+            after = _select(self._rows, after_rows)
+            for c in self.obs:
+                _put(root, c.key, _typed(first, c, c.lo, batch))
+                _put(nxt, c.key, _typed(after, c, c.lo, batch))
         for c in self.step:
             if c.key[0] == "next":  # next-only entry: at the last step, and the whole window
                 _put(nxt, c.key[1:], _typed(last, c, c.lo - step_lo, batch))
                 piece = steps[:, c.lo - step_lo : c.hi - step_lo].view(c.dtype)
                 _put(window, c.key[1:], piece.reshape(B, W, *c.shape))
             else:
-                _put(root, c.key, _typed(first, c, c.lo, batch))
+                _put(root, c.key, _typed(first, c, c.lo - base, batch))
         if goal_rows is not None:
             if window_next_rows is None:
                 raise ValueError("PackedRows.gather_windows: goal_rows need window_next_rows.")
             goals = _select(self._rows, goal_rows)
             # each window step's next observation: [B * W, row bytes]
-            seen = after if W == 1 else _select(self._rows, window_next_rows.reshape(-1))
+            if W == 1 and after_rows is not None:
+                seen = after
+            else:
+                seen = _select(self._rows, window_next_rows.reshape(-1))
             her: dict[str, Any] = {}
             for c in self.obs:
                 _put(her, c.key, _typed(goals, c, c.lo, batch))
@@ -297,8 +319,9 @@ def _select(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def _typed(block: torch.Tensor, c: _Column, lo: int, batch: torch.Size) -> torch.Tensor:
+    """Entry ``c`` (at byte ``lo``) of a ``[n, bytes]`` block, ``[*batch, *shape]`` (a view)."""
     piece = block[:, lo : lo + (c.hi - c.lo)].view(c.dtype)
-    return piece if piece.shape[1:] == c.shape else piece.view(batch[0], *c.shape)
+    return piece if piece.shape == (*batch, *c.shape) else piece.view(*batch, *c.shape)
 
 
 def _typed_seq(block: torch.Tensor, c: _Column) -> torch.Tensor:

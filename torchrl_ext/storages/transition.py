@@ -211,8 +211,7 @@ class TransitionStorage(TensorStorage):
         other per-row observation read costs one cache line per row.
         """
         self._check_ready("get_observations")
-        flat = torch.as_tensor(rows, dtype=torch.int64).reshape(-1)
-        return self.packed.gather_observations(flat).reshape(rows.shape)
+        return self.packed.gather_observations(torch.as_tensor(rows, dtype=torch.int64))
 
     def live_transition_rows(self) -> torch.Tensor:
         """Physical rows of every live transition, stream by stream (O(capacity))."""
