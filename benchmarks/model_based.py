@@ -29,7 +29,8 @@ permutation ([5, B, ...] batches).
   ``index_select`` per batch: what any epoch must do at least.
 
 Insertion: one step of 16 envs (distinct pre-built steps, cycled) into a full buffer: ours
-``insert_transition`` (staged and written 256 steps at a time, writes included), pytorchrl's
+``insert_transition`` (staged and written 256 steps at a time, writes included), ours
+``rb.extend`` of a ``[16]`` TensorDict (a collector's step, written at once), pytorchrl's
 ``insert_transition``, mbrl's ``add_batch`` and Stable-Baselines3's ``ReplayBuffer.add``.
 """
 from __future__ import annotations
@@ -210,6 +211,19 @@ def inserters(steps: list[dict]) -> dict[str, Callable]:
             standard_scaler=StandardScaler(), reward_function=None))
         return MBReplayBuffer(4096, "cpu", actor, None, None, autoreset_mode="Disabled").insert_transition
 
+    def make_ours_extend():
+        from tensordict import TensorDict
+
+        from torchrl_ext import make_model_based_buffer
+
+        rb = make_model_based_buffer(ENVS * 4200, seed=0)
+        tds = {id(s): TensorDict({  # what a TorchRL collector step gives: a [16] TensorDict
+            "observation": torch.from_numpy(s["Observation"]), "action": torch.from_numpy(s["Action"]),
+            "next": {"observation": torch.from_numpy(s["NextObservation"]),
+                     "reward": torch.from_numpy(s["Reward"]),
+                     "done": torch.from_numpy(s["NextDone"] != 0)}}, [ENVS]) for s in steps}
+        return lambda s: rb.extend(tds[id(s)])
+
     def make_pytorchrl():
         from pytorchrl.agent.actors.world_models.utils import StandardScaler
         from pytorchrl.agent.storages.model_based.mb_buffer import MBReplayBuffer
@@ -238,7 +252,7 @@ def inserters(steps: list[dict]) -> dict[str, Callable]:
         return lambda s: buffer.add(s["Observation"], s["NextObservation"], s["Action"],
                                     s["Reward"][:, 0], s["NextDone"][:, 0], infos)
 
-    for name, make in (("ours", make_ours), ("pytorchrl", make_pytorchrl), ("mbrl", make_mbrl),
+    for name, make in (("ours", make_ours), ("ours (rb.extend [16])", make_ours_extend), ("pytorchrl", make_pytorchrl), ("mbrl", make_mbrl),
                        ("sb3", make_sb3)):
         add(name, make)
     return out

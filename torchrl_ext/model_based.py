@@ -4,12 +4,13 @@ from __future__ import annotations
 from typing import Any, Iterator, Sequence
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch.utils.data import IterableDataset, get_worker_info
 
 from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
 from torchrl_ext.samplers.epoch import EpochSampler
+from torchrl_ext.storages._packed import _put, _tree
 from torchrl_ext.transforms.model_pair import ModelPairTransform
 from torchrl_ext.transforms.scaler import StandardScaler
 
@@ -216,8 +217,12 @@ class ModelEpochDataset(IterableDataset):
 
     def __iter__(self) -> Iterator[TensorDictBase]:
         keys = (self.transform.inputs_key, self.transform.targets_key)
-        for inputs, targets in self.epoch():
-            yield TensorDict(dict(zip(keys, (inputs, targets))), batch_size=inputs.shape[:-1])
+        for pair in self.epoch():
+            # two fresh tensors of the batch's shape: built without per-entry checks
+            tree: dict[str, Any] = {}
+            for key, value in zip(keys, pair):
+                _put(tree, key, value)
+            yield _tree(tree, pair[0].shape[:-1])
 
     def __len__(self) -> int:
         """Batches in an epoch of the current data (the count may change with new data)."""

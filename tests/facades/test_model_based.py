@@ -393,3 +393,17 @@ def test_errors():
         buffer.generate_batches(None, None)
     with pytest.raises(TypeError, match=r"expected a dict of transition entries, got list"):
         buffer.insert_transition([1, 2])
+
+
+def test_steps_laid_out_like_the_first_insert_and_others_store_the_same():
+    # numpy, torch and None-valued steps after the first insert: each either
+    # stored exactly as given or refused with the full checks' message
+    buffer = filled(1)
+    buffer.insert_transition({k: torch.from_numpy(v) for k, v in step(1).items()})
+    buffer.insert_transition({**step(2), "EnvironmentInformation": {}})
+    with pytest.raises(KeyError, match=r"missing keys \['NextDone'\]"):
+        buffer.insert_transition({**step(3), "NextDone": None})
+    data = buffer.get_data_slice(0, 3)
+    assert data["Observation"][:, 0, 0].tolist() == [0.0, 1.0, 2.0]
+    assert data["NextObservation"][:, 0, 0].tolist() == [1.0, 2.0, 3.0]
+    assert len(buffer) == 3

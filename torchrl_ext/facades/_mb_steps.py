@@ -90,7 +90,9 @@ class PytorchrlSteps:
         self.num_envs = 0
         self.specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None = None
         self.keys: frozenset[str] = frozenset()
-        self._fast: tuple[tuple[tuple[str, ...], tuple[int, ...], np.dtype], ...] | None = None
+        # (name, stored key, shape, dtype) of every entry of the first insert, when
+        # each was one array: a step laid out the same is validated in one pass
+        self._layout: tuple[tuple[str, tuple[str, ...], tuple[int, ...], np.dtype], ...] | None = None
         self.warned = False
         self._stage: dict[tuple[str, ...], np.ndarray] = {}
         self.staged = 0
@@ -103,12 +105,15 @@ class PytorchrlSteps:
     # ------------------------------------------------------------- validation
     def step(self, sample: Any, where: str) -> dict[tuple[str, ...], np.ndarray]:
         """One step's entries ``[N, ...]`` by stored key, with ``("next", "boundary")``."""
-        present = self._present(sample, where)
-        leaves = self._collect(sample, present)
-        self._check(leaves, where, present, ())
+        leaves = self._known_step(sample, where)
+        if leaves is None:
+            present = self._present(sample, where)
+            leaves = self._collect(sample, present)
+            self._check(leaves, where, present, ())
+            self._remember_layout(sample, leaves, present)
         n = self.num_envs
         boundary = np.zeros((n, 1), bool)
-        if BOUNDARY in present:  # resolved data: authoritative
+        if BOUNDARY_KEY in leaves:  # resolved data: authoritative
             boundary = leaves[BOUNDARY_KEY] != 0
         elif self.mode is AutoresetMode.NEXT_STEP:
             boundary = leaves[STORED[DONE]] != 0  # the step after a done: the reset step
@@ -141,6 +146,40 @@ class PytorchrlSteps:
             boundary = np.zeros((T, self.num_envs, 1), bool)
         leaves[BOUNDARY_KEY] = boundary
         return leaves
+
+    def _known_step(self, sample: Any, where: str) -> dict[tuple[str, ...], np.ndarray] | None:
+        """The entries of a step laid out exactly like the first insert's, else ``None``.
+
+        Same names (``EnvironmentInformation`` aside), each one array or tensor of
+        the first insert's shape and dtype: nothing else to check but discrete
+        actions. Anything else (``None`` included) goes through the full checks,
+        which name what is wrong.
+        """
+        layout = self._layout
+        if layout is None or not isinstance(sample, dict) or len(sample) - (INFO in sample) != len(layout):
+            return None
+        leaves = {}
+        for name, key, shape, dtype in layout:
+            value = sample.get(name)
+            if type(value) is not np.ndarray:
+                if not isinstance(value, torch.Tensor):
+                    return None
+                value = _array(value)
+            if value.shape != shape or value.dtype != dtype:
+                return None
+            leaves[key] = value
+        if self.num_actions is not None:
+            self._check_actions(leaves[STORED[ACT]], where)
+        return leaves
+
+    def _remember_layout(self, sample: Mapping[str, Any], leaves: dict, present: set[str]) -> None:
+        if self._layout is not None or BOUNDARY in present:
+            return
+        if all(isinstance(sample[name], (np.ndarray, torch.Tensor)) for name in present):
+            self._layout = tuple(
+                (name, STORED[name], leaves[STORED[name]].shape, leaves[STORED[name]].dtype)
+                for name in present
+            )
 
     def _present(self, sample: Any, where: str) -> set[str]:
         if not isinstance(sample, Mapping):
@@ -184,16 +223,6 @@ class PytorchrlSteps:
         return leaves
 
     def _check(self, leaves: dict, where: str, present: set[str], lead: tuple[int, ...]) -> None:
-        fast = self._fast
-        if not lead and fast is not None and len(leaves) == len(fast):
-            for key, shape, dtype in fast:  # a step exactly like the first insert's
-                value = leaves.get(key)
-                if value is None or value.shape != shape or (value.dtype is not dtype and value.dtype != dtype):
-                    break
-            else:
-                if self.num_actions is not None:
-                    self._check_actions(leaves[STORED[ACT]], where)
-                return
         nl = len(lead)
         if self.specs is None:
             first = leaves[STORED[OBS]] if STORED[OBS] in leaves else next(iter(leaves.values()))
@@ -241,8 +270,6 @@ class PytorchrlSteps:
         if specs is None:
             self.specs = {k: (v.shape[nl:], v.dtype) for k, v in leaves.items() if k != BOUNDARY_KEY}
             self.keys = frozenset(present - {BOUNDARY})
-        if not nl and self._fast is None and BOUNDARY_KEY not in leaves:
-            self._fast = tuple((k, v.shape, v.dtype) for k, v in leaves.items())
 
     def _check_actions(self, action: np.ndarray, where: str) -> None:
         n = self.num_actions

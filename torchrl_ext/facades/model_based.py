@@ -228,6 +228,7 @@ class MBReplayBuffer:
     def _write(self, leaves: dict[tuple[str, ...], np.ndarray], positions: list[int]) -> None:
         rows = self.rb.extend(self._steps.batch(leaves))  # [N, T]
         self._rows[positions] = rows.T
+        self._boundary[positions] = leaves[BOUNDARY_KEY][..., 0]
 
     def _advance(self, steps: int) -> None:
         self.step = (self.step + steps) % self.max_size
@@ -248,7 +249,6 @@ class MBReplayBuffer:
         leaves = self._steps.step(sample, "MBReplayBuffer.insert_transition")
         if self.rb is None:
             self._build()
-        self._boundary[self.step] = leaves[BOUNDARY_KEY][:, 0]
         self._staged_at.append(self.step)
         self._advance(1)
         if self._steps.stage(leaves):
@@ -325,7 +325,6 @@ class MBReplayBuffer:
         self._flush()
         T = next(iter(lengths.values()))
         positions = [(self.step + t) % self.max_size for t in range(T)]
-        self._boundary[positions] = leaves[BOUNDARY_KEY][..., 0]
         self._write(leaves, positions)
         self._advance(T)
 

@@ -84,6 +84,8 @@ class PackedRows:
 
     def _bind(self) -> None:
         self._rows = self.buffers.get("rows")
+        # the padded observation span: its width is a multiple of every itemsize
+        self._obs_span = self._rows[:, : self._obs_bytes]
         self._obs_view = self._span_view(self.obs)
         self._step_view = self._span_view(self.step)
 
@@ -162,7 +164,8 @@ class PackedRows:
             for c in self.step:
                 _put(root, c.key, _typed(first, c, c.lo - lo, batch))
             return _tree(root, batch)
-        first, after = _select(self._rows, rows), _select(self._rows, next_rows)
+        # only the observation span is read at the next rows
+        first, after = _select(self._rows, rows), _select(self._obs_span, next_rows)
         for c in self.obs + self.step:  # step keys of next-only entries start with "next"
             _put(root, c.key, _typed(first, c, c.lo, batch))
         for c in self.obs:
@@ -175,8 +178,7 @@ class PackedRows:
         root: dict[str, Any] = {}
         if not self.obs:
             return _tree(root, batch)
-        # the padded span: its width is a multiple of every itemsize
-        span = _select(self._rows[:, : self._obs_bytes], rows.reshape(-1))
+        span = _select(self._obs_span, rows.reshape(-1))
         for c in self.obs:
             _put(root, c.key, _typed(span, c, c.lo, batch))
         return _tree(root, batch)
@@ -276,7 +278,7 @@ class PackedRows:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_rows", "_obs_view", "_step_view"):
+        for name in ("_rows", "_obs_span", "_obs_view", "_step_view"):
             state.pop(name)
         return state
 

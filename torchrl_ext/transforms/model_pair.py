@@ -93,12 +93,24 @@ def model_pairs(
         ([[1.0, 2.0, 0.30000001192092896]], [[0.5, -1.0, -1.0]])
     """
     batch = actions.shape[:batch_dims]
-    flat = [o.reshape(*batch, -1).float() for o in observations]
-    deltas = [n.reshape(*batch, -1).float() - o for n, o in zip(next_observations, flat)]
-    inputs = torch.cat([*flat, actions], -1)
-    if reward is not None:
-        deltas.append(reward.reshape(*batch, -1).float())
-    return inputs, torch.cat(deltas, -1)
+    obs = [o.reshape(*batch, -1) for o in observations]  # views of gathered rows: no copy
+    nxt = [n.reshape(*batch, -1) for n in next_observations]
+    rew = None if reward is None else reward.reshape(*batch, -1)
+    obs_dim = sum(o.shape[-1] for o in obs)
+    target_dim = obs_dim + (0 if rew is None else rew.shape[-1])
+    # each feature is written once, straight into the outputs (no concatenated temporaries)
+    inputs = torch.empty(*batch, obs_dim + actions.shape[-1], device=actions.device)
+    targets = torch.empty(*batch, target_dim, device=actions.device)
+    lo = 0
+    for o, n in zip(obs, nxt):
+        hi = lo + o.shape[-1]
+        inputs[..., lo:hi] = o
+        torch.sub(n.float(), inputs[..., lo:hi], out=targets[..., lo:hi])
+        lo = hi
+    inputs[..., lo:] = actions
+    if rew is not None:
+        targets[..., lo:] = rew
+    return inputs, targets
 
 
 class ModelPairTransform(Transform):
