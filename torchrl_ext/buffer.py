@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 
@@ -83,7 +84,16 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
     def extend(
         self, tensordicts: TensorDictBase, *, update_priority: bool | None = None
     ) -> torch.Tensor:
-        """Write ``tensordicts`` (see :class:`~torchrl_ext.writers.TransitionWriter`); returns their rows."""
+        """Write ``tensordicts`` (see :class:`~torchrl_ext.writers.TransitionWriter`); returns their rows.
+
+        Raises:
+            ValueError: this is a copy of a buffer with a
+                :class:`~torchrl_ext.samplers.PrioritizedTransitionSampler` in
+                another process (e.g. ``MultiSyncCollector(replay_buffer=rb)``'s
+                workers): the priorities live in the process that built the
+                buffer, and rows written here would never get one.
+        """
+        self._check_priorities_here()
         if (
             not isinstance(tensordicts, TensorDictBase)
             or not self._lean()
@@ -96,6 +106,26 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             index = self._writer.extend(tensordicts)
             self._sampler.extend(index)
         return index
+
+    def add(self, data: TensorDictBase) -> Any:
+        """Write one transition (TorchRL's ``add``); refused where :meth:`extend` is."""
+        self._check_priorities_here()
+        return super().add(data)
+
+    def _check_priorities_here(self) -> None:
+        built_in = getattr(self, "_built_in_pid", None)  # set on copies only
+        if built_in is None or built_in == os.getpid():
+            return
+        if isinstance(_base_sampler(self._sampler), PrioritizedTransitionSampler):
+            raise ValueError(
+                f"extend: this buffer was built in process {built_in} and copied to process "
+                f"{os.getpid()} (a multi-process collector's worker?); its "
+                "PrioritizedTransitionSampler keeps the priorities in the process that built "
+                "it, so rows written here would never get one. Write from that process "
+                "(collect without replay_buffer= and call rb.extend there), or build the "
+                "buffer with make_replay_buffer(..., service_backend='ray'), where one actor "
+                "writes and samples."
+            )
 
     def writer_handle(self, writer_id: int | None = None) -> WriterHandle:
         """A handle writing into this buffer as a writer of its own.
@@ -140,9 +170,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         entry (``rb.add`` calls it on every write; new rows already got the
         maximum priority).
         """
-        sampler = self._sampler
-        while isinstance(sampler, RefiningSampler):  # refines the draws of its base
-            sampler = sampler.base
+        sampler = _base_sampler(self._sampler)
         priority = data.get(self.priority_key, None)
         if not isinstance(sampler, PrioritizedTransitionSampler) or priority is None:
             return
@@ -155,6 +183,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         # spawned from it (a multi-process collector's worker getting
         # replay_buffer=rb) cannot always open: send its bytes instead.
         state = super().__getstate__()
+        state["_built_in_pid"] = getattr(self, "_built_in_pid", None) or os.getpid()
         if state.get("_rng") is not None:
             state["_rng_bytes"] = bytes(state["_rng"]["rng_state"].numpy())
             state["_rng"] = None
@@ -263,6 +292,13 @@ def _check_terminated_key(
             "that marks terminations (e.g. terminated_key=('next', 'term')), or add it "
             "to done_keys."
         )
+
+
+def _base_sampler(sampler: Sampler) -> Sampler:
+    """The sampler whose draws the refining samplers around it refine."""
+    while isinstance(sampler, RefiningSampler):
+        sampler = sampler.base
+    return sampler
 
 
 def make_replay_buffer(

@@ -174,3 +174,19 @@ def test_sequence_replay_episode_check_catches_spliced_sequences(sequence_exampl
     ended = batch.clone()
     ended["done"][2, 5] = True  # an episode end inside the sequence
     assert not sequence_example.within_one_episode(ended)[2]
+
+
+@pytest.mark.parametrize(
+    "script", sorted(p.name for p in EXAMPLE.parent.glob("*.py")), ids=lambda name: name
+)
+def test_every_example_has_help(script):
+    """Each example is a tool: ``--help`` prints its usage, and no torchrl INFO line."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE.parent / script), "--help"],
+        capture_output=True, text=True, timeout=120, cwd=EXAMPLE.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage:")
+    assert "INFO" not in done.stdout + done.stderr

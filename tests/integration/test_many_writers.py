@@ -328,3 +328,51 @@ def test_episodic_facade_one_front_per_writer(handles_run):
     batch = fronts[0].sample()  # [64, 6], from either writer's episodes
     assert follows_dynamics(batch["obs"], batch["action"], batch["next_obs"]).all()
     assert torch.equal(batch["obs"][:, 1:], batch["next_obs"][:, :-1])
+
+
+def _extend_in_child(blob: bytes, queue) -> None:
+    import pickle
+
+    from conftest import steps as make_steps
+
+    rb = pickle.loads(blob)  # a copy of the buffer in this (forked) process
+    data = make_steps(torch.zeros(2, 1, 1) + 5, torch.ones(2, 1, 1) + 5)
+    try:
+        rb.extend(data)
+        queue.put(("written", len(rb)))
+    except ValueError as error:
+        queue.put(("refused", str(error)))
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_prioritized_buffer_refuses_writes_from_a_process_copy(prioritized):
+    """A worker's copy of a PER buffer would write rows that never get a priority: refused.
+
+    The priority tree lives in the process that built the buffer; a
+    multi-process collector's worker gets a pickled copy. Other samplers read
+    the shared episode index, so their copies may write.
+    """
+    import multiprocessing
+    import pickle
+
+    from conftest import steps as make_steps
+
+    sampler = PrioritizedTransitionSampler(alpha=0.6, beta=0.4) if prioritized else None
+    # 4 streams: 2 for this process's envs, 2 for the copy's (a writer of its own)
+    rb = make_replay_buffer(64, batch_size=2, sampler=sampler, num_streams=4, seed=0)
+    rb.extend(make_steps(torch.zeros(2, 1, 1), torch.ones(2, 1, 1)))
+    queue = multiprocessing.get_context("fork").SimpleQueue()
+    child = multiprocessing.get_context("fork").Process(
+        target=_extend_in_child, args=(pickle.dumps(rb), queue)
+    )
+    child.start()
+    outcome, detail = queue.get()
+    child.join(30)
+    if prioritized:
+        assert outcome == "refused"
+        assert "PrioritizedTransitionSampler keeps the priorities in the process that built" in detail
+        assert "service_backend='ray'" in detail
+    else:
+        assert (outcome, detail) == ("written", 4)
+    rb.extend(make_steps(torch.zeros(2, 1, 1) + 1, torch.ones(2, 1, 1) + 1))  # here: allowed
+    assert len(rb) == 4
