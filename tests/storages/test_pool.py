@@ -222,6 +222,11 @@ def test_evict_free_slot_raises_and_clear_resets():
     pool.append(episode([3, 4, 5]))
     pool.clear()
     assert pool.num_free == 4 and pool.live_slots().size == 0
+    assert_empty_then_usable(pool)
+
+
+def assert_empty_then_usable(pool: EpisodePool) -> None:
+    """An empty 4-slot pool refuses to sample, then serves a new episode like the reference."""
     with pytest.raises(ValueError, match="no episode is stored"):
         pool.sample(1, None)
     ref = Reference(4)
@@ -247,12 +252,7 @@ def test_failed_append_of_empty_episode_leaves_pool_unchanged():
     changed = [k for k, v in before.items() if not (v == after[k]).all()]
     assert not changed, f"the refused empty episode changed {changed}"
     # checked only once the index is intact: otherwise this never returns
-    with pytest.raises(ValueError, match="no episode is stored"):
-        pool.sample(1, None)
-    ref = Reference(4)
-    ids = ref.new_ids(4)
-    ref.append(pool.append(episode(ids)), ids)
-    check_against(pool, ref)
+    assert_empty_then_usable(pool)
 
 
 # ---------------------------------------------------------------- sampling
