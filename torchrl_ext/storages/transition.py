@@ -150,10 +150,13 @@ class TransitionStorage(TensorStorage):
         a row they drew can be rewritten while they read it. Rows are
         rewritten oldest first, so if the drawn (start) rows were not touched,
         nor was anything after them in their episodes: the batch is whole.
-        Otherwise the caller draws again. Costs one gather of ``B`` versions.
+        Otherwise the caller draws again. Costs one gather of ``B`` versions
+        when a write began since the token, nothing otherwise.
         """
         if self.index is None:
             return False
+        if token == self.index.read_token() and not token & 1:
+            return False  # no write began since the token (the usual case): no gather
         rows = index[0] if isinstance(index, tuple) else index
         rows = np.asarray(rows).reshape(-1)
         return bool(self.index.touched_since(rows, token).any())
