@@ -4,7 +4,8 @@ Nothing here imports from the rest of the package: storages, writers,
 samplers, transforms and facades import from :mod:`torchrl_ext.core`, never
 the other way round.
 """
-from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
+from torchrl_ext.core.episodes import EpisodeIndex
+from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.windows import RejectionRounds, WindowSource, draw_windows, valid_window

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 from tensordict.utils import NestedKey
 
-from torchrl_ext.export.episodes import episodes_of, require
+from torchrl_ext.export.episodes import nonempty_episodes_of, require
 
 __all__ = ["to_d3rlpy"]
 
@@ -47,9 +47,7 @@ def to_d3rlpy(
         ValueError: the buffer holds no transition.
     """
     d3rlpy = require("d3rlpy", "d3rlpy")
-    episodes = episodes_of(rb)
-    if not episodes:
-        raise ValueError("to_d3rlpy: the buffer holds no transition to export.")
+    episodes = nonempty_episodes_of(rb, "to_d3rlpy")
     obs, actions, rewards, terminals, timeouts = [], [], [], [], []
     for episode in episodes:
         steps = episode.steps

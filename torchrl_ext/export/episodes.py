@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["HeldEpisode", "episodes_of", "require"]
+__all__ = ["HeldEpisode", "episodes_of", "nonempty_episodes_of", "require"]
 
 
 _INSTALL = {
@@ -115,3 +115,22 @@ def observations_of(episode: HeldEpisode, key: Any = "observation") -> torch.Ten
     """``[L + 1]`` observations: each step's, then the last step's next observation."""
     steps = episode.steps
     return torch.cat([steps.get(key), steps.get(("next", *((key,) if isinstance(key, str) else key)))[-1:]])
+
+
+def nonempty_episodes_of(rb: Any, where: str) -> list[HeldEpisode]:
+    """:func:`episodes_of`, for exports that cannot write an empty dataset.
+
+    Raises:
+        ValueError: the buffer holds no transition (the message starts with ``where``).
+
+    Examples:
+        >>> from torchrl_ext import make_replay_buffer
+        >>> nonempty_episodes_of(make_replay_buffer(8), "to_minari")
+        Traceback (most recent call last):
+        ...
+        ValueError: to_minari: the buffer holds no transition to export.
+    """
+    episodes = episodes_of(rb)
+    if not episodes:
+        raise ValueError(f"{where}: the buffer holds no transition to export.")
+    return episodes

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from tensordict.utils import NestedKey
 
-from torchrl_ext.export.episodes import episodes_of, observations_of, require
+from torchrl_ext.export.episodes import nonempty_episodes_of, observations_of, require
 
 __all__ = ["to_minari"]
 
@@ -73,9 +73,7 @@ def to_minari(
         ValueError: the buffer holds no transition.
     """
     minari = require("minari", "minari")
-    episodes = episodes_of(rb)
-    if not episodes:
-        raise ValueError("to_minari: the buffer holds no transition to export.")
+    episodes = nonempty_episodes_of(rb, "to_minari")
     buffers = []
     for i, episode in enumerate(episodes):
         steps, L = episode.steps, len(episode)
