@@ -20,9 +20,10 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch.utils.data import get_worker_info
-from torchrl.data import LazyMemmapStorage, LazyTensorStorage
+from torchrl.data import LazyMemmapStorage
 
 from torchrl_ext.core.schema import RowSchema
+from torchrl_ext.storages._memory import reserve
 
 __all__ = ["PackedRows"]
 
@@ -59,27 +60,35 @@ class PackedRows:
     Args:
         schema: what a row holds.
         num_rows: number of rows.
-        backend: ``"tensor"`` (shared memory) or ``"memmap"``.
+        backend: ``"tensor"`` (memory: on CPU, shared and committed as rows are
+            written, see :func:`~torchrl_ext.storages._memory.reserve`) or
+            ``"memmap"`` (a sparse file on disk, CPU only).
         scratch_dir: memmap directory (``None``: a temporary one).
+        device: where the rows live. Row indices given to the gathers may be
+            CPU tensors: each gather moves its indices in one transfer.
     """
 
     def __init__(
-        self, schema: RowSchema, num_rows: int, backend: str, scratch_dir: str | None
+        self,
+        schema: RowSchema,
+        num_rows: int,
+        backend: str,
+        scratch_dir: str | None,
+        device: torch.device = torch.device("cpu"),
     ) -> None:
         self.obs, obs_end = _place(schema.shared, schema, 0)
         self._obs_bytes = obs_end  # the observation span, padded to 8 bytes
         step_keys = schema.root_only + tuple(("next", *k) for k in schema.next_only)
         self.step, self.row_bytes = _place(step_keys, schema, obs_end)
-        template = TensorDict({"rows": torch.zeros(self.row_bytes, dtype=torch.uint8)}, [])
+        self.device = device
         if backend == "tensor":
-            inner: Any = LazyTensorStorage(num_rows)
+            rows = reserve((num_rows, self.row_bytes), torch.uint8, device)
+            self.buffers: TensorDictBase = TensorDict({"rows": rows}, [num_rows])
         else:
-            # a directory of an earlier run is reused (its rows are then restored by loads)
+            # a sparse file; a directory of an earlier run is reused (its rows are then restored by loads)
             inner = LazyMemmapStorage(num_rows, scratch_dir=scratch_dir, existsok=True)
-        inner._init(template)  # TorchRL allocates the [num_rows, row_bytes] buffer
-        self.buffers: TensorDictBase = inner._storage
-        if backend == "tensor":
-            self.buffers.share_memory_()
+            inner._init(TensorDict({"rows": torch.zeros(self.row_bytes, dtype=torch.uint8)}, []))
+            self.buffers = inner._storage
         self._bind()
 
     def _bind(self) -> None:
@@ -115,13 +124,17 @@ class PackedRows:
         """
         n = rows.numel()
         step_view, obs_view = self._step_view, self._obs_view  # None: no such columns
+        # data from any device: packed where it is, then moved once per span
+        rows, next_rows, first_rows = self._on_device(
+            rows, next_rows, None if start is None else rows[start]
+        )
         if step_view is not None:
-            step_view.index_copy_(0, rows, _bytes(self.step, leaves, n, ()))
+            step_view.index_copy_(0, rows, _bytes(self.step, leaves, n, ()).to(self.device))
         if obs_view is not None:
-            obs_view.index_copy_(0, next_rows, _bytes(self.obs, leaves, n, ("next",)))
-            if start is not None:
-                first = _bytes(self.obs, leaves, n, ())[start]
-                obs_view.index_copy_(0, rows[start], first)
+            obs_view.index_copy_(0, next_rows, _bytes(self.obs, leaves, n, ("next",)).to(self.device))
+            if start is not None and first_rows is not None:
+                first = _bytes(self.obs, leaves, n, ())[start.to(leaves_device(leaves))]
+                obs_view.index_copy_(0, first_rows, first.to(self.device))
 
     def same_observation(
         self,
@@ -133,21 +146,35 @@ class PackedRows:
 
         A step that continues an episode is not stored with its observation:
         that is the row holding the previous step's next observation. This
-        compares the two (bytes, so NaNs compare equal to themselves); ``[k]``
-        bool. Numpy on the few rows involved: a few microseconds.
+        compares the two (bytes, so NaNs compare equal to themselves) on the
+        rows' device; ``[k]`` bool.
         """
-        same = np.ones(rows.size, dtype=bool)
         if not self.obs:
-            return same
-        stored = self._rows.numpy()[rows]  # [k, row bytes]
-        for c in self.obs:
-            value = leaves[c.key]
-            flat = value.reshape(value.shape[0], -1)
-            if not flat.is_contiguous():
-                flat = flat.contiguous()
-            incoming = flat.view(torch.uint8).numpy()[positions]
-            same &= (incoming == stored[:, c.lo : c.hi]).all(1)
-        return same
+            return np.ones(rows.size, dtype=bool)
+        (at,) = self._on_device(torch.from_numpy(rows))
+        stored = self._rows.index_select(0, at)  # [k, row bytes]
+        where = torch.from_numpy(positions).to(leaves_device(leaves))
+        picked = {c.key: leaves[c.key].index_select(0, where) for c in self.obs}
+        incoming = _bytes(self.obs, picked, rows.size, ()).to(self.device)  # [k, obs bytes]
+        width = self.obs[-1].hi
+        return (incoming[:, :width] == stored[:, :width]).all(1).cpu().numpy()
+
+    def _on_device(self, *indices: torch.Tensor | None) -> tuple[Any, ...]:
+        """``indices`` on the rows' device, moved in one transfer (``None`` stays ``None``).
+
+        The samplers compute row indices on the CPU (the episode index lives
+        there); a batch's indices cross to an accelerator together, as one
+        LongTensor, never the rows.
+        """
+        todo = [i for i in indices if i is not None and i.device != self.device]
+        if not todo:
+            return indices
+        moved = torch.cat([i.reshape(-1) for i in todo]).to(self.device, non_blocking=True)
+        parts = iter(moved.split([i.numel() for i in todo]))
+        return tuple(
+            i if i is None or i.device == self.device else next(parts).view(i.shape)
+            for i in indices
+        )
 
     # ------------------------------------------------------------------ reads
     def gather(self, rows: torch.Tensor, next_rows: torch.Tensor | None) -> TensorDictBase:
@@ -158,30 +185,32 @@ class PackedRows:
         """
         batch = rows.shape
         root: dict[str, Any] = {}
+        rows, next_rows = self._on_device(rows, next_rows)
         if next_rows is None:
             lo = self._step_lo
             first = _select(self._rows[:, lo:], rows)
             for c in self.step:
                 _put(root, c.key, _typed(first, c, c.lo - lo, batch))
-            return _tree(root, batch)
+            return _tree(root, batch, self.device)
         # only the observation span is read at the next rows
         first, after = _select(self._rows, rows), _select(self._obs_span, next_rows)
         for c in self.obs + self.step:  # step keys of next-only entries start with "next"
             _put(root, c.key, _typed(first, c, c.lo, batch))
         for c in self.obs:
             _put(root, ("next", *c.key), _typed(after, c, c.lo, batch))
-        return _tree(root, batch)
+        return _tree(root, batch, self.device)
 
     def gather_observations(self, rows: torch.Tensor) -> TensorDictBase:
         """The observation entries of ``rows`` (any shape), shaped as ``rows``: one read of the span."""
         batch = rows.shape
         root: dict[str, Any] = {}
         if not self.obs:
-            return _tree(root, batch)
+            return _tree(root, batch, self.device)
+        (rows,) = self._on_device(rows)
         span = _select(self._obs_span, rows.reshape(-1))
         for c in self.obs:
             _put(root, c.key, _typed(span, c, c.lo, batch))
-        return _tree(root, batch)
+        return _tree(root, batch, self.device)
 
     def gather_sequences(self, rows: torch.Tensor) -> TensorDictBase:
         """Sequences of consecutive rows: ``[B, L]`` transitions from ``[B, L + 1]`` rows.
@@ -192,6 +221,7 @@ class PackedRows:
         Entries are strided views of the gathered block (no copy).
         """
         B, L1 = rows.shape
+        (rows,) = self._on_device(rows)
         block = _select(self._rows, rows.reshape(-1)).view(B, L1, self.row_bytes)
         first, after = block[:, :-1], block[:, 1:]
         root: dict[str, Any] = {}
@@ -199,7 +229,7 @@ class PackedRows:
             _put(root, c.key, _typed_seq(first, c))
         for c in self.obs:
             _put(root, ("next", *c.key), _typed_seq(after, c))
-        return _tree(root, torch.Size([B, L1 - 1]))
+        return _tree(root, torch.Size([B, L1 - 1]), self.device)
 
     def gather_windows(
         self,
@@ -234,6 +264,9 @@ class PackedRows:
         """
         B, W = window_rows.shape
         batch = torch.Size([B])
+        rows, window_rows, last_rows, after_rows, goal_rows, window_next_rows = self._on_device(
+            rows, window_rows, last_rows, after_rows, goal_rows, window_next_rows
+        )
         step_lo = self._step_lo
         base = 0 if after_rows is not None else step_lo  # first: whole rows, or step spans
         first = _select(self._rows[:, base:], rows)
@@ -271,10 +304,10 @@ class PackedRows:
             for c in self.obs:
                 _put(her, c.key, _typed(goals, c, c.lo, batch))
                 _put(window, c.key, _typed(seen, c, c.lo, torch.Size([B * W])).reshape(B, W, *c.shape))
-            root["her"] = _tree(her, batch)
-        root["next"] = _tree(nxt, batch)
-        root["n_step"] = _tree(window, torch.Size([B, W]))
-        return _tree(root, batch)
+            root["her"] = _tree(her, batch, self.device)
+        root["next"] = _tree(nxt, batch, self.device)
+        root["n_step"] = _tree(window, torch.Size([B, W]), self.device)
+        return _tree(root, batch, self.device)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -287,13 +320,18 @@ class PackedRows:
         self._bind()
 
 
+def leaves_device(leaves: dict[tuple[str, ...], torch.Tensor]) -> torch.device:
+    """The device of written data (its first entry's; the writer checks they agree)."""
+    return next(iter(leaves.values())).device
+
+
 def _bytes(
     columns: list[_Column],
     leaves: dict[tuple[str, ...], torch.Tensor],
     n: int,
     prefix: tuple[str, ...],
 ) -> torch.Tensor:
-    """The ``[n, span bytes]`` of ``columns`` from ``leaves`` (keys under ``prefix``)."""
+    """The ``[n, span bytes]`` of ``columns`` from ``leaves`` (keys under ``prefix``), where they are."""
     parts = []
     for c in columns:
         value = leaves[prefix + c.key]
@@ -312,7 +350,7 @@ def _select(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     straight into it saves the copy that pickling would make (as DataLoader's
     default collate does for the tensors it stacks).
     """
-    if get_worker_info() is None:
+    if get_worker_info() is None or buffer.device.type != "cpu":
         return buffer.index_select(0, index)
     width = buffer.shape[1]
     storage = torch.UntypedStorage._new_shared(index.numel() * width * buffer.element_size())
@@ -338,9 +376,16 @@ def _put(tree: dict[str, Any], key: tuple[str, ...], value: torch.Tensor) -> Non
     tree[key[-1]] = value
 
 
-def _tree(tree: dict[str, Any], batch: torch.Size) -> TensorDictBase:
-    """Nested dicts of fresh tensors to a TensorDict, without per-entry checks."""
+def _tree(
+    tree: dict[str, Any], batch: torch.Size, device: torch.device | None = None
+) -> TensorDictBase:
+    """Nested dicts of fresh tensors on ``device`` to a TensorDict, without per-entry checks.
+
+    The TensorDict carries ``device``, so entries a sampler or transform adds
+    later (masks, window lengths) are put there too.
+    """
     return TensorDict._new_unsafe(
-        {k: _tree(v, batch) if isinstance(v, dict) else v for k, v in tree.items()},
+        {k: _tree(v, batch, device) if isinstance(v, dict) else v for k, v in tree.items()},
         batch_size=batch,
+        device=device,
     )

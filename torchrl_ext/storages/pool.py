@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.windows import draw_windows
+from torchrl_ext.storages._memory import reserve
 
 __all__ = ["EpisodePool"]
 
@@ -39,7 +40,10 @@ class EpisodePool(NumpyViews):
       once per ``capacity`` written steps.
     * Per row its episode slot and step; per slot the table offset and length.
 
-    Everything is in tensors, in shared memory on CPU, with a lock, so
+    Memory grows with the rows used, not the capacity (rows are reserved, see
+    :func:`~torchrl_ext.storages._memory.reserve`; a checkpoint holds the rows
+    below the high-water mark). Everything is in tensors, in shared memory on
+    CPU, with a lock, so
     DataLoader workers (fork or spawn) sample the whole pool, including
     episodes stored after they started; a row is never read while it is
     being replaced.
@@ -83,8 +87,10 @@ class EpisodePool(NumpyViews):
             key for key, x in spec.items(include_nested=True, leaves_only=True)
             if self.half_precision and x.dtype == torch.float32
         ]
-        self.rows = spec.apply(lambda x: torch.zeros(C, *x.shape, dtype=self._stored(x.dtype)),
-                               batch_size=[C]).to(self.device)
+        # committed as written (rows are taken from 0 up, freed ones first)
+        self.rows = spec.apply(
+            lambda x: reserve((C, *x.shape), self._stored(x.dtype), self.device), batch_size=[C]
+        )
         self.row_slot = torch.full((C,), -1, dtype=torch.int64)
         self.row_step = torch.zeros(C, dtype=torch.int64)
         self.free = torch.arange(C - 1, -1, -1, dtype=torch.int64)  # pop from the end: 0 first
@@ -93,8 +99,7 @@ class EpisodePool(NumpyViews):
         self.length = torch.zeros(C, dtype=torch.int64)  # 0: free slot
         self.table = torch.zeros(2 * C, dtype=torch.int64)
         self.counters = torch.tensor([C, C, 0, 0, 0], dtype=torch.int64)
-        if self.device.type == "cpu":
-            self.rows.share_memory_()
+        if self.device.type == "cpu":  # the rows are in shared memory already
             for name in self._INDEX:
                 getattr(self, name).share_memory_()
         self.lock = multiprocessing.get_context("spawn").RLock()
@@ -356,16 +361,16 @@ class EpisodePool(NumpyViews):
 
     # ------------------------------------------------------- state and sharing
     def state_dict(self) -> dict[str, Any]:
-        """Rows and index, copied."""
+        """Rows ever used (below the high-water mark) and index, copied."""
         return {
-            "rows": self.rows.clone(),
+            "rows": self.rows[: self._counter("row_high")].clone(),
             **{name: getattr(self, name).clone() for name in self._INDEX},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` in place (shared memory stays shared)."""
         with self.lock:
-            self.rows.update_(state["rows"])
+            self.rows[: state["rows"].shape[0]] = state["rows"].to(self.device)
             for name in self._INDEX:
                 getattr(self, name).copy_(state[name])
 

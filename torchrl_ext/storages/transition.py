@@ -30,11 +30,16 @@ class TransitionStorage(TensorStorage):
     own. Frames are therefore stored once, whatever their size. See
     :class:`~torchrl_ext.core.EpisodeIndex` for the layout.
 
-    The bytes live in a TorchRL storage: :class:`~torchrl.data.LazyTensorStorage`
-    in shared memory (``backend="tensor"``, visible to forked and spawned
-    workers, also for rows written after they started) or
-    :class:`~torchrl.data.LazyMemmapStorage` (``backend="memmap"``, disk-backed).
-    The schema and the number of streams are fixed by the first write, done by
+    The bytes live in memory (``backend="tensor"``) or in a memory-mapped file
+    (``backend="memmap"``, disk-backed, through TorchRL's
+    :class:`~torchrl.data.LazyMemmapStorage`). Either grows with the rows
+    written, not the capacity: in CPU memory the buffer is reserved and each
+    page committed when first written (shared memory, visible to forked and
+    spawned workers, also for rows written after they started), and the file
+    is sparse. A million rows of ``3x84x84`` frames cost what the rows written
+    cost. On an accelerator (``device="cuda"``) the rows are allocated on the
+    device in full and every read stays there. The schema and the number of
+    streams are fixed by the first write, done by
     :class:`~torchrl_ext.writers.TransitionWriter`.
 
     :meth:`get` returns TorchRL transitions for *row* indices, as drawn by the
@@ -47,6 +52,11 @@ class TransitionStorage(TensorStorage):
     Keyword Args:
         backend (str): ``"tensor"`` (shared memory, default) or ``"memmap"``.
         scratch_dir (str or Path, optional): directory of the memmap files.
+        device (torch.device or str, optional): where the rows live (``"cpu"``,
+            ``"cuda"``, ...; ``backend="tensor"`` only). Data written from any
+            device goes there; samples come out there, with no copy of the rows
+            through host memory (the episode index stays on the CPU; each
+            batch moves its row indices to the device once). Defaults to CPU.
 
     Examples:
         >>> import torch
@@ -73,16 +83,24 @@ class TransitionStorage(TensorStorage):
         *,
         backend: Backend = "tensor",
         scratch_dir: str | Path | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
         if backend not in ("tensor", "memmap"):
             raise ValueError(
                 f"TransitionStorage: backend={backend!r}, expected 'tensor' or 'memmap'."
             )
+        device = torch.device("cpu" if device is None else device)
+        if backend == "memmap" and device.type != "cpu":
+            raise ValueError(
+                f"TransitionStorage: backend='memmap' keeps rows in a file on disk, not on "
+                f"device={str(device)!r}; use backend='tensor' for device rows, or "
+                "device='cpu' for a memmap."
+            )
         if int(max_size) < 2:
             raise ValueError(f"TransitionStorage: max_size={max_size}, expected at least 2 rows.")
         Storage.__init__(self, max_size)  # TensorStorage's init expects its own layout
         self.ndim = 1
-        self.device = torch.device("cpu")
+        self.device = device
         self.backend = backend
         self.scratch_dir = None if scratch_dir is None else str(scratch_dir)
         self.schema: RowSchema | None = None
@@ -115,7 +133,7 @@ class TransitionStorage(TensorStorage):
                 f"each of {num_streams} streams; need at least 2 per stream."
             )
         index = EpisodeIndex(num_streams, stream_capacity).share_memory_()
-        self.packed = PackedRows(schema, index.num_rows, self.backend, self.scratch_dir)
+        self.packed = PackedRows(schema, index.num_rows, self.backend, self.scratch_dir, self.device)
         self.schema, self.index, self._storage = schema, index, self.packed.buffers
 
     # ----------------------------------------------------------------- writes
@@ -306,30 +324,52 @@ class TransitionStorage(TensorStorage):
                 "this storage's; load into a new, empty buffer."
             )
 
+    def _rows_in_use(self, written: torch.Tensor) -> torch.Tensor:
+        """Physical rows ever written, given the index's ``written`` cursors (``[num_streams]``).
+
+        Stream ``s`` has used its first ``min(written[s], stream_capacity)``
+        rows; a checkpoint holds those and no others, so its size (and the
+        memory a reload commits) follows the data, not the capacity.
+        """
+        index = self._ready("_rows_in_use")[1]
+        used = np.minimum(written.numpy(), index.stream_capacity)  # [S]
+        first = np.arange(index.num_streams) * index.stream_capacity  # [S] row 0 of each ring
+        before = np.cumsum(used) - used  # [S] rows of the earlier streams
+        # entry j of the result lies in stream s: first[s] + (j - before[s])
+        rows = np.arange(int(used.sum())) + np.repeat(first - before, used)
+        return torch.from_numpy(rows).to(self.device)
+
+    def _put_rows(self, written: torch.Tensor, saved: TensorDictBase) -> None:
+        """Write the checkpointed rows ``saved`` back in place (any device in, this device out)."""
+        rows = self._ready("_put_rows")[2].get("rows")
+        rows.index_copy_(0, self._rows_in_use(written), saved.get("rows").to(self.device))
+
     def state_dict(self) -> dict[str, Any]:
         if self.schema is None:
             return {"meta": None}
         _, index, rows = self._ready("state_dict")
-        return {"meta": self._meta(), "rows": rows.clone(), "index": index.state().clone()}
+        index_state = index.state().clone()
+        used = self._rows_in_use(index_state.get("written"))
+        return {"meta": self._meta(), "rows": rows[used], "index": index_state}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict["meta"] is None:
             self._empty()
             return
         self._restore_meta(state_dict["meta"])
-        _, index, rows = self._ready("load_state_dict")
-        rows.update_(state_dict["rows"])
+        index = self._ready("load_state_dict")[1]
+        self._put_rows(state_dict["index"]["written"].cpu(), state_dict["rows"])
         index.load_state(state_dict["index"])
 
     def dumps(self, path: str | Path) -> None:
-        """Write rows, episode index and schema under ``path``."""
+        """Write the rows in use, the episode index and the schema under ``path``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         meta = None if self.schema is None else self._meta()
         (path / "meta.json").write_text(json.dumps(meta))
         if meta is not None:
             _, index, rows = self._ready("dumps")
-            rows.memmap(path / "rows", copy_existing=True)
+            rows[self._rows_in_use(index.written)].cpu().memmap(path / "rows")
             index.state().memmap(path / "index")
 
     def loads(self, path: str | Path) -> None:
@@ -340,9 +380,10 @@ class TransitionStorage(TensorStorage):
             self._empty()
             return
         self._restore_meta(meta)
-        _, index, rows = self._ready("loads")
-        rows.update_(TensorDict.load_memmap(path / "rows"))
-        index.load_state(TensorDict.load_memmap(path / "index"))
+        index = self._ready("loads")[1]
+        saved_index = TensorDict.load_memmap(path / "index")
+        self._put_rows(saved_index.get("written").clone(), TensorDict.load_memmap(path / "rows"))
+        index.load_state(saved_index)
 
     def __getstate__(self) -> dict[str, Any]:
         state = Storage.__getstate__(self)
@@ -361,5 +402,5 @@ class TransitionStorage(TensorStorage):
         streams = "?" if self.index is None else self.index.num_streams
         return (
             f"{type(self).__name__}(max_size={self.max_size}, backend={self.backend!r}, "
-            f"num_streams={streams}, transitions={len(self)})"
+            f"device={str(self.device)!r}, num_streams={streams}, transitions={len(self)})"
         )
