@@ -46,7 +46,9 @@ def reserve(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) ->
     fd = memfd_create("torchrl_ext_rows", getattr(os, "MFD_CLOEXEC", 0))
     try:
         os.ftruncate(fd, nbytes)  # sparse: no page is committed yet
-        storage = torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)  # keeps its own copy of fd
+        # torch keeps its own copy of fd, and passes it to worker processes
+        storage = torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)  # type: ignore[attr-defined]
     finally:
         os.close(fd)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+    # a contiguous [*shape] view of the storage's bytes
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
