@@ -22,6 +22,7 @@ from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler
+from torchrl_ext.storages._memory import move_together
 from torchrl_ext.storages.transition import Backend, TransitionStorage
 from torchrl_ext.transforms.hindsight import HindsightTransform
 from torchrl_ext.transforms.nstep import NStepTransform
@@ -256,9 +257,13 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             index, info, data = self._draw(batch_size)
         for transform in self._transforms():
             data = transform(data)
-        for key, value in info.items():
-            if isinstance(value, SampleIndex):  # the sample keeps the plain [B, k] index
-                value = value.as_subclass(torch.Tensor)
+        # the sample keeps the plain [B, k] index; on a device, the entries go in one transfer
+        values = tuple(
+            v.as_subclass(torch.Tensor) if isinstance(v, SampleIndex) else v for v in info.values()
+        )
+        if data.device is not None:
+            values = move_together(values, data.device)
+        for key, value in zip(info, values):
             if value.ndim < data.ndim:
                 value = value.expand(data.shape)
             data.set(key, value)
@@ -307,6 +312,7 @@ def make_replay_buffer(
     batch_size: int | None = None,
     backend: Backend = "tensor",
     scratch_dir: str | Path | None = None,
+    device: torch.device | str | None = None,
     num_streams: int | None = None,
     sampler: Sampler | None = None,
     transform: Transform | None = None,
@@ -330,7 +336,8 @@ def make_replay_buffer(
     Equivalent to::
 
         TransitionReplayBuffer(
-            storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
+            storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir,
+                                      device=device),
             writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys,
                                     reward_key=reward_key, traj_key=traj_key, mask_key=mask_key),
             sampler=sampler or UniformTransitionSampler(),
@@ -347,6 +354,10 @@ def make_replay_buffer(
         batch_size (int, optional): default ``rb.sample()`` size.
         backend (str): ``"tensor"`` (shared memory) or ``"memmap"`` (disk). Defaults to ``"tensor"``.
         scratch_dir (str or Path, optional): memmap directory.
+        device (torch.device or str, optional): where the rows live and batches
+            come out (e.g. ``"cuda"``): data written from any device goes
+            there, and sampling reads it there (see
+            :class:`~torchrl_ext.storages.TransitionStorage`). Defaults to CPU.
         num_streams (int, optional): number of envs; inferred from the first write.
         sampler (Sampler, optional): defaults to :class:`~torchrl_ext.samplers.UniformTransitionSampler`.
         transform (Transform, optional): sample-time transform.
@@ -421,7 +432,7 @@ def make_replay_buffer(
     if mask_size is not None:
         sampler = BootstrapMaskSampler(mask_size, mask_p, base=sampler)
     parts = dict(
-        storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
+        storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir, device=device),
         writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys,
                                 reward_key=reward_key, traj_key=traj_key, mask_key=mask_key),
         sampler=sampler,
@@ -504,7 +515,8 @@ def make_her_replay_buffer(
         discount_key (NestedKey, optional): where ``gamma**k * (1 - terminated)``
             goes; None for none. Defaults to ``"discount"``.
         **kwargs: the other keywords of :func:`make_replay_buffer` (``batch_size``,
-            ``backend``, ``done_keys``, ``seed``, ``num_streams``, ``service_backend="ray"``...).
+            ``backend``, ``device``, ``done_keys``, ``seed``, ``num_streams``,
+            ``service_backend="ray"``...).
 
     Raises:
         ValueError: ``terminated_key`` is not one of ``done_keys``.

@@ -26,7 +26,7 @@ from math import prod
 
 import torch
 
-__all__ = ["reserve"]
+__all__ = ["move_together", "reserve"]
 
 
 def reserve(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -52,3 +52,31 @@ def reserve(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) ->
         os.close(fd)
     # a contiguous [*shape] view of the storage's bytes
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+
+
+def move_together(
+    tensors: tuple[torch.Tensor | None, ...], device: torch.device
+) -> tuple[torch.Tensor | None, ...]:
+    """``tensors`` on ``device``, those elsewhere moved in one transfer; ``None`` stays ``None``.
+
+    A batch's row indices, masks and window lengths are computed on the CPU
+    (the episode index lives there); on an accelerator, one transfer of their
+    bytes costs one launch and one synchronisation instead of one per tensor.
+    Their bytes are laid out widest dtype first, so every typed view is aligned.
+
+    Examples:
+        >>> rows, mask = torch.arange(3), torch.tensor([True, False, True])
+        >>> moved = move_together((rows, None, mask), torch.device("cpu"))
+        >>> moved[0] is rows, moved[1], moved[2].tolist()  # already there: untouched
+        (True, None, [True, False, True])
+    """
+    todo = [(i, t) for i, t in enumerate(tensors) if t is not None and t.device != device]
+    if not todo:
+        return tensors
+    todo.sort(key=lambda it: -it[1].element_size())
+    parts = [t.reshape(-1).view(torch.uint8) for _, t in todo]
+    moved = torch.cat(parts).to(device, non_blocking=True).split([p.numel() for p in parts])
+    out = list(tensors)
+    for (i, t), raw in zip(todo, moved):
+        out[i] = raw.view(t.dtype).view(t.shape)
+    return tuple(out)

@@ -23,7 +23,7 @@ from torch.utils.data import get_worker_info
 from torchrl.data import LazyMemmapStorage
 
 from torchrl_ext.core.schema import RowSchema
-from torchrl_ext.storages._memory import reserve
+from torchrl_ext.storages._memory import move_together, reserve
 
 __all__ = ["PackedRows"]
 
@@ -160,21 +160,8 @@ class PackedRows:
         return (incoming[:, :width] == stored[:, :width]).all(1).cpu().numpy()
 
     def _on_device(self, *indices: torch.Tensor | None) -> tuple[Any, ...]:
-        """``indices`` on the rows' device, moved in one transfer (``None`` stays ``None``).
-
-        The samplers compute row indices on the CPU (the episode index lives
-        there); a batch's indices cross to an accelerator together, as one
-        LongTensor, never the rows.
-        """
-        todo = [i for i in indices if i is not None and i.device != self.device]
-        if not todo:
-            return indices
-        moved = torch.cat([i.reshape(-1) for i in todo]).to(self.device, non_blocking=True)
-        parts = iter(moved.split([i.numel() for i in todo]))
-        return tuple(
-            i if i is None or i.device == self.device else next(parts).view(i.shape)
-            for i in indices
-        )
+        """``indices`` on the rows' device, in one transfer (see :func:`move_together`)."""
+        return move_together(indices, self.device)
 
     # ------------------------------------------------------------------ reads
     def gather(self, rows: torch.Tensor, next_rows: torch.Tensor | None) -> TensorDictBase:

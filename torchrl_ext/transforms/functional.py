@@ -49,7 +49,7 @@ def nstep_return(
     if rewards.dim() == 3:
         rewards = rewards.squeeze(-1)
     dtype = rewards.dtype
-    powers = gamma ** torch.arange(rewards.shape[-1], dtype=dtype)  # [W]
+    powers = gamma ** torch.arange(rewards.shape[-1], dtype=dtype, device=rewards.device)  # [W]
     weights = powers * mask  # [B, W], 0 past the window
     ret = (rewards * weights).sum(-1, keepdim=True)
     k = mask.sum(-1, keepdim=True)
@@ -80,7 +80,7 @@ def call_reward_fn(
                 [-1.]])
     """
     n = achieved_goal.shape[0]
-    out = torch.as_tensor(reward_fn(achieved_goal, desired_goal, infos))
+    out = torch.as_tensor(reward_fn(achieved_goal, desired_goal, infos), device=achieved_goal.device)
     if out.numel() != n or out.dim() > 2 or (out.dim() == 2 and out.shape[1] != 1):
         raise ValueError(
             f"reward_fn returned shape {tuple(out.shape)} for {n} goals; expected ({n},) "

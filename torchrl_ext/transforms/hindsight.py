@@ -138,7 +138,8 @@ class HindsightTransform(Transform):
                 "HindsightTransform: terminated_fn needs one-step transitions; with "
                 f"n-step windows (width {width}) a new termination would cut the window."
             )
-        term = torch.as_tensor(terminated_fn(achieved, goals, infos)).reshape(-1, 1).bool()
+        term = torch.as_tensor(terminated_fn(achieved, goals, infos), device=achieved.device)
+        term = term.reshape(-1, 1).bool()
         truncated = td.get(("next", "truncated"), None)
         done = term if truncated is None else term | truncated[idx]
         for key, new in ((self.terminated_key, term), (("next", "done"), done)):

@@ -184,7 +184,7 @@ class TransitionWriter(Writer):
             streams = self._streams_of(writer, layout.streams, batch, where)
             leaves = {k: layout.flatten(v) for k, v in leaves.items()}
             if mask is not None:
-                mask = layout.flatten(mask.reshape(batch)).numpy().reshape(layout.shape)
+                mask = layout.flatten(mask.reshape(batch)).cpu().numpy().reshape(layout.shape)
             placed = self._write_streams(streams, leaves, layout.shape, mask, where)
             rows = layout.restore(torch.from_numpy(placed))
         self._write_count += int((placed >= 0).sum())  # skipped (masked) steps are -1
@@ -294,7 +294,7 @@ class TransitionWriter(Writer):
             if not keep.any():
                 continue
             flat = torch.from_numpy((envs[:, None] * T + np.arange(T))[keep])
-            part = {key: value.index_select(0, flat) for key, value in leaves.items()}
+            part = _select_steps(leaves, flat)
             n = int(keep.sum()) // envs.size
             sub_traj = None if traj is None else traj[envs][keep].reshape(-1, n)
             sub_done = done[envs][keep].reshape(-1, n)
@@ -316,15 +316,15 @@ class TransitionWriter(Writer):
         B = next(iter(leaves.values())).shape[0]
         rows = np.full(B, -1, dtype=np.int64)
         if mask is not None:
-            kept = torch.nonzero(mask.reshape(B)).view(-1)
-            leaves = {k: v.index_select(0, kept) for k, v in leaves.items()}
+            kept = torch.nonzero(mask.reshape(B).cpu()).view(-1)
+            leaves = _select_steps(leaves, kept)
         else:
             kept = torch.arange(B)
         kept_np = kept.numpy()
         n = kept.numel()
         if not n:
             return rows
-        traj = leaves[self.traj_key].reshape(n).long().numpy()  # fragments carry ids
+        traj = leaves[self.traj_key].reshape(n).long().cpu().numpy()  # fragments carry ids
         done = self._done(leaves, (1, n))[0]
         cuts = np.flatnonzero(traj[1:] != traj[:-1]) + 1
         bounds = [0, *cuts.tolist(), n]
@@ -382,7 +382,7 @@ class TransitionWriter(Writer):
         for lo in range(0, T, chunk):
             hi = min(T, lo + chunk)
             flat = torch.from_numpy((np.arange(K)[:, None] * T + np.arange(lo, hi)).reshape(-1))
-            part = {key: value.index_select(0, flat) for key, value in leaves.items()}
+            part = _select_steps(leaves, flat)
             plan = index.plan(
                 streams, done[:, lo:hi], None if traj is None else traj[:, lo:hi]
             )
@@ -505,11 +505,11 @@ class TransitionWriter(Writer):
         done = flags[0]
         for flag in flags[1:]:
             done = done | flag
-        return done.reshape(shape).numpy()
+        return done.reshape(shape).cpu().numpy()  # the flags only: rows stay where they are
 
     def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
         value = leaves.get(self.traj_key)
-        return None if value is None else value.reshape(shape).long().numpy()
+        return None if value is None else value.reshape(shape).long().cpu().numpy()
 
     # -------------------------------------------------- TorchRL writer contract
     def _mark_update_entities(self, index: torch.Tensor) -> None:
@@ -540,6 +540,17 @@ class TransitionWriter(Writer):
             f"{type(self).__name__}(num_streams={self.num_streams}, "
             f"done_keys={self.done_keys}, write_count={self._write_count})"
         )
+
+
+def _select_steps(
+    leaves: dict[tuple[str, ...], torch.Tensor], steps: torch.Tensor
+) -> dict[tuple[str, ...], torch.Tensor]:
+    """Steps ``steps`` (a CPU LongTensor) of every entry, on the entry's device (data may come from a GPU)."""
+    on: dict[torch.device, torch.Tensor] = {}
+    return {
+        key: value.index_select(0, on.setdefault(value.device, steps.to(value.device)))
+        for key, value in leaves.items()
+    }
 
 
 class _Layout:
