@@ -125,7 +125,10 @@ class HerReplayStorage:
             root entry of the stored rows and keeps its dtype.
         action_space (gym.Space): actions are cast to its dtype; ``Discrete``
             actions may be ``(N,)`` or ``(N, 1)``, ints or floats.
-        device (str): device of sampled batches. Defaults to ``"cpu"``.
+        device (str): where the rows live and batches come out (``"cuda"``: stored
+            and sampled on the GPU, no copy per batch; ``reward_fn`` then gets
+            GPU tensors). Device rows are allocated in full at the first add
+            (host memory grows with the rows). Defaults to ``"cpu"``.
         storage_size (int): capacity in rows, for all envs together. Defaults to ``1_000_000``.
         num_envs (int): number of envs of the vector env. Defaults to ``1``.
         batch_size (int): batch size of :meth:`sample`. Defaults to ``1024``.
@@ -235,6 +238,7 @@ class HerReplayStorage:
             info_key=INFO_KEY if self.copy_info_dict else None,
             batch_size=self.batch_size,
             num_streams=self.num_envs,
+            device=self.device,  # rows live where batches are wanted
             seed=seed,
         )
         self.goal_selection_strategy = self.rb.sampler.strategy.value

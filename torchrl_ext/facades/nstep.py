@@ -100,7 +100,12 @@ class NStepReplayStorage:
         observation_space (gym.Space): a ``Box`` / ``Discrete`` / ... space, or a
             ``Dict`` space (its entries become root entries of the stored rows).
         action_space (gym.Space): the action space (actions keep its dtype).
-        device (str): device of sampled batches. Defaults to ``"cpu"``.
+        device (str): where the rows live and batches come out. On an
+            accelerator (``"cuda"``) rows are stored and sampled there, with no
+            copy per batch, in this process (``num_workers`` is then not used:
+            CUDA does not run in forked workers), and allocated in full at the
+            first add (host memory grows with the rows). With ``save_snapshot``
+            rows stay in their files and batches are moved. Defaults to ``"cpu"``.
         storage_size (int): capacity in rows, for all envs together (each
             episode of ``L`` steps uses ``L + 1``). Defaults to ``1_000_000``.
         num_envs (int): number of envs of the vector env. Defaults to ``1``.
@@ -186,6 +191,7 @@ class NStepReplayStorage:
             backend="memmap" if self.save_snapshot else "tensor",
             scratch_dir=None if self.snapshot_dir is None else self.snapshot_dir / "rows",
             num_streams=self.num_envs,
+            device=None if self.save_snapshot else self.device,
             n_step=n_step,
             gamma=discount,
             seed=seed,
@@ -195,6 +201,8 @@ class NStepReplayStorage:
                 self.rb.loads(self.snapshot_dir / "buffer")
         # workers see added steps once written: at most min(ADD_CHUNK, fetch_every) held
         self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every))
+        # rows on an accelerator are sampled in this process
+        self._workers = self.num_workers if self.rb.storage.device.type == "cpu" else 0
         self._iter: Iterator[TensorDictBase] | None = None
 
     # ------------------------------------------------------------------ seed API
@@ -242,8 +250,8 @@ class NStepReplayStorage:
             loader = make_loader(
                 self.rb,
                 batch_size=self.batch_size,
-                num_workers=self.num_workers,
-                pin_memory=self.pin_memory,
+                num_workers=self._workers,
+                pin_memory=self.pin_memory and self._workers > 0,
                 prefetch_factor=max(1, min(2, self.fetch_every // self.batch_size)),
                 seed=self.seed,
             )
@@ -252,7 +260,7 @@ class NStepReplayStorage:
 
     def sample(self) -> NStepReplayBatch:
         """A batch of ``batch_size`` n-step transitions on ``device``."""
-        if self.num_workers > 0:
+        if self._workers > 0:
             data = next(self.replay_iter)
         else:
             self._batcher.flush()
