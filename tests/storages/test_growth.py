@@ -16,7 +16,10 @@ import pytest
 import torch
 
 from conftest import steps
-from torchrl_ext import make_replay_buffer
+from torchrl_ext import TransitionReplayBuffer, TransitionStorage, TransitionWriter, make_replay_buffer
+from torchrl_ext.samplers import FrameStackSampler, NStepSampler, SequenceSampler, UniformTransitionSampler
+from torchrl_ext.storages._packed import PackedRows
+from torchrl_ext.transforms import NStepTransform
 
 REPO = Path(__file__).resolve().parents[2]
 GB = 2**30
@@ -156,3 +159,55 @@ def test_checkpoint_of_a_wrapped_ring_holds_every_row(tmp_path):
     copy = make_replay_buffer(30, batch_size=8, seed=1)
     copy.load_state_dict(state)
     assert (rb.sample() == copy.sample()).all()
+
+
+# ------------------------------------------- growth of device rows (run on CPU)
+class GrowingStorage(TransitionStorage):
+    """CPU rows that grow as on an accelerator (``PackedRows(grow=True)``), for a machine without one."""
+
+    def initialize(self, schema, num_streams):
+        super().initialize(schema, num_streams)
+        self.packed = PackedRows(schema, num_streams, self.episode_index.stream_capacity,
+                                 "tensor", None, self.device, grow=True)
+        self._storage = self.packed.buffers
+
+
+def buffer_on(storage, sampler, transform=None):
+    return TransitionReplayBuffer(storage=storage, writer=TransitionWriter(), sampler=sampler,
+                                  transform=transform, batch_size=32,
+                                  generator=torch.Generator().manual_seed(4))
+
+
+SAMPLERS = {
+    "uniform": lambda: (UniformTransitionSampler(), None),
+    "nstep": lambda: (NStepSampler(3), NStepTransform(0.9)),
+    "sequence": lambda: (SequenceSampler(5), None),
+    "frames": lambda: (FrameStackSampler(3), None),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLERS))
+def test_grown_rows_serve_what_reserved_rows_serve(kind):
+    # 2 streams of 3000 rows: the growing buffer holds 1024 per stream, then 2048, then 3000
+    grown = buffer_on(GrowingStorage(6000), *SAMPLERS[kind]())
+    reserved = buffer_on(TransitionStorage(6000), *SAMPLERS[kind]())
+    sizes = []
+    for t0 in range(0, 4000, 500):  # past the capacity: the rings wrap
+        for rb in (grown, reserved):
+            rb.extend(three_envs(t0, 500)[:2])
+        sizes.append(grown.storage.packed.allocated)
+        assert (grown.sample() == reserved.sample()).all()
+    # ~571 rows per stream per write (an extra row per episode): doubled, then capped
+    assert sizes == sorted(sizes) and set(sizes) == {1024, 2048, 3000}
+
+
+def test_grown_rows_checkpoint_into_reserved_rows_and_back():
+    grown = buffer_on(GrowingStorage(6000), UniformTransitionSampler())
+    grown.extend(three_envs(0, 1500)[:2])
+    reserved = buffer_on(TransitionStorage(6000), UniformTransitionSampler())
+    reserved.load_state_dict(grown.state_dict())
+    again = buffer_on(GrowingStorage(6000), UniformTransitionSampler())
+    again.load_state_dict(reserved.state_dict())  # grows to hold the checkpoint's rows
+    expected = grown.sample()
+    assert (reserved.sample() == expected).all()
+    assert (again.sample() == expected).all()

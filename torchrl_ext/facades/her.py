@@ -127,8 +127,8 @@ class HerReplayStorage:
             actions may be ``(N,)`` or ``(N, 1)``, ints or floats.
         device (str): where the rows live and batches come out (``"cuda"``: stored
             and sampled on the GPU, no copy per batch; ``reward_fn`` then gets
-            GPU tensors). Device rows are allocated in full at the first add
-            (host memory grows with the rows). Defaults to ``"cpu"``.
+            GPU tensors). Memory grows with the rows on either. Defaults to
+            ``"cpu"``.
         storage_size (int): capacity in rows, for all envs together. Defaults to ``1_000_000``.
         num_envs (int): number of envs of the vector env. Defaults to ``1``.
         batch_size (int): batch size of :meth:`sample`. Defaults to ``1024``.

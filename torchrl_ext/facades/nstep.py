@@ -103,9 +103,9 @@ class NStepReplayStorage:
         device (str): where the rows live and batches come out. On an
             accelerator (``"cuda"``) rows are stored and sampled there, with no
             copy per batch, in this process (``num_workers`` is then not used:
-            CUDA does not run in forked workers), and allocated in full at the
-            first add (host memory grows with the rows). With ``save_snapshot``
-            rows stay in their files and batches are moved. Defaults to ``"cpu"``.
+            CUDA does not run in forked workers); memory grows with the rows on
+            either. With ``save_snapshot`` rows stay in their files and batches
+            are moved. Defaults to ``"cpu"``.
         storage_size (int): capacity in rows, for all envs together (each
             episode of ``L`` steps uses ``L + 1``). Defaults to ``1_000_000``.
         num_envs (int): number of envs of the vector env. Defaults to ``1``.

@@ -15,9 +15,9 @@ float observations grow by about 0.1 MB a step, where allocating the full
 buffer up front failed. Where ``memfd`` is missing (not Linux) the buffer is
 allocated in full shared memory, as before.
 
-On an accelerator a buffer is allocated in full (as TorchRL's
-``LazyTensorStorage(device=...)`` does): device memory has no such lazy
-commitment.
+On an accelerator, where memory has no such lazy commitment, a buffer is
+allocated as asked; :class:`~torchrl_ext.storages._packed.PackedRows` grows
+its device buffers instead (doubling each stream's part).
 """
 from __future__ import annotations
 

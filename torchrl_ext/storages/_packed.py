@@ -28,6 +28,7 @@ from torchrl_ext.storages._memory import move_together, reserve
 __all__ = ["PackedRows"]
 
 _ALIGN = 8
+_FIRST_ROWS = 1024  # rows per stream first allocated on an accelerator, then doubled
 
 
 @dataclass(frozen=True)
@@ -55,35 +56,56 @@ def _place(keys, schema: RowSchema, offset: int) -> tuple[list[_Column], int]:
 
 
 class PackedRows:
-    """``num_rows`` rows of a :class:`~torchrl_ext.core.schema.RowSchema`, packed as bytes.
+    """``num_streams * stream_capacity`` rows of a :class:`~torchrl_ext.core.schema.RowSchema`, packed as bytes.
+
+    Rows are addressed as in :class:`~torchrl_ext.core.EpisodeIndex`: row
+    ``s * stream_capacity + slot``. Memory follows the rows written. In CPU
+    memory the whole buffer is reserved and committed by the kernel as rows are
+    written (:func:`~torchrl_ext.storages._memory.reserve`); on an accelerator,
+    where nothing is committed lazily, each stream's part *grows*: the buffer
+    holds ``allocated`` slots per stream (``[num_streams, allocated]`` rows),
+    doubled (one copy, amortised O(1) a row) when a write reaches past them,
+    up to ``stream_capacity``; row indices are mapped to the buffer on the CPU
+    before their one transfer. Only this process sees a grown buffer, which is
+    why shared (CPU) buffers are reserved instead.
 
     Args:
         schema: what a row holds.
-        num_rows: number of rows.
+        num_streams: number of stream rings.
+        stream_capacity: rows per ring.
         backend: ``"tensor"`` (memory: on CPU, shared and committed as rows are
             written, see :func:`~torchrl_ext.storages._memory.reserve`) or
             ``"memmap"`` (a sparse file on disk, CPU only).
         scratch_dir: memmap directory (``None``: a temporary one).
         device: where the rows live. Row indices given to the gathers may be
             CPU tensors: each gather moves its indices in one transfer.
+        grow: grow the buffer (as on an accelerator) rather than reserve it;
+            ``None``: on accelerators only.
     """
 
     def __init__(
         self,
         schema: RowSchema,
-        num_rows: int,
+        num_streams: int,
+        stream_capacity: int,
         backend: str,
         scratch_dir: str | None,
         device: torch.device = torch.device("cpu"),
+        grow: bool | None = None,
     ) -> None:
+        self.num_streams, self.stream_capacity = num_streams, stream_capacity
+        num_rows = num_streams * stream_capacity
+        grow = device.type != "cpu" if grow is None else grow
+        growing = grow and backend == "tensor"
+        self.allocated = min(stream_capacity, _FIRST_ROWS) if growing else stream_capacity
         self.obs, obs_end = _place(schema.shared, schema, 0)
         self._obs_bytes = obs_end  # the observation span, padded to 8 bytes
         step_keys = schema.root_only + tuple(("next", *k) for k in schema.next_only)
         self.step, self.row_bytes = _place(step_keys, schema, obs_end)
         self.device = device
         if backend == "tensor":
-            rows = reserve((num_rows, self.row_bytes), torch.uint8, device)
-            self.buffers: TensorDictBase = TensorDict({"rows": rows}, [num_rows])
+            rows = reserve((num_streams * self.allocated, self.row_bytes), torch.uint8, device)
+            self.buffers: TensorDictBase = TensorDict({"rows": rows}, [rows.shape[0]])
         else:
             # a sparse file; a directory of an earlier run is reused (its rows are then restored by loads)
             inner = LazyMemmapStorage(num_rows, scratch_dir=scratch_dir, existsok=True)
@@ -106,6 +128,42 @@ class PackedRows:
     def _span_view(self, columns: list[_Column]) -> torch.Tensor | None:
         return self._rows[:, columns[0].lo : columns[-1].hi] if columns else None
 
+    # ----------------------------------------------------------------- growth
+    def _fit(self, *rows: torch.Tensor) -> None:
+        """Grow the buffer to hold physical ``rows`` (CPU tensors), doubling each stream's part."""
+        if self.allocated == self.stream_capacity:
+            return
+        C = self.stream_capacity
+        need = max((int((r % C).max()) + 1 for r in rows if r.numel()), default=0)
+        if need <= self.allocated:
+            return
+        S, old, width = self.num_streams, self.allocated, self.row_bytes
+        size = min(C, max(need, 2 * old))
+        grown = reserve((S * size, width), torch.uint8, self.device)
+        grown.view(S, size, width)[:, :old] = self._rows.view(S, old, width)
+        self.allocated = size
+        self.buffers = TensorDict({"rows": grown}, [S * size])
+        self._bind()
+
+    def _slots(self, rows: torch.Tensor) -> torch.Tensor:
+        """Where physical ``rows`` lie in the buffer: ``s * allocated + slot`` (as is if not grown)."""
+        if self.allocated == self.stream_capacity:
+            return rows
+        return rows + torch.div(rows, self.stream_capacity, rounding_mode="floor") * (
+            self.allocated - self.stream_capacity
+        )
+
+    def take(self, rows: torch.Tensor) -> TensorDictBase:
+        """The bytes of physical ``rows`` (``[k]``), as ``{"rows": [k, row bytes]}`` (checkpoints)."""
+        (at,) = self._on_device(rows)
+        return TensorDict({"rows": self._rows.index_select(0, at)}, [rows.numel()])
+
+    def put(self, rows: torch.Tensor, data: torch.Tensor) -> None:
+        """Write the bytes ``data`` (``[k, row bytes]``, any device) to physical ``rows`` (checkpoints)."""
+        self._fit(rows)
+        (at,) = self._on_device(rows)
+        self._rows.index_copy_(0, at, data.to(self.device))
+
     # ----------------------------------------------------------------- writes
     def write(
         self,
@@ -123,6 +181,7 @@ class PackedRows:
             start: ``[n]`` bool, the step opens an episode; ``None`` if none does.
         """
         n = rows.numel()
+        self._fit(rows, next_rows)
         step_view, obs_view = self._step_view, self._obs_view  # None: no such columns
         # data from any device: packed where it is, then moved once per span
         rows, next_rows, first_rows = self._on_device(
@@ -160,8 +219,11 @@ class PackedRows:
         return (incoming[:, :width] == stored[:, :width]).all(1).cpu().numpy()
 
     def _on_device(self, *indices: torch.Tensor | None) -> tuple[Any, ...]:
-        """``indices`` on the rows' device, in one transfer (see :func:`move_together`)."""
-        return move_together(indices, self.device)
+        """Physical row ``indices`` as buffer slots on the rows' device, in one transfer.
+
+        See :func:`~torchrl_ext.storages._memory.move_together`.
+        """
+        return move_together(tuple(None if i is None else self._slots(i) for i in indices), self.device)
 
     # ------------------------------------------------------------------ reads
     def gather(self, rows: torch.Tensor, next_rows: torch.Tensor | None) -> TensorDictBase:

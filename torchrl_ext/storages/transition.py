@@ -37,8 +37,9 @@ class TransitionStorage(TensorStorage):
     page committed when first written (shared memory, visible to forked and
     spawned workers, also for rows written after they started), and the file
     is sparse. A million rows of ``3x84x84`` frames cost what the rows written
-    cost. On an accelerator (``device="cuda"``) the rows are allocated on the
-    device in full and every read stays there. The schema and the number of
+    cost. On an accelerator (``device="cuda"``) the rows live on the device,
+    every read stays there, and the buffer grows (each stream's part doubled
+    when full, up to its capacity). The schema and the number of
     streams are fixed by the first write, done by
     :class:`~torchrl_ext.writers.TransitionWriter`.
 
@@ -133,7 +134,9 @@ class TransitionStorage(TensorStorage):
                 f"each of {num_streams} streams; need at least 2 per stream."
             )
         index = EpisodeIndex(num_streams, stream_capacity).share_memory_()
-        self.packed = PackedRows(schema, index.num_rows, self.backend, self.scratch_dir, self.device)
+        self.packed = PackedRows(
+            schema, num_streams, stream_capacity, self.backend, self.scratch_dir, self.device
+        )
         self.schema, self.index, self._storage = schema, index, self.packed.buffers
 
     # ----------------------------------------------------------------- writes
@@ -155,6 +158,7 @@ class TransitionStorage(TensorStorage):
         )
         plan.commit()
         index.end_write()
+        self._storage = self.packed.buffers  # a new buffer if the rows grew (accelerators)
 
     def read_token(self) -> int:
         """Taken before a draw; :meth:`stale` then tells the rows rewritten since (see below)."""
@@ -214,7 +218,7 @@ class TransitionStorage(TensorStorage):
             if index != slice(None):
                 raise ValueError(f"TransitionStorage.get: slice {index} unsupported; use [:].")
             index = self.live_transition_rows()
-        rows = torch.as_tensor(index, dtype=torch.int64)
+        rows = torch.as_tensor(index, dtype=torch.int64, device="cpu")  # index arithmetic: CPU
         if rows.ndim == 2 and rows.shape[1] > 1:
             # consecutive rows of one stream (unpadded sequences): one gather
             r = rows.numpy()
@@ -337,20 +341,20 @@ class TransitionStorage(TensorStorage):
         before = np.cumsum(used) - used  # [S] rows of the earlier streams
         # entry j of the result lies in stream s: first[s] + (j - before[s])
         rows = np.arange(int(used.sum())) + np.repeat(first - before, used)
-        return torch.from_numpy(rows).to(self.device)
+        return torch.from_numpy(rows)
 
     def _put_rows(self, written: torch.Tensor, saved: TensorDictBase) -> None:
         """Write the checkpointed rows ``saved`` back in place (any device in, this device out)."""
-        rows = self._ready("_put_rows")[2].get("rows")
-        rows.index_copy_(0, self._rows_in_use(written), saved.get("rows").to(self.device))
+        self.packed.put(self._rows_in_use(written), saved.get("rows"))
+        self._storage = self.packed.buffers
 
     def state_dict(self) -> dict[str, Any]:
         if self.schema is None:
             return {"meta": None}
-        _, index, rows = self._ready("state_dict")
+        index = self._ready("state_dict")[1]
         index_state = index.state().clone()
-        used = self._rows_in_use(index_state.get("written"))
-        return {"meta": self._meta(), "rows": rows[used], "index": index_state}
+        rows = self.packed.take(self._rows_in_use(index_state.get("written")))
+        return {"meta": self._meta(), "rows": rows, "index": index_state}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict["meta"] is None:
@@ -368,8 +372,8 @@ class TransitionStorage(TensorStorage):
         meta = None if self.schema is None else self._meta()
         (path / "meta.json").write_text(json.dumps(meta))
         if meta is not None:
-            _, index, rows = self._ready("dumps")
-            rows[self._rows_in_use(index.written)].cpu().memmap(path / "rows")
+            index = self._ready("dumps")[1]
+            self.packed.take(self._rows_in_use(index.written)).cpu().memmap(path / "rows")
             index.state().memmap(path / "index")
 
     def loads(self, path: str | Path) -> None:
