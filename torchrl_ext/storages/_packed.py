@@ -192,7 +192,7 @@ class PackedRows:
         if obs_view is not None:
             obs_view.index_copy_(0, next_rows, _bytes(self.obs, leaves, n, ("next",)).to(self.device))
             if start is not None and first_rows is not None:
-                first = _bytes(self.obs, leaves, n, ())[start.to(leaves_device(leaves))]
+                first = _bytes(self.obs, leaves, n, ())[start.to(_leaves_device(leaves))]
                 obs_view.index_copy_(0, first_rows, first.to(self.device))
 
     def same_observation(
@@ -212,7 +212,7 @@ class PackedRows:
             return np.ones(rows.size, dtype=bool)
         (at,) = self._on_device(torch.from_numpy(rows))
         stored = self._rows.index_select(0, at)  # [k, row bytes]
-        where = torch.from_numpy(positions).to(leaves_device(leaves))
+        where = torch.from_numpy(positions).to(_leaves_device(leaves))
         picked = {c.key: leaves[c.key].index_select(0, where) for c in self.obs}
         incoming = _bytes(self.obs, picked, rows.size, ()).to(self.device)  # [k, obs bytes]
         width = self.obs[-1].hi
@@ -369,7 +369,7 @@ class PackedRows:
         self._bind()
 
 
-def leaves_device(leaves: dict[tuple[str, ...], torch.Tensor]) -> torch.device:
+def _leaves_device(leaves: dict[tuple[str, ...], torch.Tensor]) -> torch.device:
     """The device of written data (its first entry's; the writer checks they agree)."""
     return next(iter(leaves.values())).device
 

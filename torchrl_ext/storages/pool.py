@@ -40,10 +40,10 @@ class EpisodePool(NumpyViews):
       once per ``capacity`` written steps.
     * Per row its episode slot and step; per slot the table offset and length.
 
-    Memory grows with the rows used, not the capacity (rows are reserved, see
-    :func:`~torchrl_ext.storages._memory.reserve`; a checkpoint holds the rows
-    below the high-water mark). Everything is in tensors, in shared memory on
-    CPU, with a lock, so
+    Memory grows with the rows used, not the capacity (on CPU the rows are
+    reserved and committed as written; a checkpoint holds the rows below the
+    high-water mark). Everything is in tensors, in shared memory on CPU, with
+    a lock, so
     DataLoader workers (fork or spawn) sample the whole pool, including
     episodes stored after they started; a row is never read while it is
     being replaced.
