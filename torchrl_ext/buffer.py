@@ -306,6 +306,7 @@ def make_replay_buffer(
     *,
     batch_size: int | None = None,
     backend: Backend = "tensor",
+    compress: dict[Any, str] | None = None,
     scratch_dir: str | Path | None = None,
     num_streams: int | None = None,
     sampler: Sampler | None = None,
@@ -347,6 +348,9 @@ def make_replay_buffer(
         batch_size (int, optional): default ``rb.sample()`` size.
         backend (str): ``"tensor"`` (shared memory) or ``"memmap"`` (disk). Defaults to ``"tensor"``.
         scratch_dir (str or Path, optional): memmap directory.
+        compress (dict, optional): observation entries kept compressed in
+            memory: ``{"pixels": "zstd"}`` (see
+            :class:`~torchrl_ext.storages.TransitionStorage`). Needs the ``compress`` extra.
         num_streams (int, optional): number of envs; inferred from the first write.
         sampler (Sampler, optional): defaults to :class:`~torchrl_ext.samplers.UniformTransitionSampler`.
         transform (Transform, optional): sample-time transform.
@@ -421,7 +425,8 @@ def make_replay_buffer(
     if mask_size is not None:
         sampler = BootstrapMaskSampler(mask_size, mask_p, base=sampler)
     parts = dict(
-        storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir),
+        storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir,
+                                  compress=compress),
         writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys,
                                 reward_key=reward_key, traj_key=traj_key, mask_key=mask_key),
         sampler=sampler,

@@ -14,6 +14,7 @@ from torchrl_ext.core.schema import LeafSpec, RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.storages._packed import PackedRows
+from torchrl_ext.storages.compressed import CompressedRows, check_compress
 
 __all__ = ["TransitionStorage"]
 
@@ -47,6 +48,11 @@ class TransitionStorage(TensorStorage):
     Keyword Args:
         backend (str): ``"tensor"`` (shared memory, default) or ``"memmap"``.
         scratch_dir (str or Path, optional): directory of the memmap files.
+        compress (dict, optional): observation entries to keep compressed in
+            memory, and their codec: ``{"pixels": "zstd"}``. Each frame is
+            compressed once when written and decoded, bit-exact, when sampled
+            (see :mod:`torchrl_ext.storages.compressed`). Needs the
+            ``compress`` extra (``zstandard``).
 
     Examples:
         >>> import torch
@@ -73,6 +79,7 @@ class TransitionStorage(TensorStorage):
         *,
         backend: Backend = "tensor",
         scratch_dir: str | Path | None = None,
+        compress: dict[Any, str] | None = None,
     ) -> None:
         if backend not in ("tensor", "memmap"):
             raise ValueError(
@@ -85,6 +92,7 @@ class TransitionStorage(TensorStorage):
         self.device = torch.device("cpu")
         self.backend = backend
         self.scratch_dir = None if scratch_dir is None else str(scratch_dir)
+        self.compress = check_compress(compress)
         self.schema: RowSchema | None = None
         self.index: EpisodeIndex | None = None
         self._storage: TensorDictBase | None = None
@@ -115,7 +123,12 @@ class TransitionStorage(TensorStorage):
                 f"each of {num_streams} streams; need at least 2 per stream."
             )
         index = EpisodeIndex(num_streams, stream_capacity).share_memory_()
-        self.packed = PackedRows(schema, index.num_rows, self.backend, self.scratch_dir)
+        self.packed: PackedRows | CompressedRows
+        if self.compress:
+            self.packed = CompressedRows(schema, stream_capacity, index.num_rows, self.compress,
+                                         self.backend, self.scratch_dir)
+        else:
+            self.packed = PackedRows(schema, index.num_rows, self.backend, self.scratch_dir)
         self.schema, self.index, self._storage = schema, index, self.packed.buffers
 
     # ----------------------------------------------------------------- writes
@@ -281,9 +294,16 @@ class TransitionStorage(TensorStorage):
                 [list(k), list(v.shape), str(v.dtype).removeprefix("torch.")]
                 for k, v in schema.leaves.items()
             ],
+            "compress": [[list(k), str(v)] for k, v in self.compress.items()],
         }
 
     def _restore_meta(self, meta: dict[str, Any]) -> None:
+        compress = [[list(k), str(v)] for k, v in self.compress.items()]
+        if meta.get("compress", []) != compress:
+            raise ValueError(
+                f"TransitionStorage: checkpoint has compress={meta.get('compress', [])}, "
+                f"this storage {compress}; build the buffer with the same compress=."
+            )
         if meta["max_size"] != self.max_size:
             raise ValueError(
                 f"TransitionStorage: checkpoint has max_size={meta['max_size']}, "
@@ -310,7 +330,10 @@ class TransitionStorage(TensorStorage):
         if self.schema is None:
             return {"meta": None}
         _, index, rows = self._ready("state_dict")
-        return {"meta": self._meta(), "rows": rows.clone(), "index": index.state().clone()}
+        out = {"meta": self._meta(), "rows": rows.clone(), "index": index.state().clone()}
+        if isinstance(self.packed, CompressedRows):
+            out["frames"] = self.packed.state()
+        return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict["meta"] is None:
@@ -320,6 +343,8 @@ class TransitionStorage(TensorStorage):
         _, index, rows = self._ready("load_state_dict")
         rows.update_(state_dict["rows"])
         index.load_state(state_dict["index"])
+        if isinstance(self.packed, CompressedRows):
+            self.packed.load_state(state_dict["frames"])
 
     def dumps(self, path: str | Path) -> None:
         """Write rows, episode index and schema under ``path``."""
@@ -331,6 +356,8 @@ class TransitionStorage(TensorStorage):
             _, index, rows = self._ready("dumps")
             rows.memmap(path / "rows", copy_existing=True)
             index.state().memmap(path / "index")
+            if isinstance(self.packed, CompressedRows):
+                self.packed.state().memmap(path / "frames")
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` wrote, in place."""
@@ -343,6 +370,8 @@ class TransitionStorage(TensorStorage):
         _, index, rows = self._ready("loads")
         rows.update_(TensorDict.load_memmap(path / "rows"))
         index.load_state(TensorDict.load_memmap(path / "index"))
+        if isinstance(self.packed, CompressedRows):
+            self.packed.load_state(TensorDict.load_memmap(path / "frames"))
 
     def __getstate__(self) -> dict[str, Any]:
         state = Storage.__getstate__(self)
