@@ -82,10 +82,10 @@ SAMPLERS = {
 }
 
 
-def pair(kind, capacity, seed=0, **kw):
+def pair(kind, capacity, seed=0, codec="zstd", **kw):
     """The same buffer without and with compressed pixels."""
     return [make_replay_buffer(capacity, batch_size=16, seed=seed, compress=c, **SAMPLERS[kind](), **kw)
-            for c in (None, {"pixels": "zstd"})]
+            for c in (None, {"pixels": codec})]
 
 
 def assert_same(a, b):
@@ -94,11 +94,11 @@ def assert_same(a, b):
         assert torch.equal(a[key], b[key]), key
 
 
-@settings(max_examples=25)
-@given(kind=st.sampled_from(sorted(SAMPLERS)), capacity=st.integers(40, 300),
-       count=st.integers(20, 130), seed=st.integers(0, 2**16))
-def test_every_sampler_serves_the_frames_written_bit_exact(atari, kind, capacity, count, seed):
-    plain, packed = (fill(rb, atari, count) for rb in pair(kind, capacity, seed))
+@settings(max_examples=40)
+@given(kind=st.sampled_from(sorted(SAMPLERS)), codec=st.sampled_from(["zstd", "lz4"]),
+       capacity=st.integers(40, 300), count=st.integers(20, 130), seed=st.integers(0, 2**16))
+def test_every_sampler_serves_the_frames_written_bit_exact(atari, kind, codec, capacity, count, seed):
+    plain, packed = (fill(rb, atari, count) for rb in pair(kind, capacity, seed, codec))
     for _ in range(3):  # capacities under 260 rows wrap the rings: overwritten blobs too
         assert_same(plain.sample(), packed.sample())
 
@@ -134,8 +134,9 @@ def test_overwritten_blobs_free_their_memory(atari):
     assert_same(reference.sample(), rb.sample())
 
 
-def test_a_frame_that_does_not_compress_is_stored_raw():
-    arena = FrameArena(LeafSpec(torch.Size([1, 84, 84]), torch.uint8), 4, 2, None)
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_a_frame_that_does_not_compress_is_stored_raw(codec):
+    arena = FrameArena(codec, LeafSpec(torch.Size([1, 84, 84]), torch.uint8), 4, 2, None)
     noise = torch.randint(0, 256, (2, 1, 84, 84), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     arena.write(noise, torch.tensor([0, 3]))
     assert arena.state()["lengths"].tolist() == [84 * 84, 0, 0, 84 * 84]
@@ -217,7 +218,7 @@ def test_a_worker_reads_the_rows_this_process_reads(atari):
 
 # ------------------------------------------------------------------- errors
 def test_unknown_codec_is_refused():
-    with pytest.raises(ValueError, match=r"compress\['pixels'\]='gzip': unknown codec; expected one of \['zstd'\]"):
+    with pytest.raises(ValueError, match=r"compress\['pixels'\]='gzip': unknown codec; expected one of \['zstd', 'lz4'\]"):
         TransitionStorage(10, compress={"pixels": "gzip"})
 
 

@@ -27,11 +27,13 @@ A frame that does not compress is stored raw (``length`` = frame bytes).
 """
 from __future__ import annotations
 
+import importlib
 import os
 import tempfile
 import uuid
 import weakref
 from enum import StrEnum
+from functools import partial
 from math import ceil, prod
 from typing import Any
 
@@ -49,19 +51,36 @@ _PAGE = 4096
 
 
 class FrameCodec(StrEnum):
-    """Codecs of :class:`FrameArena`: ``"zstd"`` (the ``zstandard`` package, level 1)."""
+    """Codecs of :class:`FrameArena`, one blob per frame.
+
+    * ``ZSTD`` (``"zstd"``): the ``zstandard`` package, level 1: the smaller blobs.
+    * ``LZ4`` (``"lz4"``): the ``lz4`` package (block format): decodes about
+      twice as fast, blobs up to twice as large.
+    """
 
     ZSTD = "zstd"
+    LZ4 = "lz4"
 
 
-def _zstandard() -> Any:
+def _module(name: str) -> Any:
+    """The codec package ``name``, or an ImportError naming the extra."""
     try:
-        import zstandard
+        return importlib.import_module(name)
     except ImportError as err:  # pragma: no cover - the extra is installed in tests
         raise ImportError(
-            "compress=... needs the zstandard package: pip install 'torchrl_ext[compress]'."
+            f"compress=...: the codec needs the {name.split('.')[0]} package, installed with "
+            "the compress extra: pip install 'torchrl_ext[compress]'."
         ) from err
-    return zstandard
+
+
+def _coders(codec: FrameCodec, frame_bytes: int) -> tuple[Any, Any]:
+    """``(compress, decompress)`` of one frame's bytes."""
+    if codec is FrameCodec.ZSTD:
+        zstd = _module("zstandard")
+        return zstd.ZstdCompressor(level=1).compress, zstd.ZstdDecompressor().decompress
+    block = _module("lz4.block")
+    return (partial(block.compress, store_size=False),
+            partial(block.decompress, uncompressed_size=frame_bytes))
 
 
 def check_compress(compress: Any) -> dict[tuple[str, ...], FrameCodec]:
@@ -86,7 +105,7 @@ def check_compress(compress: Any) -> dict[tuple[str, ...], FrameCodec]:
                 f"{[c.value for c in FrameCodec]}."
             )
         out[as_key(key)] = FrameCodec(codec)
-    _zstandard()  # fail at construction, not at the first write
+        _coders(out[as_key(key)], 1)  # a missing package fails here, not at the first write
     return out
 
 
@@ -94,6 +113,7 @@ class FrameArena:
     """Compressed frames of one entry, one blob per row, in a shared sparse pool.
 
     Args:
+        codec: the codec of the blobs.
         spec: shape and dtype of a frame.
         num_rows: rows of the storage.
         stream_capacity: rows per stream (row ``r`` is in stream ``r // stream_capacity``).
@@ -102,7 +122,7 @@ class FrameArena:
     Examples:
         >>> import torch
         >>> from torchrl_ext.core.schema import LeafSpec
-        >>> arena = FrameArena(LeafSpec(torch.Size([2, 8]), torch.uint8), 4, 2, None)
+        >>> arena = FrameArena("zstd", LeafSpec(torch.Size([2, 8]), torch.uint8), 4, 2, None)
         >>> frames = torch.zeros(2, 2, 8, dtype=torch.uint8)
         >>> frames[1, 0, 3] = 7
         >>> arena.write(frames, torch.tensor([0, 2]))
@@ -111,9 +131,14 @@ class FrameArena:
     """
 
     def __init__(
-        self, spec: LeafSpec, num_rows: int, stream_capacity: int, directory: str | None
+        self,
+        codec: FrameCodec | str,
+        spec: LeafSpec,
+        num_rows: int,
+        stream_capacity: int,
+        directory: str | None,
     ) -> None:
-        self.spec = spec
+        self.codec, self.spec = FrameCodec(codec), spec
         self.frame_bytes = prod(spec.shape) * spec.dtype.itemsize
         self.stream_capacity = stream_capacity
         num_streams = -(-num_rows // stream_capacity)
@@ -145,10 +170,9 @@ class FrameArena:
         self._offset, self._length = self.offset.numpy(), self.length.numpy()
         self._codec: Any = None
 
-    def _coders(self) -> Any:
-        if self._codec is None:  # zstandard objects are not picklable: made per process
-            zstd = _zstandard()
-            self._codec = (zstd.ZstdCompressor(level=1), zstd.ZstdDecompressor())
+    def _coders(self) -> tuple[Any, Any]:
+        if self._codec is None:  # codec objects are not picklable: made per process
+            self._codec = _coders(self.codec, self.frame_bytes)
         return self._codec
 
     @property
@@ -159,7 +183,7 @@ class FrameArena:
     # ----------------------------------------------------------------- writes
     def write(self, frames: torch.Tensor, rows: torch.Tensor) -> None:
         """Compress ``frames`` (``[n, *shape]``) into ``rows`` (``[n]``), in order."""
-        compress = self._coders()[0].compress
+        compress = self._coders()[0]
         flat = frames.reshape(frames.shape[0], -1).contiguous().view(torch.uint8).numpy()
         for frame, row in zip(flat, rows.tolist()):
             blob = compress(frame)
@@ -207,7 +231,7 @@ class FrameArena:
     def _decode(self, rows: np.ndarray) -> torch.Tensor:
         """``[k, frame bytes]`` of ``rows``."""
         raw, pool = self.frame_bytes, self._pool
-        decompress = self._coders()[1].decompress
+        decompress = self._coders()[1]
         out = np.empty((rows.size, raw), np.uint8)
         in_worker = get_worker_info() is not None
         for i, (at, size) in enumerate(zip(self._offset[rows].tolist(), self._length[rows].tolist())):
@@ -328,8 +352,8 @@ class CompressedRows:
         if directory is not None:
             os.makedirs(directory, exist_ok=True)
         self.arenas = {
-            key: FrameArena(schema.leaves[key], num_rows, stream_capacity, directory)
-            for key in compress
+            key: FrameArena(codec, schema.leaves[key], num_rows, stream_capacity, directory)
+            for key, codec in compress.items()
         }
 
     @property
