@@ -43,7 +43,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch.utils.data import get_worker_info
 
 from torchrl_ext.core.schema import EntryKeyError, LeafSpec, RowSchema, as_key, key_str
-from torchrl_ext.storages._packed import PackedRows, _select
+from torchrl_ext.storages._packed import PackedRows, _batch_rows
 
 __all__ = ["CompressedRows", "FrameArena", "FrameCodec"]
 
@@ -167,6 +167,7 @@ class FrameArena:
     def _bind(self) -> None:
         size = os.path.getsize(self.path)
         self._pool = torch.from_file(self.path, shared=True, size=size, dtype=torch.uint8).numpy()
+        self._bytes = memoryview(self._pool)  # slices of a memoryview cost less than numpy's
         self._offset, self._length = self.offset.numpy(), self.length.numpy()
         self._codec: Any = None
 
@@ -222,21 +223,26 @@ class FrameArena:
     def read(self, rows: torch.Tensor) -> torch.Tensor:
         """The frames of ``rows`` (any shape), ``[*rows.shape, *shape]``; each row decoded once."""
         flat = rows.reshape(-1).numpy()
-        unique, inverse = np.unique(flat, return_inverse=True)
-        decoded = self._decode(unique)
-        if unique.size != flat.size or not np.array_equal(unique, flat):
-            decoded = _select(decoded, torch.from_numpy(inverse.reshape(-1)))
-        return decoded.view(self.spec.dtype).view(*rows.shape, *self.spec.shape)
+        out = _batch_rows(flat.size, self.frame_bytes, torch.uint8)
+        block = out.numpy()
+        # decode each distinct row at its first position, then copy it to the others
+        unique, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+        self._decode(unique, block, first)
+        source = first[inverse.reshape(-1)]
+        repeats = np.flatnonzero(source != np.arange(flat.size))
+        if repeats.size:
+            block[repeats] = block[source[repeats]]
+        return out.view(self.spec.dtype).view(*rows.shape, *self.spec.shape)
 
-    def _decode(self, rows: np.ndarray) -> torch.Tensor:
-        """``[k, frame bytes]`` of ``rows``."""
-        raw, pool = self.frame_bytes, self._pool
+    def _decode(self, rows: np.ndarray, out: np.ndarray, positions: np.ndarray) -> None:
+        """Decode the frames of ``rows`` into ``out[positions]`` (``[k]``, ``[n, frame bytes]``)."""
+        raw, pool = self.frame_bytes, self._bytes
         decompress = self._coders()[1]
-        out = np.empty((rows.size, raw), np.uint8)
         in_worker = get_worker_info() is not None
-        for i, (at, size) in enumerate(zip(self._offset[rows].tolist(), self._length[rows].tolist())):
+        where = zip(positions.tolist(), self._offset[rows].tolist(), self._length[rows].tolist())
+        for i, at, size in where:
             if size == raw:
-                out[i] = pool[at : at + raw]
+                out[i] = np.frombuffer(pool[at : at + raw], np.uint8)
                 continue
             try:
                 out[i] = np.frombuffer(decompress(pool[at : at + size]), np.uint8)
@@ -248,11 +254,11 @@ class FrameArena:
                 if not in_worker:
                     raise
                 out[i] = 0
-        return torch.from_numpy(out)
 
     def equal(self, frames: torch.Tensor, rows: np.ndarray) -> np.ndarray:
         """Whether ``frames`` (``[k, *shape]``) equal the stored frames of ``rows``, bytewise."""
-        stored = self._decode(rows).numpy()
+        stored = np.empty((rows.size, self.frame_bytes), np.uint8)
+        self._decode(rows, stored, np.arange(rows.size))
         flat = frames.reshape(frames.shape[0], -1).contiguous().view(torch.uint8).numpy()
         return (flat == stored).all(1)
 
@@ -284,7 +290,7 @@ class FrameArena:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_pool", "_offset", "_length", "_codec"):
+        for name in ("_pool", "_bytes", "_offset", "_length", "_codec"):
             state.pop(name)
         return state  # the pool by its path: a copy in another process maps the same file
 
