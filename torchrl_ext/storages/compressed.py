@@ -167,7 +167,7 @@ class FrameArena:
     def _bind(self) -> None:
         size = os.path.getsize(self.path)
         self._pool = torch.from_file(self.path, shared=True, size=size, dtype=torch.uint8).numpy()
-        self._bytes = memoryview(self._pool)  # slices of a memoryview cost less than numpy's
+        self._bytes = memoryview(self._pool.data)  # slices of a memoryview cost less than numpy's
         self._offset, self._length = self.offset.numpy(), self.length.numpy()
         self._codec: Any = None
 
