@@ -9,6 +9,7 @@
     .venv/bin/python benchmarks/run.py --no-mb      # skip the W6 model-based tables (model_based.py)
     .venv/bin/python benchmarks/run.py --no-frames  # skip the W5 frame-stack tables (frames.py)
     .venv/bin/python benchmarks/run.py --no-ray     # skip the W7 Ray tables (ray_writers.py)
+    .venv/bin/python benchmarks/run.py --no-compress  # skip the compressed-frame tables (compressed.py)
 
 Prints markdown tables and writes them to benchmarks/results/latest.md, then the
 docs' benchmark page from them (docs_page.py: docs/benchmarks/); the W2
@@ -92,6 +93,8 @@ def main() -> None:
     ap.add_argument("--no-mb", action="store_true", help="skip the W6 model-based tables (model_based.py)")
     ap.add_argument("--no-frames", action="store_true", help="skip the W5 frame-stack tables (frames.py)")
     ap.add_argument("--no-ray", action="store_true", help="skip the W7 Ray tables (ray_writers.py, ~3 min)")
+    ap.add_argument("--no-compress", action="store_true",
+                    help="skip the compressed-frame tables (compressed.py, real ALE frames)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "latest.md"))
     a = ap.parse_args()
     run_w1(a)
@@ -120,6 +123,10 @@ def main() -> None:
     if not a.no_ray:  # a local Ray cluster: 2 remote collectors + this process as learner
         log("W7 Ray writers (ray_writers.py)")
         cmd = [sys.executable, os.path.join(HERE, "ray_writers.py"), "--out", a.out, "--append"]
+        subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
+    if not a.no_compress:  # fresh interpreter; one more per buffer for its memory
+        log("compressed frames (compressed.py)")
+        cmd = [sys.executable, os.path.join(HERE, "compressed.py"), "--out", a.out, "--append"]
         subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
     if os.path.abspath(a.out) == str(docs_page.RESULTS):
         docs_page.main([])  # docs/benchmarks/: this run's tables and charts
