@@ -399,18 +399,16 @@ class CompressedRows:
         """See :meth:`PackedRows.gather`."""
         out = self.packed.gather(rows, next_rows)
         if next_rows is not None:
-            both = self._read_pair(rows, next_rows)
-            for key, (obs, nxt) in both.items():
-                out.set(key, obs)
-                out.set(("next", *key), nxt)
+            self._put_transitions(out, rows, next_rows)
         return out
 
-    def _read_pair(
-        self, rows: torch.Tensor, other: torch.Tensor
-    ) -> dict[tuple[str, ...], tuple[torch.Tensor, torch.Tensor]]:
-        """Frames at ``rows`` and at ``other`` (same shape), from one read (shared rows decode once)."""
-        pair = torch.stack([rows, other])
-        return {key: tuple(arena.read(pair).unbind(0)) for key, arena in self.arenas.items()}  # type: ignore[misc]
+    def _put_transitions(self, out: TensorDictBase, rows: torch.Tensor, after: torch.Tensor) -> None:
+        """Set each key at ``rows`` and ``("next", key)`` at ``after``: one read, shared rows decoded once."""
+        pair = torch.stack([rows, after])
+        for key, arena in self.arenas.items():
+            obs, nxt = arena.read(pair).unbind(0)
+            out.set(key, obs)
+            out.set(("next", *key), nxt)
 
     def gather_observations(self, rows: torch.Tensor) -> TensorDictBase:
         """See :meth:`PackedRows.gather_observations`."""
@@ -441,9 +439,7 @@ class CompressedRows:
             rows, window_rows, last_rows, after_rows, goal_rows, window_next_rows
         )
         if after_rows is not None:
-            for key, (obs, nxt) in self._read_pair(rows, after_rows).items():
-                out.set(key, obs)
-                out.set(("next", *key), nxt)
+            self._put_transitions(out, rows, after_rows)
         if goal_rows is not None and window_next_rows is not None:
             self._put(out, ("her",), goal_rows)
             self._put(out, ("n_step",), window_next_rows)
