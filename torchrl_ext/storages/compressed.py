@@ -353,7 +353,6 @@ class CompressedRows:
             leaves=kept,
         )
         self.packed = PackedRows(inner, num_rows, backend, scratch_dir)
-        self.buffers = self.packed.buffers
         directory = scratch_dir if backend == "memmap" else None
         if directory is not None:
             os.makedirs(directory, exist_ok=True)
@@ -361,6 +360,11 @@ class CompressedRows:
             key: FrameArena(codec, schema.leaves[key], num_rows, stream_capacity, directory)
             for key, codec in compress.items()
         }
+
+    @property
+    def buffers(self) -> TensorDictBase:
+        """The packed rows' TorchRL buffers (the entries not compressed)."""
+        return self.packed.buffers
 
     @property
     def resident_bytes(self) -> int:
