@@ -146,7 +146,7 @@ class FrameArena:
         num_streams = -(-num_rows // stream_capacity)
         # a segment holds several frames; no blob crosses a segment's end
         self.segment_bytes = -(-max(1 << 16, 8 * self.frame_bytes) // _PAGE) * _PAGE
-        per_segment = self.segment_bytes // self.frame_bytes
+        per_segment = self.segment_bytes // max(self.frame_bytes, 1)
         num_segments = num_streams * (ceil(stream_capacity / per_segment) + 2)
         self.offset = torch.zeros(num_rows, dtype=torch.int64).share_memory_()
         self.length = torch.zeros(num_rows, dtype=torch.int32).share_memory_()
