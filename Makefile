@@ -16,7 +16,7 @@ DOCS := $(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -c constraints.txt -e ".[test,docs,d3rlpy,minari,examples,ray]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[test,docs,d3rlpy,minari,examples,ray,compress]"
 	# d3rlpy 2.8.1 pins gymnasium==1.0.0: install it alone and check gymnasium did not move
 	G=$$($(PY) -c "import gymnasium; print(gymnasium.__version__)"); \
 	$(PY) -m pip install -q --no-deps d3rlpy==2.8.1 && \
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt
 $(COMPAT_STAMP): pyproject.toml constraints-compat.txt
 	test -x $(COMPAT_PY) || $(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_PY) -m pip install -q -c constraints-compat.txt torch
-	$(COMPAT_PY) -m pip install -q -c constraints-compat.txt -e ".[test]"
+	$(COMPAT_PY) -m pip install -q -c constraints-compat.txt -e ".[test,compress]"
 	touch $(COMPAT_STAMP)
 
 .PHONY: demo test compat docs bench

@@ -10,6 +10,7 @@
     .venv/bin/python benchmarks/run.py --no-frames  # skip the W5 frame-stack tables (frames.py)
     .venv/bin/python benchmarks/run.py --no-ray     # skip the W7 Ray tables (ray_writers.py)
     .venv/bin/python benchmarks/run.py --no-gpu     # skip the GPU tables (gpu.py; skipped anyway without CUDA)
+    .venv/bin/python benchmarks/run.py --no-compress  # skip the compressed-frame tables (compressed.py)
 
 Prints markdown tables and writes them to benchmarks/results/latest.md, then the
 docs' benchmark page from them (docs_page.py: docs/benchmarks/); the W2
@@ -94,6 +95,8 @@ def main() -> None:
     ap.add_argument("--no-frames", action="store_true", help="skip the W5 frame-stack tables (frames.py)")
     ap.add_argument("--no-ray", action="store_true", help="skip the W7 Ray tables (ray_writers.py, ~3 min)")
     ap.add_argument("--no-gpu", action="store_true", help="skip the GPU tables (gpu.py; needs CUDA)")
+    ap.add_argument("--no-compress", action="store_true",
+                    help="skip the compressed-frame tables (compressed.py, real ALE frames)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "latest.md"))
     a = ap.parse_args()
     run_w1(a)
@@ -126,6 +129,10 @@ def main() -> None:
     if not a.no_gpu:  # rows on the GPU, W1 and W2 n-step (gpu.py; prints a skip line without CUDA)
         log("GPU W1 / W2 n-step (gpu.py)")
         cmd = [sys.executable, os.path.join(HERE, "gpu.py"), "--out", a.out, "--append"]
+        subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
+    if not a.no_compress:  # fresh interpreter; one more per buffer for its memory
+        log("compressed frames (compressed.py)")
+        cmd = [sys.executable, os.path.join(HERE, "compressed.py"), "--out", a.out, "--append"]
         subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
     if os.path.abspath(a.out) == str(docs_page.RESULTS):
         docs_page.main([])  # docs/benchmarks/: this run's tables and charts

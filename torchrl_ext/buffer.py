@@ -311,6 +311,7 @@ def make_replay_buffer(
     *,
     batch_size: int | None = None,
     backend: Backend = "tensor",
+    compress: dict[Any, str] | None = None,
     scratch_dir: str | Path | None = None,
     device: torch.device | str | None = None,
     num_streams: int | None = None,
@@ -358,6 +359,9 @@ def make_replay_buffer(
             come out (e.g. ``"cuda"``): data written from any device goes
             there, and sampling reads it there (see
             :class:`~torchrl_ext.storages.TransitionStorage`). Defaults to CPU.
+        compress (dict, optional): observation entries kept compressed in
+            memory: ``{"pixels": "zstd"}`` (see
+            :class:`~torchrl_ext.storages.TransitionStorage`). Needs the ``compress`` extra.
         num_streams (int, optional): number of envs; inferred from the first write.
         sampler (Sampler, optional): defaults to :class:`~torchrl_ext.samplers.UniformTransitionSampler`.
         transform (Transform, optional): sample-time transform.
@@ -432,7 +436,8 @@ def make_replay_buffer(
     if mask_size is not None:
         sampler = BootstrapMaskSampler(mask_size, mask_p, base=sampler)
     parts = dict(
-        storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir, device=device),
+        storage=TransitionStorage(capacity, backend=backend, scratch_dir=scratch_dir,
+                                  compress=compress, device=device),
         writer=TransitionWriter(num_streams=num_streams, done_keys=done_keys,
                                 reward_key=reward_key, traj_key=traj_key, mask_key=mask_key),
         sampler=sampler,

@@ -24,12 +24,15 @@ from torchrl_ext import TransitionReplayBuffer, TransitionStorage, TransitionWri
 from torchrl_ext.samplers import SequenceSampler
 from torchrl_ext.storages import EpisodePool
 
-BACKENDS = ["tensor", "memmap"]
+# "+zstd": the observation kept compressed (TransitionStorage(compress=...))
+BACKENDS = ["tensor", "memmap", "tensor+zstd", "memmap+zstd"]
 ASSEMBLIES = ["transition", "torchrl", "fallback"]
 
 
 def build(assembly, backend, tmp_path, seed=0, size=60):
-    storage = TransitionStorage(size, backend=backend, scratch_dir=tmp_path / f"s{seed}")
+    backend, _, codec = backend.partition("+")
+    storage = TransitionStorage(size, backend=backend, scratch_dir=tmp_path / f"s{seed}",
+                                compress={"observation": codec} if codec else None)
     parts = dict(
         storage=storage,
         writer=TransitionWriter(),
@@ -122,9 +125,11 @@ def test_every_assembly_draws_the_same_indices(backend, tmp_path):
 class TransitionCase:
     """A TransitionStorage in a buffer; windows drawn by a SequenceSampler."""
 
+    compress: dict | None = None
+
     def __init__(self):
-        self.rb = TransitionReplayBuffer(storage=TransitionStorage(64), writer=TransitionWriter(),
-                                         sampler=UniformTransitionSampler())
+        self.rb = TransitionReplayBuffer(storage=TransitionStorage(64, compress=self.compress),
+                                         writer=TransitionWriter(), sampler=UniformTransitionSampler())
 
     def write(self, ids):
         obs = torch.tensor(ids, dtype=torch.float32).view(1, -1, 1)
@@ -142,7 +147,7 @@ class TransitionCase:
         return self.rb.storage.state_dict()
 
     def restore(self, state):
-        other = TransitionCase()
+        other = type(self)()
         other.rb.storage.load_state_dict(state)
         return other
 
@@ -174,7 +179,13 @@ class PoolCase:
         self.pool.clear()
 
 
-STORAGES = {"transition": TransitionCase, "pool": PoolCase}
+class CompressedCase(TransitionCase):
+    """A TransitionStorage keeping its observations compressed."""
+
+    compress = {"observation": "zstd"}
+
+
+STORAGES = {"transition": TransitionCase, "compressed": CompressedCase, "pool": PoolCase}
 EPISODES = [[10, 11, 12], [20, 21], [30], [40, 41, 42, 43]]  # step ids, one episode each
 
 

@@ -401,10 +401,16 @@ def _select(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """
     if get_worker_info() is None or buffer.device.type != "cpu":
         return buffer.index_select(0, index)
-    width = buffer.shape[1]
-    storage = torch.UntypedStorage._new_shared(index.numel() * width * buffer.element_size())
-    out = torch.empty(0, dtype=buffer.dtype).set_(storage).view(index.numel(), width)
+    out = _batch_rows(index.numel(), buffer.shape[1], buffer.dtype)
     return torch.index_select(buffer, 0, index, out=out)
+
+
+def _batch_rows(n: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """An empty ``[n, width]`` batch block; in a DataLoader worker, in shared memory (see :func:`_select`)."""
+    if get_worker_info() is None:
+        return torch.empty(n, width, dtype=dtype)
+    storage = torch.UntypedStorage._new_shared(n * width * dtype.itemsize)
+    return torch.empty(0, dtype=dtype).set_(storage).view(n, width)
 
 
 def _typed(block: torch.Tensor, c: _Column, lo: int, batch: torch.Size) -> torch.Tensor:

@@ -14,6 +14,7 @@ from torchrl_ext.core.schema import LeafSpec, RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.storages._packed import PackedRows
+from torchrl_ext.storages.compressed import CompressedRows, check_compress
 
 __all__ = ["TransitionStorage"]
 
@@ -58,6 +59,11 @@ class TransitionStorage(TensorStorage):
             device goes there; samples come out there, with no copy of the rows
             through host memory (the episode index stays on the CPU; each
             batch moves its row indices to the device once). Defaults to CPU.
+        compress (dict, optional): observation entries to keep compressed in
+            memory, and their codec: ``{"pixels": "zstd"}``. Each frame is
+            compressed once when written and decoded, bit-exact, when sampled
+            (see :mod:`torchrl_ext.storages.compressed`). Needs the
+            ``compress`` extra (``zstandard``).
 
     Examples:
         >>> import torch
@@ -85,6 +91,7 @@ class TransitionStorage(TensorStorage):
         backend: Backend = "tensor",
         scratch_dir: str | Path | None = None,
         device: torch.device | str | None = None,
+        compress: dict[Any, str] | None = None,
     ) -> None:
         if backend not in ("tensor", "memmap"):
             raise ValueError(
@@ -97,6 +104,12 @@ class TransitionStorage(TensorStorage):
                 f"device={str(device)!r}; use backend='tensor' for device rows, or "
                 "device='cpu' for a memmap."
             )
+        if compress and device.type != "cpu":
+            raise ValueError(
+                f"TransitionStorage: compress={compress!r} keeps frames compressed in host "
+                f"memory, not on device={str(device)!r}; drop compress= for device rows, or "
+                "keep the storage on the CPU and move batches."
+            )
         if int(max_size) < 2:
             raise ValueError(f"TransitionStorage: max_size={max_size}, expected at least 2 rows.")
         Storage.__init__(self, max_size)  # TensorStorage's init expects its own layout
@@ -104,6 +117,7 @@ class TransitionStorage(TensorStorage):
         self.device = device
         self.backend = backend
         self.scratch_dir = None if scratch_dir is None else str(scratch_dir)
+        self.compress = check_compress(compress)
         self.schema: RowSchema | None = None
         self.index: EpisodeIndex | None = None
         self._storage: TensorDictBase | None = None
@@ -134,9 +148,14 @@ class TransitionStorage(TensorStorage):
                 f"each of {num_streams} streams; need at least 2 per stream."
             )
         index = EpisodeIndex(num_streams, stream_capacity).share_memory_()
-        self.packed = PackedRows(
-            schema, num_streams, stream_capacity, self.backend, self.scratch_dir, self.device
-        )
+        self.packed: PackedRows | CompressedRows
+        if self.compress:
+            self.packed = CompressedRows(schema, num_streams, stream_capacity, self.compress,
+                                         self.backend, self.scratch_dir)
+        else:
+            self.packed = PackedRows(
+                schema, num_streams, stream_capacity, self.backend, self.scratch_dir, self.device
+            )
         self.schema, self.index, self._storage = schema, index, self.packed.buffers
 
     # ----------------------------------------------------------------- writes
@@ -303,9 +322,16 @@ class TransitionStorage(TensorStorage):
                 [list(k), list(v.shape), str(v.dtype).removeprefix("torch.")]
                 for k, v in schema.leaves.items()
             ],
+            "compress": [[list(k), str(v)] for k, v in self.compress.items()],
         }
 
     def _restore_meta(self, meta: dict[str, Any]) -> None:
+        compress = [[list(k), str(v)] for k, v in self.compress.items()]
+        if meta.get("compress", []) != compress:
+            raise ValueError(
+                f"TransitionStorage: checkpoint has compress={meta.get('compress', [])}, "
+                f"this storage {compress}; build the buffer with the same compress=."
+            )
         if meta["max_size"] != self.max_size:
             raise ValueError(
                 f"TransitionStorage: checkpoint has max_size={meta['max_size']}, "
@@ -354,7 +380,10 @@ class TransitionStorage(TensorStorage):
         index = self._ready("state_dict")[1]
         index_state = index.state().clone()
         rows = self.packed.take(self._rows_in_use(index_state.get("written")))
-        return {"meta": self._meta(), "rows": rows, "index": index_state}
+        out = {"meta": self._meta(), "rows": rows, "index": index_state}
+        if isinstance(self.packed, CompressedRows):
+            out["frames"] = self.packed.state()
+        return out
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict["meta"] is None:
@@ -364,6 +393,8 @@ class TransitionStorage(TensorStorage):
         index = self._ready("load_state_dict")[1]
         self._put_rows(state_dict["index"]["written"].cpu(), state_dict["rows"])
         index.load_state(state_dict["index"])
+        if isinstance(self.packed, CompressedRows):
+            self.packed.load_state(state_dict["frames"])
 
     def dumps(self, path: str | Path) -> None:
         """Write the rows in use, the episode index and the schema under ``path``."""
@@ -375,6 +406,8 @@ class TransitionStorage(TensorStorage):
             index = self._ready("dumps")[1]
             self.packed.take(self._rows_in_use(index.written)).cpu().memmap(path / "rows")
             index.state().memmap(path / "index")
+            if isinstance(self.packed, CompressedRows):
+                self.packed.state().memmap(path / "frames")
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` wrote, in place."""
@@ -388,6 +421,8 @@ class TransitionStorage(TensorStorage):
         saved_index = TensorDict.load_memmap(path / "index")
         self._put_rows(saved_index.get("written").clone(), TensorDict.load_memmap(path / "rows"))
         index.load_state(saved_index)
+        if isinstance(self.packed, CompressedRows):
+            self.packed.load_state(TensorDict.load_memmap(path / "frames"))
 
     def __getstate__(self) -> dict[str, Any]:
         state = Storage.__getstate__(self)
