@@ -185,6 +185,7 @@ class MBReplayBuffer:
         self.size = 0  # steps held
         self.step = 0  # write position in the time ring
         self.rb: Any = None  # built on the first insert (the env count fixes the streams)
+        self._data: ModelEpochDataset | None = None  # serves rb's epochs
         self._steps = PytorchrlSteps(
             self.autoreset_mode, self.reward_function is None, self.num_actions, _CHUNK
         )
@@ -425,7 +426,11 @@ class MBReplayBuffer:
                 f"MBReplayBuffer: none of the {self.size} stored steps is a real transition "
                 "(all are reset steps or done steps without their final observation)."
             )
-        return ModelEpochDataset(self.rb, batch_size=batch_size, device=self.device, rows=rows)
+        # one dataset per storage: it keeps the normalised pairs between epochs
+        if self._data is None or self._data.rb is not self.rb:
+            self._data = ModelEpochDataset(self.rb, device=self.device)
+        self._data.rows, self._data.batch_size = rows, batch_size
+        return self._data
 
     # ----------------------------------------------------------------- batches
     def generate_batches(
