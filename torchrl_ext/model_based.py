@@ -252,9 +252,8 @@ def _statistics(scaler: Any) -> tuple[torch.Tensor, ...] | None:
     if scaler is None:
         return ()
     stats = [getattr(scaler, name, None) for name in _STATISTICS]
-    if not all(isinstance(s, torch.Tensor) for s in stats):
-        return None
-    return tuple(s.detach().clone() for s in stats)
+    tensors = [s.detach().clone() for s in stats if isinstance(s, torch.Tensor)]
+    return tuple(tensors) if len(tensors) == len(stats) else None
 
 
 def _data_version(storage: Any) -> tuple[Any, int, int]:
