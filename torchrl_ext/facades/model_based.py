@@ -23,7 +23,7 @@ from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS
 
 __all__ = ["MBReplayBuffer"]
 
-_CHUNK = 256  # steps staged per buffer write (each write has a fixed cost)
+_CHUNK = 1024  # steps staged per buffer write (each write has a fixed cost)
 
 
 class MBReplayBuffer:
@@ -239,7 +239,7 @@ class MBReplayBuffer:
     def insert_transition(self, sample: dict[str, Any]) -> None:
         """Store one step of all ``N`` envs (numpy or torch values, ``[N, ...]``).
 
-        Steps are copied into a staging block and written 256 at a time (and
+        Steps are copied into a staging block and written 1024 at a time (and
         before any read), so an insert costs one copy per entry.
 
         Raises:
