@@ -237,6 +237,10 @@ class ModelEpochDataset(IterableDataset):
                 _put(tree, key, value)
             yield _tree(tree, pair[0].shape[:-1])
 
+    def __getstate__(self) -> dict[str, Any]:
+        # DataLoader workers started by spawn get the dataset pickled: not the kept pairs
+        return {**self.__dict__, "_table": None}
+
     def __len__(self) -> int:
         """Batches in an epoch of the current data (the count may change with new data)."""
         n = self.sampler.train_rows(self.rb.storage, self.rows).numel()

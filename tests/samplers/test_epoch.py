@@ -1,6 +1,8 @@
 """EpochSampler: epochs without replacement over live transitions, holdout, ensembles."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -240,6 +242,21 @@ def test_kept_pairs_are_rebuilt_after_a_write_a_refit_a_resplit_an_empty_and_a_l
     rb.empty()
     Feeder(rb, 2, 8).write(2, [0, 2, 0, 0])
     assert torch.equal(_epoch_rows(dataset), _fresh_rows(dataset))
+
+
+def test_a_pickled_dataset_leaves_its_kept_pairs_behind():
+    # spawn DataLoader workers get the dataset pickled: the kept pairs would be copied to each
+    rb = make_model_based_buffer(4200, batch_size=64, scaler=StandardScaler(), seed=0)
+    feeder = Feeder(rb, 1, 4200)
+    feeder.write(4000, [0] * 4000)
+    dataset = ModelEpochDataset(rb)
+    dataset.fit_scaler()
+    epoch = _epoch_rows(dataset)
+    pairs_bytes = epoch.numel() * epoch.element_size()  # what the kept pairs hold
+    copy = pickle.loads(pickle.dumps(dataset))
+    fresh = ModelEpochDataset(rb)  # the same buffer and epoch state, nothing kept
+    assert len(pickle.dumps(dataset)) - len(pickle.dumps(fresh)) < pairs_bytes / 2
+    assert torch.equal(_epoch_rows(copy), epoch)
 
 
 def test_dataloader_workers_serve_one_epoch_together():
