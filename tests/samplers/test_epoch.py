@@ -244,13 +244,18 @@ def test_kept_pairs_are_rebuilt_after_a_write_a_refit_a_resplit_an_empty_and_a_l
     assert torch.equal(_epoch_rows(dataset), _fresh_rows(dataset))
 
 
-def test_a_pickled_dataset_leaves_its_kept_pairs_behind():
-    # spawn DataLoader workers get the dataset pickled: the kept pairs would be copied to each
-    rb = make_model_based_buffer(4200, batch_size=64, scaler=StandardScaler(), seed=0)
-    feeder = Feeder(rb, 1, 4200)
-    feeder.write(4000, [0] * 4000)
+def _fitted_dataset(streams, capacity, steps, batch_size):
+    """A dataset with a fitted scaler over ``steps`` steps of ``streams`` unending episodes."""
+    rb = make_model_based_buffer(streams * capacity, batch_size=batch_size, scaler=StandardScaler(), seed=0)
+    Feeder(rb, streams, capacity).write(steps, [0] * (streams * steps))
     dataset = ModelEpochDataset(rb)
     dataset.fit_scaler()
+    return rb, dataset
+
+
+def test_a_pickled_dataset_leaves_its_kept_pairs_behind():
+    # spawn DataLoader workers get the dataset pickled: the kept pairs would be copied to each
+    rb, dataset = _fitted_dataset(1, 4200, 4000, 64)
     epoch = _epoch_rows(dataset)
     pairs_bytes = epoch.numel() * epoch.element_size()  # what the kept pairs hold
     copy = pickle.loads(pickle.dumps(dataset))
@@ -260,11 +265,7 @@ def test_a_pickled_dataset_leaves_its_kept_pairs_behind():
 
 
 def test_dataloader_workers_serve_one_epoch_together():
-    rb = make_model_based_buffer(200, batch_size=8, scaler=StandardScaler(), seed=0)
-    feeder = Feeder(rb, 2, 100)
-    feeder.write(30, [0] * 60)
-    dataset = ModelEpochDataset(rb)
-    dataset.fit_scaler()
+    _, dataset = _fitted_dataset(2, 100, 30, 8)
     loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="fork",
                         collate_fn=_identity)
     for _ in range(2):  # each iteration of the loader is one epoch
