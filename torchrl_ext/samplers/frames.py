@@ -17,7 +17,7 @@ from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 from torchrl_ext.transforms.functional import stack_frames
 
-__all__ = ["FrameStackSampler", "FrameStacks", "frame_steps", "locate_transitions"]
+__all__ = ["FrameStackSampler", "FrameStacks", "frame_steps"]
 
 _MAX_ROUNDS = 64
 
@@ -56,7 +56,7 @@ def frame_steps(tau: np.ndarray, start: np.ndarray, n_frames: int) -> np.ndarray
     return np.maximum(np.asarray(tau)[..., None] + offsets, np.asarray(start)[..., None])
 
 
-def locate_transitions(
+def _locate_transitions(
     storage: TransitionStorage, rows: torch.Tensor
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(tau, stream, start)`` of transitions at ``rows``: logical time, stream, and
@@ -70,7 +70,7 @@ def locate_transitions(
         >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 3, 1), "action": torch.zeros(1, 3, 1),
         ...     "next": {"observation": torch.ones(1, 3, 1), "reward": torch.zeros(1, 3, 1),
         ...              "done": torch.zeros(1, 3, 1, dtype=torch.bool)}}, [1, 3]))
-        >>> [a.tolist() for a in locate_transitions(rb.storage, torch.tensor([0, 2]))]
+        >>> [a.tolist() for a in _locate_transitions(rb.storage, torch.tensor([0, 2]))]
         [[0, 2], [0, 0], [0, 0]]
     """
     episodes = storage_index(storage)
@@ -124,7 +124,7 @@ class FrameStacks:
         if self.located is not None and self.located[0] == storage.read_token():
             tau, stream, start = self.located[1]
         else:
-            tau, stream, start = locate_transitions(storage, rows)
+            tau, stream, start = _locate_transitions(storage, rows)
         # [*batch, 2, F]: the observation's frames, then the next observation's
         ends = np.stack([tau, tau + steps.numpy()], -1)
         taus = frame_steps(ends, start[..., None], self.n_frames)
@@ -247,7 +247,7 @@ class FrameStackSampler(RefiningSampler):
         reader = reader_of(index)
         for _ in range(_MAX_ROUNDS):
             token = storage.read_token()
-            located = locate_transitions(storage, reader.spans(index)[0])
+            located = _locate_transitions(storage, reader.spans(index)[0])
             redo = self._unserved(storage, located)
             if not redo.size:
                 plain = index.as_subclass(torch.Tensor)
