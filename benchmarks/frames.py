@@ -65,18 +65,26 @@ log = logger("frames")
 
 
 # --------------------------------------------------------------------- workload
+def episode_code(k: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """The code in a frame's third pixel of episode ``k`` of env ``e``: ``1 + e`` for
+    each env's first episode, ``ENVS + 1 + (k * ENVS + e) % (251 - ENVS)`` after
+    it, so a first episode is told apart however many episodes the buffer
+    holds (the code wraps), and consecutive episodes of an env differ."""
+    return np.where(k == 0, 1 + e, ENVS + 1 + (k * ENVS + e) % (251 - ENVS))
+
+
 def chunk(t0: int, T: int) -> dict[str, np.ndarray]:
     """Steps ``t0 .. t0+T-1`` of every env: frames ``[ENVS, T, 1, 84, 84]`` and the rest.
 
     Step ``t`` of env ``e`` is life position ``p = e * STAGGER + t``: episode
     ``k = p // EPISODE``, step ``i = p % EPISODE``; its frame's first pixels are
-    ``(i % 256, i // 256, (k * ENVS + e) % 251 + 1)``. The next frame of the
-    last step is the final frame ``(EPISODE, same episode)``.
+    ``(i % 256, i // 256, episode_code(k, e))``. The next frame of the last
+    step is the final frame ``(EPISODE, same episode)``.
     """
     e = np.arange(ENVS)[:, None]
     p = e * STAGGER + t0 + np.arange(T)[None]
     k, i = p // EPISODE, p % EPISODE
-    code = (k * ENVS + e) % 251 + 1
+    code = episode_code(k, e)
 
     def frames(step: np.ndarray) -> np.ndarray:
         out = np.zeros((ENVS, T, *FRAME), np.uint8)
@@ -84,7 +92,7 @@ def chunk(t0: int, T: int) -> dict[str, np.ndarray]:
         return out
 
     last = i == EPISODE - 1
-    return {"obs": frames(i), "next_obs": frames(i + 1), "step": i, "last": last,
+    return {"obs": frames(i), "next_obs": frames(i + 1), "step": i, "last": last, "episode": k,
             "action": (p % 6).astype(np.int64), "reward": ((p * 7) % 11 / 10).astype(np.float32)}
 
 
@@ -100,8 +108,8 @@ def check(stacks: np.ndarray) -> tuple[int, int, int]:
     code = stacks[:, :, 0, 2].astype(np.int64)
     t = step[:, -1]
     # an env's first episode starts STAGGER * env steps in: the buffer holds nothing earlier
-    k, env = (code[:, -1] - 1) // ENVS, (code[:, -1] - 1) % ENVS
-    first = np.where(k == 0, env * STAGGER, 0)
+    first_episode = code[:, -1] <= ENVS  # its code is 1 + env
+    first = np.where(first_episode, (code[:, -1] - 1) * STAGGER, 0)
     expected = np.maximum(t[:, None] - np.arange(N_FRAMES - 1, -1, -1), first[:, None])
     exact = (step == expected).all(1) & (code == code[:, -1:]).all(1)
     start = t - first < N_FRAMES - 1
@@ -146,7 +154,7 @@ def appends(j0: int, J: int) -> dict[str, np.ndarray]:
     slots = EPISODE + 1
     u = np.arange(ENVS)[:, None] * STAGGER + j0 + np.arange(J)[None]
     k, slot = u // slots, u % slots
-    code = (k * ENVS + np.arange(ENVS)[:, None]) % 251 + 1
+    code = episode_code(k, np.arange(ENVS)[:, None])
     obs = np.zeros((ENVS, J, *FRAME), np.uint8)
     obs[..., 0, 0, 0], obs[..., 0, 0, 1], obs[..., 0, 0, 2] = slot % 256, slot // 256, code
     arrival = np.where(slot == 0, 0.0, ((k * slots + slot) * 7 % 11) / 10).astype(np.float32)
@@ -267,9 +275,8 @@ class SB3VecFrameStack:
             # what the VecEnv returns: the next frame, or at an episode end the next
             # episode's first frame, with the final frame in the infos
             raw = c["next_obs"][:, t].copy()
-            code = raw[done, 0, 0, 2].astype(np.int64)
             raw[done, 0, 0, :3] = 0
-            raw[done, 0, 0, 2] = (code - 1 + ENVS) % 251 + 1
+            raw[done, 0, 0, 2] = episode_code(c["episode"][done, t] + 1, np.flatnonzero(done))
             infos = [{"terminal_observation": c["next_obs"][e, t], "TimeLimit.truncated": True}
                      if done[e] else {} for e in range(ENVS)]
             new, infos = self.stacker.update(raw, done, infos)

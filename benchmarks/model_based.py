@@ -29,7 +29,7 @@ permutation ([5, B, ...] batches).
   ``index_select`` per batch: what any epoch must do at least.
 
 Insertion: one step of 16 envs (distinct pre-built steps, cycled) into a full buffer: ours
-``insert_transition`` (staged and written 256 steps at a time, writes included), ours
+``insert_transition`` (staged and written 1024 steps at a time, writes included), ours
 ``rb.extend`` of a ``[16]`` TensorDict (a collector's step, written at once), pytorchrl's
 ``insert_transition``, mbrl's ``add_batch`` and Stable-Baselines3's ``ReplayBuffer.add``.
 """
@@ -316,8 +316,8 @@ def main() -> None:
     ins = inserters(steps)
     failed = {k: v for k, v in ins.items() if isinstance(v, Exception)}
     ok = {k: v for k, v in ins.items() if not isinstance(v, Exception)}
-    # 256 steps per round: ours writes every 256 staged steps, so each round holds one write
-    stats = interleaved(ok, reps=20 if a.quick else 100, inner=256, warmup=1)
+    # 1024 steps per round: ours writes every 1024 staged steps, so each round holds one write
+    stats = interleaved(ok, reps=10 if a.quick else 40, inner=1024, warmup=1)
     sb3 = stats.get("sb3", {}).get("median")
     rows = []
     for name in ins:
@@ -327,7 +327,7 @@ def main() -> None:
         t = stats[name]["median"]
         rows.append([name, f"{t * 1e6:,.1f}", f"{t / sb3:.2f}x" if sb3 else "n/a"])
     lines += ["", f"Insert one step of {ENVS} envs into a full buffer (median µs per step, "
-              "256-step rounds, writes included)", "", table(["buffer", "µs / step", "vs sb3"], rows)]
+              "1024-step rounds, writes included)", "", table(["buffer", "µs / step", "vs sb3"], rows)]
     out = "\n".join(lines)
     print(out)
     write_tables(out, a.out, a.append)

@@ -87,13 +87,17 @@ def make_model_based_buffer(
 class ModelEpochDataset(IterableDataset):
     """Whole epochs of normalised model pairs, each iteration one epoch.
 
-    At the start of an epoch the training transitions are gathered from the
-    storage once, turned into ``(inputs, targets)`` by the buffer's
+    The training transitions are gathered from the storage once, turned into
+    ``(inputs, targets)`` by the buffer's
     :class:`~torchrl_ext.transforms.ModelPairTransform` and normalised on
-    ``device``, in the order :class:`~torchrl_ext.samplers.EpochSampler` drew:
-    each mini-batch is then a slice of them (for an ensemble, one
-    ``index_select`` of ``[E, b]`` rows). The batches
-    are the same as ``rb.sample()`` would give for the same epoch, faster.
+    ``device``; each mini-batch is then one ``index_select`` of ``[b]`` (or
+    ``[E, b]``) of those rows, in the order
+    :class:`~torchrl_ext.samplers.EpochSampler` drew. The normalised pairs are
+    kept from epoch to epoch and built again only when the training rows, the
+    stored data (a write, ``empty()``, a checkpoint load) or the scaler's
+    statistics changed, so an epoch without new data costs about a bare
+    permutation and its ``index_select`` calls. The batches are the same as
+    ``rb.sample()`` would give for the same epoch, faster.
 
     The scaler is fitted on the first epoch's *training* pairs if it was never
     fitted, and afterwards only by :meth:`fit_scaler` (the normalisation does
@@ -148,6 +152,7 @@ class ModelEpochDataset(IterableDataset):
         self.batch_size = int(batch_size if batch_size is not None else rb.batch_size or 256)
         self.device = torch.device(device)
         self.rows = rows
+        self._table: _PairTable | None = None
 
     def _pairs(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # on the device first: a scaler fitted here keeps its statistics there
@@ -179,6 +184,20 @@ class ModelEpochDataset(IterableDataset):
         inputs, targets = scaler.transform(inputs, targets)
         return inputs, targets
 
+    def _training_pairs(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised pairs of the training ``rows``, in their order, on ``device``.
+
+        Kept across epochs (never handed out: batches are copies) and rebuilt
+        when the rows, the stored data (a write, an ``empty()`` or a checkpoint
+        load) or the scaler's statistics differ from when they were built.
+        """
+        table = self._table
+        if table is None or not table.serves(rows, self.rb.storage, self.transform.scaler):
+            self._table = None  # free the old table before building the new one
+            pairs = self._normalise(*self._pairs(rows))
+            table = self._table = _PairTable(rows, self.rb.storage, self.transform.scaler, pairs)
+        return table.inputs, table.targets
+
     def holdout(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised ``(inputs, targets)`` of the held-out transitions, on ``device``.
 
@@ -197,22 +216,16 @@ class ModelEpochDataset(IterableDataset):
         rows, order = self.sampler.epoch_state()
         n, B = rows.numel(), self.batch_size
         first, step = (0, 1) if info is None else (info.id, info.num_workers)
-        if order.ndim == 1:
-            # one model: gather the rows in epoch order once; batches are then slices
-            inputs, targets = self._normalise(*self._pairs(rows[order]))
-            for j in range(first, -(-n // B), step):
-                yield inputs[j * B : (j + 1) * B], targets[j * B : (j + 1) * B]
-        else:
-            # ensembles: the pairs once, then [E, b] rows of them per batch
-            inputs, targets = self._normalise(*self._pairs(rows))
-            order = order.to(self.device)
-            for j in range(first, -(-n // B), step):
-                index = order[:, j * B : (j + 1) * B]
-                flat = index.reshape(-1)
-                yield (
-                    inputs.index_select(0, flat).view(*index.shape, -1),
-                    targets.index_select(0, flat).view(*index.shape, -1),
-                )
+        inputs, targets = self._training_pairs(rows)
+        order = order.to(self.device)
+        for j in range(first, -(-n // B), step):
+            # [b] (one model) or [E, b] (ensemble) rows of the kept pairs: fresh tensors
+            index = order[..., j * B : (j + 1) * B]
+            flat = index.reshape(-1)
+            yield (
+                inputs.index_select(0, flat).view(*index.shape, -1),
+                targets.index_select(0, flat).view(*index.shape, -1),
+            )
         self.sampler.end_epoch()  # the buffer's next sample starts a new epoch
 
     def __iter__(self) -> Iterator[TensorDictBase]:
@@ -224,7 +237,55 @@ class ModelEpochDataset(IterableDataset):
                 _put(tree, key, value)
             yield _tree(tree, pair[0].shape[:-1])
 
+    def __getstate__(self) -> dict[str, Any]:
+        # DataLoader workers started by spawn get the dataset pickled: not the kept pairs
+        return {**self.__dict__, "_table": None}
+
     def __len__(self) -> int:
         """Batches in an epoch of the current data (the count may change with new data)."""
         n = self.sampler.train_rows(self.rb.storage, self.rows).numel()
         return -(-n // self.batch_size)
+
+
+_STATISTICS = ("input_mu", "input_std", "target_mu", "target_std")
+
+
+def _statistics(scaler: Any) -> tuple[torch.Tensor, ...] | None:
+    """Copies of a scaler's four statistics; ``()`` without a scaler, ``None`` if they are not
+    all tensors (a scaler that cannot be checked: its pairs are never reused)."""
+    if scaler is None:
+        return ()
+    stats = [getattr(scaler, name, None) for name in _STATISTICS]
+    tensors = [s.detach().clone() for s in stats if isinstance(s, torch.Tensor)]
+    return tuple(tensors) if len(tensors) == len(stats) else None
+
+
+def _data_version(storage: Any) -> tuple[Any, int, int]:
+    """What changes whenever the stored rows may have: the index object, its write
+    sequence (each write moves it) and that tensor's in-place version (a checkpoint
+    load or a restore copies the sequence back with a torch op, which moves it)."""
+    index = storage.index
+    return index, index.read_token(), index.write_seq._version
+
+
+class _PairTable:
+    """Normalised ``(inputs, targets)`` of some training rows and what they were built from."""
+
+    def __init__(
+        self, rows: torch.Tensor, storage: Any, scaler: Any, pairs: tuple[torch.Tensor, torch.Tensor]
+    ) -> None:
+        self.rows = rows.clone()
+        self.version = _data_version(storage)
+        self.statistics = _statistics(scaler)
+        self.inputs, self.targets = pairs
+
+    def serves(self, rows: torch.Tensor, storage: Any, scaler: Any) -> bool:
+        """Whether these pairs are still those of ``rows`` in ``storage`` under ``scaler``."""
+        if self.statistics is None or self.version != _data_version(storage):
+            return False
+        if self.rows.shape != rows.shape or not torch.equal(self.rows, rows):
+            return False
+        now = _statistics(scaler)
+        return now is not None and len(now) == len(self.statistics) and all(
+            a.shape == b.shape and torch.equal(a, b) for a, b in zip(now, self.statistics)
+        )

@@ -1,6 +1,8 @@
 """EpochSampler: epochs without replacement over live transitions, holdout, ensembles."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -189,12 +191,81 @@ def test_model_epoch_dataset_matches_buffer_sampling():
     assert slow.sampler.ran_out and len(dataset) == 3
 
 
-def test_dataloader_workers_serve_one_epoch_together():
-    rb = make_model_based_buffer(200, batch_size=8, scaler=StandardScaler(), seed=0)
-    feeder = Feeder(rb, 2, 100)
-    feeder.write(30, [0] * 60)
+def _sorted_rows(inputs, targets):
+    rows = torch.cat([inputs.reshape(-1, inputs.shape[-1]), targets.reshape(-1, targets.shape[-1])], -1)
+    return rows[np.lexsort(rows.T.numpy()[::-1])]
+
+
+def _epoch_rows(dataset):
+    inputs, targets = zip(*dataset.epoch())
+    return _sorted_rows(torch.cat(inputs), torch.cat(targets))
+
+
+def _fresh_rows(dataset):
+    """The epoch's pairs built from scratch: the storage's training rows, normalised."""
+    rows = dataset.sampler.train_rows(dataset.rb.storage)
+    inputs, targets = dataset.transform.pairs(dataset.rb.storage.get(rows))
+    return _sorted_rows(*dataset.transform.scaler.transform(inputs, targets))
+
+
+def test_kept_pairs_are_rebuilt_after_a_write_a_refit_a_resplit_an_empty_and_a_load():
+    def build(endings, first_obs=1):
+        rb = make_model_based_buffer(16, batch_size=3, scaler=StandardScaler(), holdout_fraction=0.25, seed=0)
+        feeder = Feeder(rb, 2, 8)
+        feeder.counter = iter(range(first_obs, 10**9))
+        feeder.write(3, endings)
+        return rb, feeder
+
+    rb, feeder = build([0, 0, 1, 0, 0, 0])
     dataset = ModelEpochDataset(rb)
     dataset.fit_scaler()
+    first = _epoch_rows(dataset)
+    assert torch.equal(first, _fresh_rows(dataset)) and torch.equal(_epoch_rows(dataset), first)
+    feeder.write(5, [0] * 10)  # the ring wraps: some rows now hold other transitions
+    assert torch.equal(_epoch_rows(dataset), _fresh_rows(dataset))
+    dataset.transform.scaler.fit(torch.randn(5, 2) * 3, torch.randn(5, 2))  # a refit elsewhere
+    assert torch.equal(_epoch_rows(dataset), _fresh_rows(dataset))
+    before = _epoch_rows(dataset)
+    rb.sampler.resplit(123)
+    assert not torch.equal(_epoch_rows(dataset), before)
+    assert torch.equal(_epoch_rows(dataset), _fresh_rows(dataset))
+    # a checkpoint of other values in the same rows, with the same write sequence
+    rb, _ = build([0, 0, 1, 0, 0, 0])
+    other, _ = build([0, 0, 1, 0, 0, 0], first_obs=1000)
+    dataset = ModelEpochDataset(rb)
+    dataset.fit_scaler()
+    kept = _epoch_rows(dataset)
+    assert rb.storage.read_token() == other.storage.read_token()
+    rb.storage.load_state_dict(other.storage.state_dict())
+    assert not torch.equal(_epoch_rows(dataset), kept)
+    assert torch.equal(_epoch_rows(dataset), _fresh_rows(dataset))
+    rb.empty()
+    Feeder(rb, 2, 8).write(2, [0, 2, 0, 0])
+    assert torch.equal(_epoch_rows(dataset), _fresh_rows(dataset))
+
+
+def _fitted_dataset(streams, capacity, steps, batch_size):
+    """A dataset with a fitted scaler over ``steps`` steps of ``streams`` unending episodes."""
+    rb = make_model_based_buffer(streams * capacity, batch_size=batch_size, scaler=StandardScaler(), seed=0)
+    Feeder(rb, streams, capacity).write(steps, [0] * (streams * steps))
+    dataset = ModelEpochDataset(rb)
+    dataset.fit_scaler()
+    return rb, dataset
+
+
+def test_a_pickled_dataset_leaves_its_kept_pairs_behind():
+    # spawn DataLoader workers get the dataset pickled: the kept pairs would be copied to each
+    rb, dataset = _fitted_dataset(1, 4200, 4000, 64)
+    epoch = _epoch_rows(dataset)
+    pairs_bytes = epoch.numel() * epoch.element_size()  # what the kept pairs hold
+    copy = pickle.loads(pickle.dumps(dataset))
+    fresh = ModelEpochDataset(rb)  # the same buffer and epoch state, nothing kept
+    assert len(pickle.dumps(dataset)) - len(pickle.dumps(fresh)) < pairs_bytes / 2
+    assert torch.equal(_epoch_rows(copy), epoch)
+
+
+def test_dataloader_workers_serve_one_epoch_together():
+    _, dataset = _fitted_dataset(2, 100, 30, 8)
     loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="fork",
                         collate_fn=_identity)
     for _ in range(2):  # each iteration of the loader is one epoch

@@ -98,6 +98,20 @@ def test_stacks_across_the_ring_seam():
     assert got[29.0] == ((26.0, 27.0, 28.0, 29.0), (27.0, 28.0, 29.0, 30.0), 1)
 
 
+def test_an_index_read_after_a_write_stacks_what_its_rows_hold_then():
+    # the sampler hands its located transitions to the reader; a write in between voids them
+    rb = episode_buffer(8, capacity=12)
+    index, _ = rb.sampler.sample(rb.storage, 16)
+    before = rb.storage.get(index)
+    obs = torch.arange(20, 26, dtype=torch.float32).view(1, 6, 1)
+    rb.extend(steps(obs, obs + 1))  # the ring wraps: some sampled rows now hold other steps
+    after, fresh = rb.storage.get(index), rb.storage.get(SampleIndex.wrap(
+        index.as_subclass(torch.Tensor), FrameStacks(4, None, index.reader.inner)))
+    assert not torch.equal(after["observation"], before["observation"])
+    assert torch.equal(after["observation"], fresh["observation"])
+    assert torch.equal(after["next", "observation"], fresh["next", "observation"])
+
+
 def test_stacks_in_episode_still_being_written():
     rb = episode_buffer(3, terminated=False)
     assert every_stack(rb, 4)[2.0] == ((0.0, 0.0, 1.0, 2.0), (0.0, 1.0, 2.0, 100.0), 1)

@@ -92,6 +92,11 @@ class BatchReplayBatch(TensorclassBatch):
 
         def __len__(self) -> int: ...
 
+        @classmethod
+        def from_tensordict(
+            cls, tensordict: TensorDictBase, non_tensordict: dict[str, Any] | None = None
+        ) -> BatchReplayBatch: ...
+
     @property
     def masks(self) -> torch.Tensor | None:
         """d3rlpy's ``(mask_size, B, 1)`` float32 masks, or None."""
@@ -454,7 +459,8 @@ class BatchReplayBuffer:
         for name, value in (("n_frames", n_frames), ("n_steps", n_steps)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"BatchReplayBuffer.sample: {name}={value!r}, expected an integer >= 1.")
-        if len(self) == 0:
+        held = len(self)
+        if held == 0:
             raise ValueError(
                 "BatchReplayBuffer.sample: the buffer holds no transition yet; append at "
                 "least two steps of an env (or an episode) first."
@@ -466,7 +472,6 @@ class BatchReplayBuffer:
         self._nstep.gamma = float(gamma)
         # with replacement, any batch size (as d3rlpy): a batch larger than the
         # buffer is drawn in parts of at most len(self)
-        held = len(self)
         parts = [self.rb.sample(min(batch_size - k, held)) for k in range(0, batch_size, held)]
         td = parts[0] if len(parts) == 1 else torch.cat(parts)
         return self._batch(td, stacked=True)
@@ -482,18 +487,24 @@ class BatchReplayBuffer:
             return x.squeeze(-1) if self.discrete else x
 
         td_reward = td.get(("next", "reward"))
-        return BatchReplayBatch(
-            observations=obs(td.get("observation")),
-            actions=act(td.get("action")),
-            rewards=td.get("arrival_reward"),
-            next_observations=obs(td.get(("next", "observation"))),
-            next_actions=act(td.get(("next", "action"))),
-            next_rewards=td_reward,
-            td_rewards=td_reward,
-            terminals=td.get(("next", "terminated")).float(),
-            n_steps=td.get("steps_to_next_obs").float(),
-            mask=td.get("mask", None),
-            batch_size=td.batch_size,
+        fields = {
+            "observations": obs(td.get("observation")),
+            "actions": act(td.get("action")),
+            "rewards": td.get("arrival_reward"),
+            "next_observations": obs(td.get(("next", "observation"))),
+            "next_actions": act(td.get(("next", "action"))),
+            "next_rewards": td_reward,
+            "td_rewards": td_reward,
+            "terminals": td.get(("next", "terminated")).float(),
+            "n_steps": td.get("steps_to_next_obs").float(),
+        }
+        mask = td.get("mask", None)
+        if mask is not None:
+            fields["mask"] = mask
+        # every field comes from the batch ``td`` (its batch dims): built without per-field checks
+        return BatchReplayBatch.from_tensordict(
+            TensorDict._new_unsafe(fields, batch_size=td.batch_size),
+            {} if mask is not None else {"mask": None},
         )
 
     @property

@@ -23,7 +23,7 @@ from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS
 
 __all__ = ["MBReplayBuffer"]
 
-_CHUNK = 256  # steps staged per buffer write (each write has a fixed cost)
+_CHUNK = 1024  # steps staged per buffer write (each write has a fixed cost)
 
 
 class MBReplayBuffer:
@@ -185,6 +185,7 @@ class MBReplayBuffer:
         self.size = 0  # steps held
         self.step = 0  # write position in the time ring
         self.rb: Any = None  # built on the first insert (the env count fixes the streams)
+        self._data: ModelEpochDataset | None = None  # serves rb's epochs
         self._steps = PytorchrlSteps(
             self.autoreset_mode, self.reward_function is None, self.num_actions, _CHUNK
         )
@@ -238,7 +239,7 @@ class MBReplayBuffer:
     def insert_transition(self, sample: dict[str, Any]) -> None:
         """Store one step of all ``N`` envs (numpy or torch values, ``[N, ...]``).
 
-        Steps are copied into a staging block and written 256 at a time (and
+        Steps are copied into a staging block and written 1024 at a time (and
         before any read), so an insert costs one copy per entry.
 
         Raises:
@@ -425,7 +426,11 @@ class MBReplayBuffer:
                 f"MBReplayBuffer: none of the {self.size} stored steps is a real transition "
                 "(all are reset steps or done steps without their final observation)."
             )
-        return ModelEpochDataset(self.rb, batch_size=batch_size, device=self.device, rows=rows)
+        # one dataset per storage: it keeps the normalised pairs between epochs
+        if self._data is None or self._data.rb is not self.rb:
+            self._data = ModelEpochDataset(self.rb, device=self.device)
+        self._data.rows, self._data.batch_size = rows, batch_size
+        return self._data
 
     # ----------------------------------------------------------------- batches
     def generate_batches(

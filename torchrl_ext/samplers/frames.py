@@ -1,7 +1,7 @@
 """Frame stacks at sample time, by index: each frame is stored once."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -56,6 +56,29 @@ def frame_steps(tau: np.ndarray, start: np.ndarray, n_frames: int) -> np.ndarray
     return np.maximum(np.asarray(tau)[..., None] + offsets, np.asarray(start)[..., None])
 
 
+def _locate_transitions(
+    storage: TransitionStorage, rows: torch.Tensor
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(tau, stream, start)`` of transitions at ``rows``: logical time, stream, and
+    the logical time of their episode's step 0 (each shaped as ``rows``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(16, n_frames=2, seed=0)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 3, 1), "action": torch.zeros(1, 3, 1),
+        ...     "next": {"observation": torch.ones(1, 3, 1), "reward": torch.zeros(1, 3, 1),
+        ...              "done": torch.zeros(1, 3, 1, dtype=torch.bool)}}, [1, 3]))
+        >>> [a.tolist() for a in _locate_transitions(rb.storage, torch.tensor([0, 2]))]
+        [[0, 2], [0, 0], [0, 0]]
+    """
+    episodes = storage_index(storage)
+    tau, stream = episodes.row_coordinates(rows.numpy())
+    _, _, start, _ = episodes.locate(tau, stream)
+    return tau, stream, start
+
+
 @dataclass(frozen=True)
 class FrameStacks:
     """The reader of frame stacks over the windows another reader serves.
@@ -82,6 +105,12 @@ class FrameStacks:
     n_frames: int
     keys: tuple[tuple[str, ...], ...] | None
     inner: WindowReader
+    #: ``(token, (tau, stream, start))``: the sampled transitions as the sampler
+    #: located them, and the storage's write token then; :meth:`read` locates
+    #: them again if there are none or a write came since
+    located: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def read(
         self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
@@ -92,8 +121,10 @@ class FrameStacks:
             return out
         rows, steps = self.inner.spans(index)  # [*batch]
         episodes = storage_index(storage)
-        tau, stream = episodes.row_coordinates(rows.numpy())
-        _, _, start, _ = episodes.locate(tau, stream)
+        if self.located is not None and self.located[0] == storage.read_token():
+            tau, stream, start = self.located[1]
+        else:
+            tau, stream, start = _locate_transitions(storage, rows)
         # [*batch, 2, F]: the observation's frames, then the next observation's
         ends = np.stack([tau, tau + steps.numpy()], -1)
         taus = frame_steps(ends, start[..., None], self.n_frames)
@@ -215,10 +246,13 @@ class FrameStackSampler(RefiningSampler):
         index, info = self.base.sample(storage, batch_size)
         reader = reader_of(index)
         for _ in range(_MAX_ROUNDS):
-            redo = self._unserved(storage, reader, index)
+            token = storage.read_token()
+            located = _locate_transitions(storage, reader.spans(index)[0])
+            redo = self._unserved(storage, located)
             if not redo.size:
                 plain = index.as_subclass(torch.Tensor)
-                return SampleIndex.wrap(plain, FrameStacks(self.n_frames, self.keys, reader)), info
+                stacks = FrameStacks(self.n_frames, self.keys, reader, (token, located))
+                return SampleIndex.wrap(plain, stacks), info
             more, more_info = self.base.sample(storage, redo.size)
             positions = torch.from_numpy(redo)
             index = splice(index, positions, more)
@@ -232,14 +266,13 @@ class FrameStackSampler(RefiningSampler):
             "lower n_frames."
         )
 
-    def _unserved(self, storage: TransitionStorage, reader: WindowReader, index: Any) -> np.ndarray:
+    def _unserved(
+        self, storage: TransitionStorage, located: tuple[np.ndarray, np.ndarray, np.ndarray]
+    ) -> np.ndarray:
         """Batch positions whose stack needs a frame the ring already overwrote."""
-        rows, _ = reader.spans(index)
-        episodes = storage_index(storage)
-        tau, stream = episodes.row_coordinates(rows.numpy())
-        _, _, start, _ = episodes.locate(tau, stream)
+        tau, stream, start = located
         oldest = np.maximum(tau - (self.n_frames - 1), start)
-        lost = oldest < episodes.live_start()[stream]  # [*batch]
+        lost = oldest < storage_index(storage).live_start()[stream]  # [*batch]
         return np.flatnonzero(lost.reshape(lost.shape[0], -1).any(1))
 
     def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
