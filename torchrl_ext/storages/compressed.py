@@ -178,14 +178,6 @@ class FrameArena:
             self._codec = _coders(self.codec, self.frame_bytes)
         return self._codec
 
-    def take(self, rows: torch.Tensor) -> TensorDictBase:
-        """See :meth:`PackedRows.take` (the packed entries; frames are in :meth:`state`)."""
-        return self.packed.take(rows)
-
-    def put(self, rows: torch.Tensor, data: torch.Tensor) -> None:
-        """See :meth:`PackedRows.put`."""
-        self.packed.put(rows, data)
-
     @property
     def resident_bytes(self) -> int:
         """Memory the pool takes now (its pages written), plus the row tables."""
