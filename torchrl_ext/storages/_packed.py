@@ -53,6 +53,51 @@ def _place(keys, schema: RowSchema, offset: int) -> tuple[list[_Column], int]:
     return columns, -(-offset // _ALIGN) * _ALIGN
 
 
+class _Cut:
+    """Typed views of ``columns`` in ``[n, width]`` blocks whose byte 0 is row byte ``shift``.
+
+    One reinterpreting ``view`` and one ``split`` per dtype instead of a slice
+    and a view per entry: the columns of a dtype start at multiples of its
+    itemsize, so the bytes around them are whole elements of it.
+    """
+
+    def __init__(self, columns: list[_Column], shift: int, width: int) -> None:
+        self.columns = columns
+        self.runs: list[tuple[torch.dtype, list[int], list[int]]] = []  # dtype, sizes, picks
+        self._order: list[int] = []  # column of each picked piece, run by run
+        for dtype in dict.fromkeys(c.dtype for c in columns):
+            sizes: list[int] = []
+            picks: list[int] = []
+            at = 0  # bytes covered so far
+            for i, c in enumerate(columns):
+                if c.dtype != dtype:
+                    continue
+                if c.lo - shift > at:
+                    sizes.append((c.lo - shift - at) // dtype.itemsize)
+                picks.append(len(sizes))
+                self._order.append(i)
+                sizes.append(c.width)
+                at = c.hi - shift
+            if width > at:
+                sizes.append((width - at) // dtype.itemsize)
+            self.runs.append((dtype, sizes, picks))
+        self._flat = [c.shape == (c.width,) for c in columns]
+
+    def pieces(self, block: torch.Tensor) -> list[torch.Tensor]:
+        """Each column of ``block`` (``[n, width]`` bytes) as a ``[n, *shape]`` view."""
+        out: list[Any] = [None] * len(self.columns)
+        order = iter(self._order)
+        for dtype, sizes, picks in self.runs:
+            parts = block.view(dtype).split_with_sizes(sizes, 1)
+            for p in picks:
+                out[next(order)] = parts[p]
+        n = block.shape[0]
+        for i, flat in enumerate(self._flat):
+            if not flat:
+                out[i] = out[i].view(n, *self.columns[i].shape)
+        return out
+
+
 class PackedRows:
     """``num_rows`` rows of a :class:`~torchrl_ext.core.schema.RowSchema`, packed as bytes.
 
@@ -88,6 +133,10 @@ class PackedRows:
         self._obs_span = self._rows[:, : self._obs_bytes]
         self._obs_view = self._span_view(self.obs)
         self._step_view = self._span_view(self.step)
+        # typed views of whole rows, observation spans and step spans
+        self._cut_row = _Cut(self.obs + self.step, 0, self.row_bytes)
+        self._cut_obs = _Cut(self.obs, 0, self._obs_bytes)
+        self._cut_step = _Cut(self.step, self._step_lo, self.row_bytes - self._step_lo)
 
     @property
     def _step_lo(self) -> int:
@@ -159,17 +208,13 @@ class PackedRows:
         batch = rows.shape
         root: dict[str, Any] = {}
         if next_rows is None:
-            lo = self._step_lo
-            first = _select(self._rows[:, lo:], rows)
-            for c in self.step:
-                _put(root, c.key, _typed(first, c, c.lo - lo, batch))
+            first = _select(self._rows[:, self._step_lo :], rows)
+            _put_all(root, (), self._cut_step, first)
             return _tree(root, batch)
         # only the observation span is read at the next rows
         first, after = _select(self._rows, rows), _select(self._obs_span, next_rows)
-        for c in self.obs + self.step:  # step keys of next-only entries start with "next"
-            _put(root, c.key, _typed(first, c, c.lo, batch))
-        for c in self.obs:
-            _put(root, ("next", *c.key), _typed(after, c, c.lo, batch))
+        _put_all(root, (), self._cut_row, first)  # step keys of next-only entries start with "next"
+        _put_all(root, ("next",), self._cut_obs, after)
         return _tree(root, batch)
 
     def gather_observations(self, rows: torch.Tensor) -> TensorDictBase:
@@ -246,39 +291,40 @@ class PackedRows:
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         window: dict[str, Any] = {}
-        if after_rows is not None:
-            after = _select(self._rows, after_rows)
-            for c in self.obs:
-                _put(root, c.key, _typed(first, c, c.lo, batch))
-                _put(nxt, c.key, _typed(after, c, c.lo, batch))
-        for c in self.step:
+        first_cut = self._cut_row if after_rows is not None else self._cut_step
+        for c, value in zip(first_cut.columns, first_cut.pieces(first)):
+            if c.key[0] != "next":  # observation and root-only entries: at the first step
+                _put(root, c.key, value)
+        last_values = self._cut_step.pieces(last)
+        step_values = last_values if W == 1 else self._cut_step.pieces(steps)
+        for c, value, values in zip(self.step, last_values, step_values):
             if c.key[0] == "next":  # next-only entry: at the last step, and the whole window
-                _put(nxt, c.key[1:], _typed(last, c, c.lo - step_lo, batch))
-                piece = steps[:, c.lo - step_lo : c.hi - step_lo].view(c.dtype)
-                _put(window, c.key[1:], piece.reshape(B, W, *c.shape))
-            else:
-                _put(root, c.key, _typed(first, c, c.lo - base, batch))
+                _put(nxt, c.key[1:], value)
+                _put(window, c.key[1:], values.reshape(B, W, *c.shape))
+        if after_rows is not None:
+            after = _select(self._obs_span, after_rows)
+            _put_all(nxt, (), self._cut_obs, after)
         if goal_rows is not None:
             if window_next_rows is None:
                 raise ValueError("PackedRows.gather_windows: goal_rows need window_next_rows.")
-            goals = _select(self._rows, goal_rows)
-            # each window step's next observation: [B * W, row bytes]
+            her: dict[str, Any] = {}
+            _put_all(her, (), self._cut_obs, _select(self._obs_span, goal_rows))
+            # each window step's next observation: [B * W, observation bytes]
             if W == 1 and after_rows is not None:
                 seen = after
             else:
-                seen = _select(self._rows, window_next_rows.reshape(-1))
-            her: dict[str, Any] = {}
-            for c in self.obs:
-                _put(her, c.key, _typed(goals, c, c.lo, batch))
-                _put(window, c.key, _typed(seen, c, c.lo, torch.Size([B * W])).reshape(B, W, *c.shape))
-            root["her"] = _tree(her, batch)
-        root["next"] = _tree(nxt, batch)
+                seen = _select(self._obs_span, window_next_rows.reshape(-1))
+            for c, value in zip(self.obs, self._cut_obs.pieces(seen)):
+                _put(window, c.key, value.reshape(B, W, *c.shape))
+            root["her"] = her
+        root["next"] = nxt
         root["n_step"] = _tree(window, torch.Size([B, W]))
         return _tree(root, batch)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_rows", "_obs_span", "_obs_view", "_step_view"):
+        for name in ("_rows", "_obs_span", "_obs_view", "_step_view", "_cut_row", "_cut_obs",
+                     "_cut_step"):
             state.pop(name)
         return state
 
@@ -332,6 +378,12 @@ def _typed_seq(block: torch.Tensor, c: _Column) -> torch.Tensor:
     return piece.squeeze(-1) if not c.shape else piece.unflatten(-1, c.shape)
 
 
+def _put_all(tree: dict[str, Any], prefix: tuple[str, ...], cut: _Cut, block: torch.Tensor) -> None:
+    """Every column of ``cut`` from ``block`` into ``tree``, under ``prefix``."""
+    for c, value in zip(cut.columns, cut.pieces(block)):
+        _put(tree, prefix + c.key, value)
+
+
 def _put(tree: dict[str, Any], key: tuple[str, ...], value: torch.Tensor) -> None:
     for part in key[:-1]:
         tree = tree.setdefault(part, {})
@@ -339,8 +391,5 @@ def _put(tree: dict[str, Any], key: tuple[str, ...], value: torch.Tensor) -> Non
 
 
 def _tree(tree: dict[str, Any], batch: torch.Size) -> TensorDictBase:
-    """Nested dicts of fresh tensors to a TensorDict, without per-entry checks."""
-    return TensorDict._new_unsafe(
-        {k: _tree(v, batch) if isinstance(v, dict) else v for k, v in tree.items()},
-        batch_size=batch,
-    )
+    """Nested dicts of fresh tensors to a TensorDict (sub-dicts share ``batch``), unchecked."""
+    return TensorDict._new_unsafe(tree, batch_size=batch)
