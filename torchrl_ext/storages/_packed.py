@@ -224,8 +224,8 @@ class PackedRows:
         if not self.obs:
             return _tree(root, batch)
         span = _select(self._obs_span, rows.reshape(-1))
-        for c in self.obs:
-            _put(root, c.key, _typed(span, c, c.lo, batch))
+        for c, value in zip(self.obs, self._cut_obs.pieces(span)):
+            _put(root, c.key, value.view(*batch, *c.shape))
         return _tree(root, batch)
 
     def gather_sequences(self, rows: torch.Tensor) -> TensorDictBase:
@@ -364,12 +364,6 @@ def _select(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     storage = torch.UntypedStorage._new_shared(index.numel() * width * buffer.element_size())
     out = torch.empty(0, dtype=buffer.dtype).set_(storage).view(index.numel(), width)
     return torch.index_select(buffer, 0, index, out=out)
-
-
-def _typed(block: torch.Tensor, c: _Column, lo: int, batch: torch.Size) -> torch.Tensor:
-    """Entry ``c`` (at byte ``lo``) of a ``[n, bytes]`` block, ``[*batch, *shape]`` (a view)."""
-    piece = block[:, lo : lo + (c.hi - c.lo)].view(c.dtype)
-    return piece if piece.shape == (*batch, *c.shape) else piece.view(*batch, *c.shape)
 
 
 def _typed_seq(block: torch.Tensor, c: _Column) -> torch.Tensor:
