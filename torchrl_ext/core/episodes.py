@@ -234,21 +234,22 @@ class EpisodeIndex(NumpyViews):
         # the u-th live row overall is tau = u - (ends - written)[s] of stream s
         offset = ends - written
         is_step = self._np["row_is_step"]
-        tau = np.empty(count, dtype=np.int64)
-        stream = np.empty(count, dtype=np.int64)
-        todo = np.arange(count)
-        for _ in range(_MAX_ROUNDS):
-            u = torch.randint(int(ends[-1]), (todo.size,), generator=generator).numpy()
+
+        def draw(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            u = torch.randint(int(ends[-1]), (n,), generator=generator).numpy()
             s = ends.searchsorted(u, side="right")
             t = u - offset[s]
-            ok = is_step[self.physical_rows(t, s)]
-            if todo.size == count and ok.all():
-                return t, s
+            return t, s, is_step[self.physical_rows(t, s)]
+
+        tau, stream, ok = draw(count)
+        todo = np.flatnonzero(~ok)  # observation-only rows: redrawn
+        for _ in range(_MAX_ROUNDS):
+            if not todo.size:
+                return tau, stream
+            t, s, ok = draw(todo.size)
             tau[todo[ok]] = t[ok]
             stream[todo[ok]] = s[ok]
             todo = todo[~ok]
-            if not todo.size:
-                return tau, stream
         raise RuntimeError("draw_transitions: too many redraws; the episode index is inconsistent.")
 
     def episode_at(self, slots: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
