@@ -84,17 +84,17 @@ class _Cut:
         self._flat = [c.shape == (c.width,) for c in columns]
 
     def pieces(self, block: torch.Tensor) -> list[torch.Tensor]:
-        """Each column of ``block`` (``[n, width]`` bytes) as a ``[n, *shape]`` view."""
+        """Each column of ``block`` (``[*lead, width]`` bytes) as a ``[*lead, *shape]`` view."""
         out: list[Any] = [None] * len(self.columns)
         order = iter(self._order)
         for dtype, sizes, picks in self.runs:
-            parts = block.view(dtype).split_with_sizes(sizes, 1)
+            parts = block.view(dtype).split_with_sizes(sizes, -1)
             for p in picks:
                 out[next(order)] = parts[p]
-        n = block.shape[0]
+        lead = block.shape[:-1]
         for i, flat in enumerate(self._flat):
             if not flat:
-                out[i] = out[i].view(n, *self.columns[i].shape)
+                out[i] = out[i].view(*lead, *self.columns[i].shape)
         return out
 
 
@@ -238,12 +238,9 @@ class PackedRows:
         """
         B, L1 = rows.shape
         block = _select(self._rows, rows.reshape(-1)).view(B, L1, self.row_bytes)
-        first, after = block[:, :-1], block[:, 1:]
         root: dict[str, Any] = {}
-        for c in self.obs + self.step:
-            _put(root, c.key, _typed_seq(first, c))
-        for c in self.obs:
-            _put(root, ("next", *c.key), _typed_seq(after, c))
+        _put_all(root, (), self._cut_row, block[:, :-1])
+        _put_all(root, ("next",), self._cut_obs, block[:, 1:, : self._obs_bytes])
         return _tree(root, torch.Size([B, L1 - 1]))
 
     def gather_windows(
@@ -364,12 +361,6 @@ def _select(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     storage = torch.UntypedStorage._new_shared(index.numel() * width * buffer.element_size())
     out = torch.empty(0, dtype=buffer.dtype).set_(storage).view(index.numel(), width)
     return torch.index_select(buffer, 0, index, out=out)
-
-
-def _typed_seq(block: torch.Tensor, c: _Column) -> torch.Tensor:
-    """Entry ``c`` of a ``[B, L, row bytes]`` block, ``[B, L, *shape]``."""
-    piece = block[..., c.lo : c.hi].view(c.dtype)
-    return piece.squeeze(-1) if not c.shape else piece.unflatten(-1, c.shape)
 
 
 def _put_all(tree: dict[str, Any], prefix: tuple[str, ...], cut: _Cut, block: torch.Tensor) -> None:
