@@ -121,3 +121,24 @@ def test_loader_seed_makes_runs_identical_in_process(tmp_path):
     first = _indices(make_loader(rb, num_batches=4, seed=0))
     second = _indices(make_loader(rb, num_batches=4, seed=0))
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_worker_batches_keep_every_entry_dtype_and_shape(tmp_path):
+    """Worker batches cross to the main process packed by value: nothing is lost on the way."""
+    rb = make_replay_buffer(1000, batch_size=32, seed=0, n_step=3, terminated_key=("next", "done"),
+                            done_keys=[("next", "done")])
+    for v in range(50):
+        rb.extend(step(v))
+    expected = rb.sample()
+    loader = make_loader(rb, num_workers=2, multiprocessing_context="fork", num_batches=1,
+                         seed=0, prefetch_factor=1)
+    for batch in loader:
+        assert isinstance(batch, TensorDict) and batch.batch_size == (32,)
+        steps = batch["steps_to_next_obs"].float()  # [32, 1]
+        assert (batch["next", "observation"] == batch["observation"] + steps).all()
+        assert set(batch.keys(True, True)) == set(expected.keys(True, True))
+        for key in expected.keys(True, True):
+            assert (batch[key].dtype, batch[key].shape) == (expected[key].dtype, expected[key].shape), key
+        # a window of k steps of reward 1 returns sum(gamma**i), i < k
+        k = batch["steps_to_next_obs"].view(-1).double()
+        assert torch.allclose(batch["next", "reward"].view(-1).double(), (1 - 0.99**k) / 0.01, atol=1e-5)

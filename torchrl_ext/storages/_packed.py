@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch.utils.data import get_worker_info
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage
 
 from torchrl_ext.core.schema import RowSchema
@@ -208,11 +207,11 @@ class PackedRows:
         batch = rows.shape
         root: dict[str, Any] = {}
         if next_rows is None:
-            first = _select(self._rows[:, self._step_lo :], rows)
+            first = self._rows[:, self._step_lo :].index_select(0, rows)
             _put_all(root, (), self._cut_step, first)
             return _tree(root, batch)
         # only the observation span is read at the next rows
-        first, after = _select(self._rows, rows), _select(self._obs_span, next_rows)
+        first, after = self._rows.index_select(0, rows), self._obs_span.index_select(0, next_rows)
         _put_all(root, (), self._cut_row, first)  # step keys of next-only entries start with "next"
         _put_all(root, ("next",), self._cut_obs, after)
         return _tree(root, batch)
@@ -223,7 +222,7 @@ class PackedRows:
         root: dict[str, Any] = {}
         if not self.obs:
             return _tree(root, batch)
-        span = _select(self._obs_span, rows.reshape(-1))
+        span = self._obs_span.index_select(0, rows.reshape(-1))
         for c, value in zip(self.obs, self._cut_obs.pieces(span)):
             _put(root, c.key, value.view(*batch, *c.shape))
         return _tree(root, batch)
@@ -237,7 +236,7 @@ class PackedRows:
         Entries are strided views of the gathered block (no copy).
         """
         B, L1 = rows.shape
-        block = _select(self._rows, rows.reshape(-1)).view(B, L1, self.row_bytes)
+        block = self._rows.index_select(0, rows.reshape(-1)).view(B, L1, self.row_bytes)
         root: dict[str, Any] = {}
         _put_all(root, (), self._cut_row, block[:, :-1])
         _put_all(root, ("next",), self._cut_obs, block[:, 1:, : self._obs_bytes])
@@ -278,7 +277,7 @@ class PackedRows:
         batch = torch.Size([B])
         step_lo = self._step_lo
         base = 0 if after_rows is not None else step_lo  # first: whole rows, or step spans
-        first = _select(self._rows[:, base:], rows)
+        first = self._rows[:, base:].index_select(0, rows)
         # the padded step span: its width is a multiple of every itemsize
         if W == 1:  # one-step windows: the window is the first row, its next row "after"
             steps = last = first[:, step_lo - base :]
@@ -299,18 +298,18 @@ class PackedRows:
                 _put(nxt, c.key[1:], value)
                 _put(window, c.key[1:], values.reshape(B, W, *c.shape))
         if after_rows is not None:
-            after = _select(self._obs_span, after_rows)
+            after = self._obs_span.index_select(0, after_rows)
             _put_all(nxt, (), self._cut_obs, after)
         if goal_rows is not None:
             if window_next_rows is None:
                 raise ValueError("PackedRows.gather_windows: goal_rows need window_next_rows.")
             her: dict[str, Any] = {}
-            _put_all(her, (), self._cut_obs, _select(self._obs_span, goal_rows))
+            _put_all(her, (), self._cut_obs, self._obs_span.index_select(0, goal_rows))
             # each window step's next observation: [B * W, observation bytes]
             if W == 1 and after_rows is not None:
                 seen = after
             else:
-                seen = _select(self._obs_span, window_next_rows.reshape(-1))
+                seen = self._obs_span.index_select(0, window_next_rows.reshape(-1))
             for c, value in zip(self.obs, self._cut_obs.pieces(seen)):
                 _put(window, c.key, value.reshape(B, W, *c.shape))
             root["her"] = her
@@ -346,21 +345,6 @@ def _bytes(
             value = value.clone(memory_format=torch.contiguous_format)
         parts.append(value.view(torch.uint8))
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
-
-
-def _select(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``buffer.index_select(0, index)``; in a DataLoader worker, into shared memory.
-
-    A worker's batch crosses to the main process through shared memory: gathering
-    straight into it saves the copy that pickling would make (as DataLoader's
-    default collate does for the tensors it stacks).
-    """
-    if get_worker_info() is None:
-        return buffer.index_select(0, index)
-    width = buffer.shape[1]
-    storage = torch.UntypedStorage._new_shared(index.numel() * width * buffer.element_size())
-    out = torch.empty(0, dtype=buffer.dtype).set_(storage).view(index.numel(), width)
-    return torch.index_select(buffer, 0, index, out=out)
 
 
 def _put_all(tree: dict[str, Any], prefix: tuple[str, ...], cut: _Cut, block: torch.Tensor) -> None:
