@@ -95,19 +95,17 @@ class StepWindows:
             relabel = goal_rows >= 0
             goals = torch.where(relabel, goal_rows, rows)  # real rows: any valid row
             window_next = torch.from_numpy(stream_base[:, None] + (window_slot + 1) % capacity)
-        out = storage.packed.gather_windows(
+        return storage.packed.gather_windows(
             rows,
             torch.from_numpy(window_rows),
             torch.from_numpy(last_rows),
             after_rows,
             goals,
             window_next,
+            mask=torch.from_numpy(mask),
+            lengths=steps,
+            relabel=relabel,
         )
-        if relabel is not None:
-            out.set(("her", "relabel"), relabel)
-        out.set(("n_step", "mask"), torch.from_numpy(mask))
-        out.set("steps_to_next_obs", steps.reshape(-1, 1))
-        return out
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         columns = index.as_subclass(torch.Tensor)

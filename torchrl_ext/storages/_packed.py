@@ -250,6 +250,10 @@ class PackedRows:
         after_rows: torch.Tensor | None,
         goal_rows: torch.Tensor | None = None,
         window_next_rows: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor,
+        lengths: torch.Tensor,
+        relabel: torch.Tensor | None = None,
     ) -> TensorDictBase:
         """Windows of steps: ``[B]`` transitions from ``rows`` to ``after_rows``.
 
@@ -262,6 +266,10 @@ class PackedRows:
                 is the window's next observation); ``None``: without the
                 observation entries (root and next), for a caller that reads
                 them itself (then only step spans are gathered at ``rows``).
+            mask: ``[B, W]`` bool, the step is inside its window (``("n_step", "mask")``).
+            lengths: ``[B]`` steps of each window (``"steps_to_next_obs"``, ``[B, 1]``).
+            relabel: ``[B]`` bool, with ``goal_rows``: the row gets the goal
+                (``("her", "relabel")``).
 
         Returns:
             a ``[B]`` TensorDict: observation and root-only entries at ``rows``,
@@ -312,7 +320,11 @@ class PackedRows:
                 seen = self._obs_span.index_select(0, window_next_rows.reshape(-1))
             for c, value in zip(self.obs, self._cut_obs.pieces(seen)):
                 _put(window, c.key, value.reshape(B, W, *c.shape))
+            if relabel is not None:
+                her["relabel"] = relabel
             root["her"] = her
+        window["mask"] = mask
+        root["steps_to_next_obs"] = lengths.reshape(B, 1)
         root["next"] = nxt
         root["n_step"] = _tree(window, torch.Size([B, W]))
         return _tree(root, batch)

@@ -51,7 +51,7 @@ def nstep_return(
     if not rewards.is_floating_point():  # integer rewards: returns in the default dtype
         rewards = rewards.to(torch.get_default_dtype())
     W = rewards.shape[-1]
-    powers = gamma ** torch.arange(W + 1, dtype=rewards.dtype)  # [W + 1]: gamma**i
+    powers = torch.tensor([gamma**i for i in range(W + 1)], dtype=rewards.dtype)  # [W + 1]
     # [B, W] @ [W]: steps past the window weigh 0
     ret = (rewards * mask).matmul(powers[:W]).unsqueeze(-1)
     k = mask.sum(-1, keepdim=True)  # [B, 1] steps in the window
