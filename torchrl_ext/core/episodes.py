@@ -242,14 +242,16 @@ class EpisodeIndex(NumpyViews):
             return t, s, is_step[self.physical_rows(t, s)]
 
         tau, stream, ok = draw(count)
+        if ok.all():
+            return tau, stream
         todo = np.flatnonzero(~ok)  # observation-only rows: redrawn
         for _ in range(_MAX_ROUNDS):
-            if not todo.size:
-                return tau, stream
             t, s, ok = draw(todo.size)
             tau[todo[ok]] = t[ok]
             stream[todo[ok]] = s[ok]
             todo = todo[~ok]
+            if not todo.size:
+                return tau, stream
         raise RuntimeError("draw_transitions: too many redraws; the episode index is inconsistent.")
 
     def episode_at(self, slots: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
