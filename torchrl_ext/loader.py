@@ -288,6 +288,8 @@ class _ByValue:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         packed = self.batch.consolidate()._consolidated  # {"storage": uint8 [n], "metadata"}
+        if packed["storage"].device.type != "cpu":  # as DataLoader sends tensors
+            return _identity, (self.batch,)
         return _from_bytes, (packed["metadata"], packed["storage"].numpy())
 
 
