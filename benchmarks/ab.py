@@ -18,6 +18,10 @@ Only public APIs present in both trees are used:
   per-episode count runs on every sample).
 - HER facade: ``HerReplayStorage.add`` of one ``[16]`` vector-env step and ``sample``.
 - Pool windows: ``EpisodePool.sample(64, 50)``.
+- n-step: ``make_replay_buffer(100_000, batch_size=256, n_step=3)`` on the W1 stream.
+- NStep facade: ``NStepReplayStorage(n_step=1, num_workers=0)`` (W1 spaces, 16 envs):
+  ``sample`` and the ``rb.sample`` under it (their ratio is the facade's overhead),
+  and ``add`` of one ``[16]`` step.
 """
 from __future__ import annotations
 
@@ -58,7 +62,7 @@ def child() -> None:
     sys.path.insert(0, HERE)
     from workload import EpisodeStream, step_slices, to_td
 
-    from torchrl_ext import HerReplayStorage, make_replay_buffer
+    from torchrl_ext import HerReplayStorage, NStepReplayStorage, make_replay_buffer
     from torchrl_ext.samplers import SequenceSampler
     from torchrl_ext.storages import EpisodePool
 
@@ -72,6 +76,10 @@ def child() -> None:
     writes = [to_td(s) for s in step_slices(stream.chunk(400))]
     it = iter(writes * 10)
     results["W1 extend ([16] step)"] = timed(lambda: rb.extend(next(it)), 60, 20)
+    nstep = make_replay_buffer(100_000, batch_size=256, n_step=3, seed=0)
+    for _ in range(6):
+        nstep.extend(to_td(stream.chunk(1000)))
+    results["W2 n-step sample (256, n=3)"] = timed(nstep.sample, 60, 10)
 
     seq = make_replay_buffer(64_000, batch_size=64, sampler=SequenceSampler(50), seed=0)
     stream = EpisodeStream(seed=1)
@@ -94,6 +102,18 @@ def child() -> None:
     results["HER facade add ([16] step)"] = timed(
         lambda: her.add(obs, action, reward, flags, flags, {}, obs), 60, 20)
     results["HER facade sample (256)"] = timed(her.sample, 40, 5)
+
+    box = gym.spaces.Box(-1, 1, (17,), np.float32)
+    facade = NStepReplayStorage(box, gym.spaces.Box(-1, 1, (6,), np.float32), storage_size=100_000,
+                                num_envs=16, batch_size=256, num_workers=0, n_step=1, seed=0)
+    o = rng.standard_normal((16, 17), dtype=np.float32)
+    a = rng.standard_normal((16, 6), dtype=np.float32)
+    for t in range(3000):
+        facade.add(o, a, reward, flags, flags | (t % 1000 == 999), {}, o)
+    results["NStep facade sample (256, n=1)"] = timed(facade.sample, 40, 5)
+    results["  rb.sample under it"] = timed(lambda: facade.rb.sample(256), 40, 5)
+    results["NStep facade add ([16] step)"] = timed(
+        lambda: facade.add(o, a, reward, flags, flags, {}, o), 60, 20)
 
     pool = EpisodePool(64_000, TensorDict({"x": torch.zeros(17)}, []))
     for _ in range(60):

@@ -80,7 +80,10 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         )
 
     def _transforms(self) -> list:
-        return [] if self._transform is None else list(self._transform)
+        if self._transform is None:
+            return []
+        transforms = self._transform.transforms  # TorchRL keeps a Compose
+        return list(transforms) if len(transforms) else []
 
     def extend(
         self, tensordicts: TensorDictBase, *, update_priority: bool | None = None

@@ -6,7 +6,8 @@ import multiprocessing
 from typing import Any, Callable, Iterator
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
+from tensordict._reductions import _rebuild_tensordict_files_consolidated  # tensordict 0.14
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchrl.data import TensorDictReplayBuffer
 
@@ -93,7 +94,7 @@ def worker_loader(
     return DataLoader(
         stream,
         batch_size=batch_size,
-        collate_fn=collate_fn,
+        collate_fn=_CollateByValue(collate_fn),
         num_workers=num_workers,
         pin_memory=bool(pin_memory),
         generator=None if seed is None else torch.Generator().manual_seed(seed),
@@ -256,3 +257,52 @@ def make_loader(
 
 def _identity(batch: TensorDictBase) -> TensorDictBase:
     return batch
+
+
+class _CollateByValue:
+    """``collate_fn``; in a worker, its TensorDict batches then cross to the main process by value.
+
+    DataLoader sends a worker's tensors through shared memory, one file
+    descriptor per tensor, each fetched by the main process over a socket: for
+    a batch of a dozen entries that costs several times the sample itself
+    (2 workers served fewer batches than sampling in the loop). Packed into
+    one byte buffer (``consolidate``) and pickled by value, a batch costs one
+    copy of its bytes through the pipe.
+    """
+
+    def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, items: Any) -> Any:
+        batch = self.collate_fn(items)
+        if type(batch) is TensorDict and get_worker_info() is not None:
+            return _ByValue(batch)
+        return batch
+
+
+class _ByValue:
+    """A TensorDict that unpickles as itself, sent as the bytes of its consolidated copy.
+
+    A batch above :data:`_BY_VALUE_BYTES` (pixels) crosses as one consolidated
+    shared-memory block instead: one file descriptor, and no copy through the pipe.
+    """
+
+    def __init__(self, batch: TensorDict) -> None:
+        self.batch = batch
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        batch = self.batch
+        if batch.bytes() > _BY_VALUE_BYTES:
+            return _identity, (batch.consolidate(share_memory=True),)
+        packed = batch.consolidate()._consolidated  # {"storage": uint8 [n], "metadata"}
+        if packed["storage"].device.type != "cpu":  # as DataLoader sends tensors
+            return _identity, (batch,)
+        return _from_bytes, (packed["metadata"], packed["storage"].numpy())
+
+
+#: Worker batches up to this size cross by value (see :class:`_CollateByValue`).
+_BY_VALUE_BYTES = 1 << 20
+
+
+def _from_bytes(metadata: dict[str, Any], data: Any) -> TensorDictBase:
+    return _rebuild_tensordict_files_consolidated(metadata, torch.from_numpy(data))

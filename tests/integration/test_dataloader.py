@@ -121,3 +121,40 @@ def test_loader_seed_makes_runs_identical_in_process(tmp_path):
     first = _indices(make_loader(rb, num_batches=4, seed=0))
     second = _indices(make_loader(rb, num_batches=4, seed=0))
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_worker_batches_keep_every_entry_dtype_and_shape(tmp_path):
+    """Worker batches cross to the main process packed by value: nothing is lost on the way."""
+    rb = make_replay_buffer(1000, batch_size=32, seed=0, n_step=3, terminated_key=("next", "done"),
+                            done_keys=[("next", "done")])
+    for v in range(50):
+        rb.extend(step(v))
+    expected = rb.sample()
+    loader = make_loader(rb, num_workers=2, multiprocessing_context="fork", num_batches=1,
+                         seed=0, prefetch_factor=1)
+    for batch in loader:
+        assert isinstance(batch, TensorDict) and batch.batch_size == (32,)
+        steps = batch["steps_to_next_obs"].float()  # [32, 1]
+        assert (batch["next", "observation"] == batch["observation"] + steps).all()
+        assert set(batch.keys(True, True)) == set(expected.keys(True, True))
+        for key in expected.keys(True, True):
+            assert (batch[key].dtype, batch[key].shape) == (expected[key].dtype, expected[key].shape), key
+        # a window of k steps of reward 1 returns sum(gamma**i), i < k
+        k = batch["steps_to_next_obs"].view(-1).double()
+        assert torch.allclose(batch["next", "reward"].view(-1).double(), (1 - 0.99**k) / 0.01, atol=1e-5)
+
+
+def test_large_worker_batches_arrive_whole(tmp_path):
+    """A batch above 1 MiB crosses as one shared-memory block; its values are intact."""
+    rb = make_replay_buffer(1000, batch_size=32, seed=0)
+    wide = 8192  # 32 rows x 2 observations x 32 KiB = 2 MiB a batch
+    for v in range(20):
+        data = step(v)
+        data["observation"] = torch.full((NUM_ENVS, wide), float(v))
+        data["next", "observation"] = torch.full((NUM_ENVS, wide), float(v + 1))
+        rb.extend(data)
+    loader = make_loader(rb, num_workers=2, multiprocessing_context="fork", num_batches=1,
+                         seed=0, prefetch_factor=1)
+    for batch in loader:
+        assert batch["observation"].shape == (32, wide)
+        check_batch(batch)

@@ -33,6 +33,7 @@ from torchrl_ext.core.views import NumpyViews
 
 __all__ = ["EpisodeIndex", "WritePlan"]
 
+EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
 _MAX_ROUNDS = 64  # redraw rounds of draw_transitions before giving up
 
 
@@ -210,10 +211,10 @@ class EpisodeIndex(NumpyViews):
         A live row is drawn uniformly over all streams and redrawn while it is an
         observation-only row (exact rejection sampling; such rows are one per
         episode, so a redraw round is rarely needed). O(count + num_streams).
-        The index must hold a transition; callers check the batch size (see
-        :func:`torchrl_ext.samplers.draw_transitions`).
+        Callers check ``count >= 1`` (see :func:`torchrl_ext.samplers.draw_transitions`).
 
         Raises:
+            ValueError: the index holds no transition.
             RuntimeError: no transition found after many rounds (an inconsistent index).
 
         Examples:
@@ -224,20 +225,28 @@ class EpisodeIndex(NumpyViews):
             >>> sorted(set(tau.tolist())), set(stream.tolist())  # never the final observation (tau 2)
             ([0, 1], {0})
         """
-        lo = self.live_start()
-        live = self._np["written"] - lo
+        written = self._np["written"]
+        live = np.minimum(written, self.stream_capacity)  # [S] live rows
         ends = live.cumsum()
+        if (int(ends[-1]) - self.num_streams) // 2 < 1 and not self.num_transitions():
+            # (rows - S) / 2 bounds the transitions from below: count only near it
+            raise ValueError(EMPTY_BUFFER)
+        # the u-th live row overall is tau = u - (ends - written)[s] of stream s
+        offset = ends - written
         is_step = self._np["row_is_step"]
-        tau = np.empty(count, dtype=np.int64)
-        stream = np.empty(count, dtype=np.int64)
-        todo = np.arange(count)
+
+        def draw(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            u = torch.randint(int(ends[-1]), (n,), generator=generator).numpy()
+            s = ends.searchsorted(u, side="right")
+            t = u - offset[s]
+            return t, s, is_step[self.physical_rows(t, s)]
+
+        tau, stream, ok = draw(count)
+        if ok.all():
+            return tau, stream
+        todo = np.flatnonzero(~ok)  # observation-only rows: redrawn
         for _ in range(_MAX_ROUNDS):
-            u = torch.randint(int(ends[-1]), (todo.size,), generator=generator).numpy()
-            s = np.searchsorted(ends, u, side="right")
-            t = lo[s] + u - (ends[s] - live[s])
-            ok = is_step[self.physical_rows(t, s)]
-            if todo.size == count and ok.all():
-                return t, s
+            t, s, ok = draw(todo.size)
             tau[todo[ok]] = t[ok]
             stream[todo[ok]] = s[ok]
             todo = todo[~ok]

@@ -74,37 +74,38 @@ class StepWindows:
         columns = index.as_subclass(torch.Tensor)
         rows, steps = columns[:, 0].contiguous(), columns[:, 1].contiguous()
         rows_np, steps_np = rows.numpy(), steps.numpy()
-        episodes = storage_index(storage)
+        capacity = storage_index(storage).stream_capacity
         width = int(steps_np.max())
-        tau, stream = episodes.row_coordinates(rows_np)
+        # a window runs forward in its stream's ring: row k of it is at slot
+        # (slot + k) % capacity, so no logical time is needed here
+        stream_base = rows_np - rows_np % capacity  # [B] first row of the stream
+        slot = rows_np - stream_base
         offsets = np.arange(width)
         mask = offsets < steps_np[:, None]  # [B, W]
         # padding reads the first step again; the mask hides it
-        window_tau = tau[:, None] + np.where(mask, offsets, 0)
-        window_rows = episodes.physical_rows(window_tau, stream[:, None])
-        last_rows = episodes.physical_rows(tau + steps_np - 1, stream)
+        window_slot = slot[:, None] + np.where(mask, offsets, 0)  # [B, W]
+        window_rows = stream_base[:, None] + window_slot % capacity
+        last_rows = stream_base + (slot + steps_np - 1) % capacity
         after_rows = None  # the row of the next observation, when it is read here
         if observations:
-            after_rows = torch.from_numpy(episodes.physical_rows(tau + steps_np, stream))
+            after_rows = torch.from_numpy(stream_base + (slot + steps_np) % capacity)
         goals = window_next = relabel = None
         if columns.shape[1] > 2:
             goal_rows = columns[:, 2].contiguous()
             relabel = goal_rows >= 0
             goals = torch.where(relabel, goal_rows, rows)  # real rows: any valid row
-            window_next = torch.from_numpy(episodes.physical_rows(window_tau + 1, stream[:, None]))
-        out = storage.packed.gather_windows(
+            window_next = torch.from_numpy(stream_base[:, None] + (window_slot + 1) % capacity)
+        return storage.packed.gather_windows(
             rows,
             torch.from_numpy(window_rows),
             torch.from_numpy(last_rows),
             after_rows,
             goals,
             window_next,
+            mask=torch.from_numpy(mask),
+            lengths=steps,
+            relabel=relabel,
         )
-        if relabel is not None:
-            out.set(("her", "relabel"), relabel)
-        out.set(("n_step", "mask"), torch.from_numpy(mask))
-        out.set("steps_to_next_obs", steps.reshape(-1, 1))
-        return out
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         columns = index.as_subclass(torch.Tensor)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext.core.episodes import EpisodeIndex
+from torchrl_ext.core.episodes import EMPTY_BUFFER, EpisodeIndex
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.storages.transition import TransitionStorage
 
@@ -47,15 +47,9 @@ def draw_transitions(
         ([0, 0], True)
     """
     index = storage_index(storage)
-    # Each live final-observation row follows a live transition of its episode,
-    # except in a stream's oldest episode: so at least (rows - S) / 2 are
-    # transitions, and the exact count is only needed near that bound.
-    if batch_size < 1 or (int(index.live_rows().sum()) - index.num_streams) // 2 < 1:
+    if batch_size < 1:
         check_batch_size(batch_size, len(storage))
     return index.draw_transitions(batch_size, generator)
-
-
-EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
 
 
 def storage_index(storage: TransitionStorage) -> EpisodeIndex:

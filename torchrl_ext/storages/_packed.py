@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch.utils.data import get_worker_info
 from torchrl.data import LazyMemmapStorage
 
 from torchrl_ext.core.schema import RowSchema
@@ -53,6 +52,51 @@ def _place(keys, schema: RowSchema, offset: int) -> tuple[list[_Column], int]:
         columns.append(_Column(key, spec.dtype, spec.shape, offset, offset + nbytes))
         offset += nbytes
     return columns, -(-offset // _ALIGN) * _ALIGN
+
+
+class _Cut:
+    """Typed views of ``columns`` in ``[n, width]`` blocks whose byte 0 is row byte ``shift``.
+
+    One reinterpreting ``view`` and one ``split`` per dtype instead of a slice
+    and a view per entry: the columns of a dtype start at multiples of its
+    itemsize, so the bytes around them are whole elements of it.
+    """
+
+    def __init__(self, columns: list[_Column], shift: int, width: int) -> None:
+        self.columns = columns
+        self.runs: list[tuple[torch.dtype, list[int], list[int]]] = []  # dtype, sizes, picks
+        self._order: list[int] = []  # column of each picked piece, run by run
+        for dtype in dict.fromkeys(c.dtype for c in columns):
+            sizes: list[int] = []
+            picks: list[int] = []
+            at = 0  # bytes covered so far
+            for i, c in enumerate(columns):
+                if c.dtype != dtype:
+                    continue
+                if c.lo - shift > at:
+                    sizes.append((c.lo - shift - at) // dtype.itemsize)
+                picks.append(len(sizes))
+                self._order.append(i)
+                sizes.append(c.width)
+                at = c.hi - shift
+            if width > at:
+                sizes.append((width - at) // dtype.itemsize)
+            self.runs.append((dtype, sizes, picks))
+        self._flat = [c.shape == (c.width,) for c in columns]
+
+    def pieces(self, block: torch.Tensor) -> list[torch.Tensor]:
+        """Each column of ``block`` (``[*lead, width]`` bytes) as a ``[*lead, *shape]`` view."""
+        out: list[Any] = [None] * len(self.columns)
+        order = iter(self._order)
+        for dtype, sizes, picks in self.runs:
+            parts = block.view(dtype).split_with_sizes(sizes, -1)
+            for p in picks:
+                out[next(order)] = parts[p]
+        lead = block.shape[:-1]
+        for i, flat in enumerate(self._flat):
+            if not flat:
+                out[i] = out[i].view(*lead, *self.columns[i].shape)
+        return out
 
 
 class PackedRows:
@@ -119,6 +163,10 @@ class PackedRows:
         self._obs_span = self._rows[:, : self._obs_bytes]
         self._obs_view = self._span_view(self.obs)
         self._step_view = self._span_view(self.step)
+        # typed views of whole rows, observation spans and step spans
+        self._cut_row = _Cut(self.obs + self.step, 0, self.row_bytes)
+        self._cut_obs = _Cut(self.obs, 0, self._obs_bytes)
+        self._cut_step = _Cut(self.step, self._step_lo, self.row_bytes - self._step_lo)
 
     @property
     def _step_lo(self) -> int:
@@ -236,17 +284,13 @@ class PackedRows:
         root: dict[str, Any] = {}
         rows, next_rows = self._on_device(rows, next_rows)
         if next_rows is None:
-            lo = self._step_lo
-            first = _select(self._rows[:, lo:], rows)
-            for c in self.step:
-                _put(root, c.key, _typed(first, c, c.lo - lo, batch))
+            first = self._rows[:, self._step_lo :].index_select(0, rows)
+            _put_all(root, (), self._cut_step, first)
             return _tree(root, batch, self.device)
         # only the observation span is read at the next rows
-        first, after = _select(self._rows, rows), _select(self._obs_span, next_rows)
-        for c in self.obs + self.step:  # step keys of next-only entries start with "next"
-            _put(root, c.key, _typed(first, c, c.lo, batch))
-        for c in self.obs:
-            _put(root, ("next", *c.key), _typed(after, c, c.lo, batch))
+        first, after = self._rows.index_select(0, rows), self._obs_span.index_select(0, next_rows)
+        _put_all(root, (), self._cut_row, first)  # step keys of next-only entries start with "next"
+        _put_all(root, ("next",), self._cut_obs, after)
         return _tree(root, batch, self.device)
 
     def gather_observations(self, rows: torch.Tensor) -> TensorDictBase:
@@ -256,9 +300,9 @@ class PackedRows:
         if not self.obs:
             return _tree(root, batch, self.device)
         (rows,) = self._on_device(rows)
-        span = _select(self._obs_span, rows.reshape(-1))
-        for c in self.obs:
-            _put(root, c.key, _typed(span, c, c.lo, batch))
+        span = self._obs_span.index_select(0, rows.reshape(-1))
+        for c, value in zip(self.obs, self._cut_obs.pieces(span)):
+            _put(root, c.key, value.view(*batch, *c.shape))
         return _tree(root, batch, self.device)
 
     def gather_sequences(self, rows: torch.Tensor) -> TensorDictBase:
@@ -271,13 +315,10 @@ class PackedRows:
         """
         B, L1 = rows.shape
         (rows,) = self._on_device(rows)
-        block = _select(self._rows, rows.reshape(-1)).view(B, L1, self.row_bytes)
-        first, after = block[:, :-1], block[:, 1:]
+        block = self._rows.index_select(0, rows.reshape(-1)).view(B, L1, self.row_bytes)
         root: dict[str, Any] = {}
-        for c in self.obs + self.step:
-            _put(root, c.key, _typed_seq(first, c))
-        for c in self.obs:
-            _put(root, ("next", *c.key), _typed_seq(after, c))
+        _put_all(root, (), self._cut_row, block[:, :-1])
+        _put_all(root, ("next",), self._cut_obs, block[:, 1:, : self._obs_bytes])
         return _tree(root, torch.Size([B, L1 - 1]), self.device)
 
     def gather_windows(
@@ -288,6 +329,10 @@ class PackedRows:
         after_rows: torch.Tensor | None,
         goal_rows: torch.Tensor | None = None,
         window_next_rows: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor,
+        lengths: torch.Tensor,
+        relabel: torch.Tensor | None = None,
     ) -> TensorDictBase:
         """Windows of steps: ``[B]`` transitions from ``rows`` to ``after_rows``.
 
@@ -300,6 +345,10 @@ class PackedRows:
                 is the window's next observation); ``None``: without the
                 observation entries (root and next), for a caller that reads
                 them itself (then only step spans are gathered at ``rows``).
+            mask: ``[B, W]`` bool, the step is inside its window (``("n_step", "mask")``).
+            lengths: ``[B]`` steps of each window (``"steps_to_next_obs"``, ``[B, 1]``).
+            relabel: ``[B]`` bool, with ``goal_rows``: the row gets the goal
+                (``("her", "relabel")``).
 
         Returns:
             a ``[B]`` TensorDict: observation and root-only entries at ``rows``,
@@ -318,7 +367,7 @@ class PackedRows:
         )
         step_lo = self._step_lo
         base = 0 if after_rows is not None else step_lo  # first: whole rows, or step spans
-        first = _select(self._rows[:, base:], rows)
+        first = self._rows[:, base:].index_select(0, rows)
         # the padded step span: its width is a multiple of every itemsize
         if W == 1:  # one-step windows: the window is the first row, its next row "after"
             steps = last = first[:, step_lo - base :]
@@ -328,39 +377,44 @@ class PackedRows:
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         window: dict[str, Any] = {}
-        if after_rows is not None:
-            after = _select(self._rows, after_rows)
-            for c in self.obs:
-                _put(root, c.key, _typed(first, c, c.lo, batch))
-                _put(nxt, c.key, _typed(after, c, c.lo, batch))
-        for c in self.step:
+        first_cut = self._cut_row if after_rows is not None else self._cut_step
+        for c, value in zip(first_cut.columns, first_cut.pieces(first)):
+            if c.key[0] != "next":  # observation and root-only entries: at the first step
+                _put(root, c.key, value)
+        last_values = self._cut_step.pieces(last)
+        step_values = last_values if W == 1 else self._cut_step.pieces(steps)
+        for c, value, values in zip(self.step, last_values, step_values):
             if c.key[0] == "next":  # next-only entry: at the last step, and the whole window
-                _put(nxt, c.key[1:], _typed(last, c, c.lo - step_lo, batch))
-                piece = steps[:, c.lo - step_lo : c.hi - step_lo].view(c.dtype)
-                _put(window, c.key[1:], piece.reshape(B, W, *c.shape))
-            else:
-                _put(root, c.key, _typed(first, c, c.lo - base, batch))
+                _put(nxt, c.key[1:], value)
+                _put(window, c.key[1:], values.reshape(B, W, *c.shape))
+        if after_rows is not None:
+            after = self._obs_span.index_select(0, after_rows)
+            _put_all(nxt, (), self._cut_obs, after)
         if goal_rows is not None:
             if window_next_rows is None:
                 raise ValueError("PackedRows.gather_windows: goal_rows need window_next_rows.")
-            goals = _select(self._rows, goal_rows)
-            # each window step's next observation: [B * W, row bytes]
+            her: dict[str, Any] = {}
+            _put_all(her, (), self._cut_obs, self._obs_span.index_select(0, goal_rows))
+            # each window step's next observation: [B * W, observation bytes]
             if W == 1 and after_rows is not None:
                 seen = after
             else:
-                seen = _select(self._rows, window_next_rows.reshape(-1))
-            her: dict[str, Any] = {}
-            for c in self.obs:
-                _put(her, c.key, _typed(goals, c, c.lo, batch))
-                _put(window, c.key, _typed(seen, c, c.lo, torch.Size([B * W])).reshape(B, W, *c.shape))
-            root["her"] = _tree(her, batch, self.device)
-        root["next"] = _tree(nxt, batch, self.device)
+                seen = self._obs_span.index_select(0, window_next_rows.reshape(-1))
+            for c, value in zip(self.obs, self._cut_obs.pieces(seen)):
+                _put(window, c.key, value.reshape(B, W, *c.shape))
+            if relabel is not None:
+                her["relabel"] = relabel
+            root["her"] = her
+        window["mask"] = mask
+        root["steps_to_next_obs"] = lengths.reshape(B, 1)
+        root["next"] = nxt
         root["n_step"] = _tree(window, torch.Size([B, W]), self.device)
         return _tree(root, batch, self.device)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_rows", "_obs_span", "_obs_view", "_step_view"):
+        for name in ("_rows", "_obs_span", "_obs_view", "_step_view", "_cut_row", "_cut_obs",
+                     "_cut_step"):
             state.pop(name)
         return state
 
@@ -392,37 +446,15 @@ def _bytes(
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
 
-def _select(buffer: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``buffer.index_select(0, index)``; in a DataLoader worker, into shared memory.
-
-    A worker's batch crosses to the main process through shared memory: gathering
-    straight into it saves the copy that pickling would make (as DataLoader's
-    default collate does for the tensors it stacks).
-    """
-    if get_worker_info() is None or buffer.device.type != "cpu":
-        return buffer.index_select(0, index)
-    out = _batch_rows(index.numel(), buffer.shape[1], buffer.dtype)
-    return torch.index_select(buffer, 0, index, out=out)
-
-
 def _batch_rows(n: int, width: int, dtype: torch.dtype) -> torch.Tensor:
-    """An empty ``[n, width]`` batch block; in a DataLoader worker, in shared memory (see :func:`_select`)."""
-    if get_worker_info() is None:
-        return torch.empty(n, width, dtype=dtype)
-    storage = torch.UntypedStorage._new_shared(n * width * dtype.itemsize)
-    return torch.empty(0, dtype=dtype).set_(storage).view(n, width)
+    """An empty ``[n, width]`` batch block (the loader sends a worker's batch as one buffer)."""
+    return torch.empty(n, width, dtype=dtype)
 
 
-def _typed(block: torch.Tensor, c: _Column, lo: int, batch: torch.Size) -> torch.Tensor:
-    """Entry ``c`` (at byte ``lo``) of a ``[n, bytes]`` block, ``[*batch, *shape]`` (a view)."""
-    piece = block[:, lo : lo + (c.hi - c.lo)].view(c.dtype)
-    return piece if piece.shape == (*batch, *c.shape) else piece.view(*batch, *c.shape)
-
-
-def _typed_seq(block: torch.Tensor, c: _Column) -> torch.Tensor:
-    """Entry ``c`` of a ``[B, L, row bytes]`` block, ``[B, L, *shape]``."""
-    piece = block[..., c.lo : c.hi].view(c.dtype)
-    return piece.squeeze(-1) if not c.shape else piece.unflatten(-1, c.shape)
+def _put_all(tree: dict[str, Any], prefix: tuple[str, ...], cut: _Cut, block: torch.Tensor) -> None:
+    """Every column of ``cut`` from ``block`` into ``tree``, under ``prefix``."""
+    for c, value in zip(cut.columns, cut.pieces(block)):
+        _put(tree, prefix + c.key, value)
 
 
 def _put(tree: dict[str, Any], key: tuple[str, ...], value: torch.Tensor) -> None:
@@ -431,16 +463,10 @@ def _put(tree: dict[str, Any], key: tuple[str, ...], value: torch.Tensor) -> Non
     tree[key[-1]] = value
 
 
-def _tree(
-    tree: dict[str, Any], batch: torch.Size, device: torch.device | None = None
-) -> TensorDictBase:
-    """Nested dicts of fresh tensors on ``device`` to a TensorDict, without per-entry checks.
+def _tree(tree: dict[str, Any], batch: torch.Size, device: torch.device | None = None) -> TensorDictBase:
+    """Nested dicts of fresh tensors on ``device`` to a TensorDict (sub-dicts share ``batch``), unchecked.
 
     The TensorDict carries ``device``, so entries a sampler or transform adds
     later (masks, window lengths) are put there too.
     """
-    return TensorDict._new_unsafe(
-        {k: _tree(v, batch, device) if isinstance(v, dict) else v for k, v in tree.items()},
-        batch_size=batch,
-        device=device,
-    )
+    return TensorDict._new_unsafe(tree, batch_size=batch, device=device)

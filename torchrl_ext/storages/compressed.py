@@ -448,10 +448,15 @@ class CompressedRows:
         after_rows: torch.Tensor | None,
         goal_rows: torch.Tensor | None = None,
         window_next_rows: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor,
+        lengths: torch.Tensor,
+        relabel: torch.Tensor | None = None,
     ) -> TensorDictBase:
         """See :meth:`PackedRows.gather_windows`."""
         out = self.packed.gather_windows(
-            rows, window_rows, last_rows, after_rows, goal_rows, window_next_rows
+            rows, window_rows, last_rows, after_rows, goal_rows, window_next_rows,
+            mask=mask, lengths=lengths, relabel=relabel,
         )
         if after_rows is not None:
             self._put_transitions(out, rows, after_rows)

@@ -48,13 +48,16 @@ def nstep_return(
     """
     if rewards.dim() == 3:
         rewards = rewards.squeeze(-1)
-    dtype = rewards.dtype
-    powers = gamma ** torch.arange(rewards.shape[-1], dtype=dtype, device=rewards.device)  # [W]
-    weights = powers * mask  # [B, W], 0 past the window
-    ret = (rewards * weights).sum(-1, keepdim=True)
-    k = mask.sum(-1, keepdim=True)
-    alive = (~terminated.reshape(-1, 1)).to(dtype)
-    return ret, torch.pow(gamma, k.to(dtype)) * alive
+    if not rewards.is_floating_point():  # integer rewards: returns in the default dtype
+        rewards = rewards.to(torch.get_default_dtype())
+    W = rewards.shape[-1]
+    powers = torch.tensor([gamma**i for i in range(W + 1)], dtype=rewards.dtype,
+                          device=rewards.device)  # [W + 1]
+    # [B, W] @ [W]: steps past the window weigh 0
+    ret = (rewards * mask).matmul(powers[:W]).unsqueeze(-1)
+    k = mask.sum(-1, keepdim=True)  # [B, 1] steps in the window
+    # a terminated window does not bootstrap
+    return ret, powers[k].masked_fill_(terminated.reshape(-1, 1), 0.0)
 
 
 
