@@ -135,3 +135,11 @@ def test_state_a_checkpoint_forgets(tmp_path):
     for _ in range(5):
         x, y = original.sample(), restored.sample()
         assert torch.equal(x.observations, y.observations) and torch.equal(x.rewards, y.rewards)
+
+
+def test_atomic_checkpoints_export_is_whole_or_absent(tmp_path):
+    from torchrl_ext.export.native import load_episodes
+
+    (tmp_path / "steps").mkdir()  # a save_episodes killed before meta.json
+    with pytest.raises(ValueError, match="holds no complete export"):
+        load_episodes(tmp_path)
