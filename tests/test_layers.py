@@ -10,7 +10,7 @@ PACKAGE = Path(torchrl_ext.__file__).parent
 
 # layer of each top-level folder / module; a module imports only from layers <= its own
 LAYERS = {
-    "_compat": 0, "core": 0,
+    "_compat": 0, "_atomic": 0, "core": 0,
     "sample_index": 0,  # arriving with the d3 branch (storages import it)
     "storages": 1, "transforms": 1, "envs": 1,
     "writers": 2, "samplers": 2,

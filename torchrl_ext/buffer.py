@@ -13,6 +13,7 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
+from torchrl_ext._atomic import atomic_dir, recover
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.frames import FrameStackSampler
@@ -110,6 +111,20 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             index = self._writer.extend(tensordicts)
             self._sampler.extend(index)
         return index
+
+    def dumps(self, path: str | Path) -> None:
+        """TorchRL's ``dumps``, atomic as a whole (see :func:`torchrl_ext._atomic.atomic_dir`).
+
+        Storage, sampler, writer and RNG are written into a hidden sibling of
+        ``path`` and renamed into place: a process killed at any moment leaves
+        the previous complete checkpoint or the new one, never parts of both.
+        """
+        with atomic_dir(path) as tmp:
+            super().dumps(tmp)
+
+    def loads(self, path: str | Path) -> None:
+        """TorchRL's ``loads``, after putting back the last complete checkpoint of a crashed :meth:`dumps`."""
+        super().loads(recover(path))
 
     def add(self, data: TensorDictBase) -> Any:
         """Write one transition (TorchRL's ``add``); refused where :meth:`extend` is."""

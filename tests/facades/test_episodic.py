@@ -312,9 +312,12 @@ def test_b14_reopening_a_larger_directory_evicts_to_the_capacity(tmp_path):
     dataset = IndividualFileDataset(100, directory=tmp_path)
     for eid in range(4):
         dataset.add_episode(episode(eid, 10))
-    smaller = IndividualFileDataset(25, directory=tmp_path)
+    with pytest.warns(UserWarning, match=r"2 older episode files .*kept on disk"):
+        smaller = IndividualFileDataset(25, directory=tmp_path)
     assert smaller.episode_lengths == [10, 10]
-    assert sorted(int(p.name[:7]) for p in tmp_path.iterdir()) == [2, 3]
+    assert smaller.episode(0)["x"][0, 0].item() == 2.0  # the newest that fit
+    # issue 13: opening never deletes; the surplus stays on disk
+    assert sorted(int(p.name[:7]) for p in tmp_path.iterdir()) == [0, 1, 2, 3]
 
 
 def test_file_writes_are_atomic_when_the_process_dies_mid_write(tmp_path):

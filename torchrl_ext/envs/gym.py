@@ -139,6 +139,35 @@ class GymVectorAdapter:
         """Forget the pending reset steps (call after ``env.reset()``)."""
         self._resetting[:] = False
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must keep: the mode and each env's pending reset step.
+
+        Examples:
+            >>> adapter = GymVectorAdapter(2)
+            >>> restored = GymVectorAdapter(2)
+            >>> restored.load_state_dict(adapter.state_dict())
+            >>> restored.state_dict()["resetting"]
+            [False, False]
+        """
+        return {
+            "num_envs": self.num_envs,
+            "autoreset_mode": self.autoreset_mode.value,
+            "resetting": self._resetting.tolist(),
+            "mode_checked": self._mode_checked,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; the env count and mode must match."""
+        mine = (self.num_envs, self.autoreset_mode.value)
+        theirs = (state["num_envs"], state["autoreset_mode"])
+        if mine != theirs:
+            raise ValueError(
+                f"GymVectorAdapter.load_state_dict: the checkpoint has (num_envs, "
+                f"autoreset_mode)={theirs}, this adapter {mine}; reopen with the same ones."
+            )
+        self._resetting = np.array(state["resetting"], dtype=bool)
+        self._mode_checked = bool(state["mode_checked"])
+
     def step(
         self,
         obs: Any,

@@ -8,6 +8,7 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from torchrl_ext._atomic import atomic_dir, atomic_write_text
 from torchrl_ext.export.episodes import HeldEpisode, episodes_of
 
 __all__ = ["load_buffer", "load_episodes", "save_episodes"]
@@ -50,13 +51,19 @@ def save_episodes(rb: Any, path: str | Path) -> None:
         "num_streams": storage.num_streams,
         "episodes": [[e.stream, len(e), e.finished, e.complete] for e in episodes],
     }
-    if episodes:
-        cast(TensorDictBase, torch.cat([e.steps for e in episodes])).memmap(path / "steps")
-    (path / "meta.json").write_text(json.dumps(meta))
+    if episodes:  # the steps whole first, meta.json last: a crash leaves no export
+        with atomic_dir(path / "steps") as tmp:
+            cast(TensorDictBase, torch.cat([e.steps for e in episodes])).memmap(tmp)
+    atomic_write_text(path / "meta.json", json.dumps(meta))
 
 
 def _meta(path: Path) -> dict[str, Any]:
-    meta = json.loads((path / "meta.json").read_text())
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"{path} holds no complete export ({error}); save_episodes writes meta.json last."
+        ) from error
     if meta.get("format") != _FORMAT:
         raise ValueError(f"{path}: format {meta.get('format')!r}, expected {_FORMAT!r} (save_episodes).")
     return meta

@@ -1,6 +1,7 @@
 """rllte's ``NStepReplayStorage`` API over the episode-aware components."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -8,6 +9,7 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDictBase
 
+from torchrl_ext._atomic import atomic_dir, recover
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
@@ -197,8 +199,8 @@ class NStepReplayStorage:
             seed=seed,
         )
         if self.snapshot_dir is not None and self.save_snapshot:
-            if (self.snapshot_dir / "buffer").exists():
-                self.rb.loads(self.snapshot_dir / "buffer")
+            if recover(self.snapshot_dir / "buffer").exists():
+                self._reopen(self.snapshot_dir / "buffer")
         # workers see added steps once written: at most min(ADD_CHUNK, fetch_every) held
         self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every))
         # rows on an accelerator are sampled in this process
@@ -289,7 +291,19 @@ class NStepReplayStorage:
         if not self.save_snapshot or self.snapshot_dir is None:  # the constructor pairs them
             raise ValueError("NStepReplayStorage.save: only with save_snapshot=True.")
         self._batcher.flush()
-        self.rb.dumps(self.snapshot_dir / "buffer")
+        with atomic_dir(self.snapshot_dir / "buffer") as tmp:  # all or nothing on a crash
+            self.rb.dumps(tmp)
+            (tmp / "adapter.json").write_text(json.dumps(self.adapter.state_dict()))
+
+    def _reopen(self, path: Path) -> None:
+        adapter = path / "adapter.json"
+        if not adapter.exists():
+            raise ValueError(
+                f"NStepReplayStorage: {path} is not a complete snapshot (no adapter.json); "
+                "it was not written by save(). Move it away or pick another snapshot_dir."
+            )
+        self.rb.loads(path)
+        self.adapter.load_state_dict(json.loads(adapter.read_text()))
 
     def __len__(self) -> int:
         """Number of stored transitions."""

@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Storage, TensorStorage
 
+from torchrl_ext._atomic import atomic_dir, recover
 from torchrl_ext.core.schema import LeafSpec, RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
 from torchrl_ext.sample_index import SampleIndex
@@ -397,22 +398,27 @@ class TransitionStorage(TensorStorage):
             self.packed.load_state(state_dict["frames"])
 
     def dumps(self, path: str | Path) -> None:
-        """Write the rows in use, the episode index and the schema under ``path``."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+        """Write the rows in use, the episode index and the schema under ``path``, atomically."""
         meta = None if self.schema is None else self._meta()
-        (path / "meta.json").write_text(json.dumps(meta))
-        if meta is not None:
-            index = self._ready("dumps")[1]
-            self.packed.take(self._rows_in_use(index.written)).cpu().memmap(path / "rows")
-            index.state().memmap(path / "index")
-            if isinstance(self.packed, CompressedRows):
-                self.packed.state().memmap(path / "frames")
+        with atomic_dir(path) as tmp:  # a crash leaves the previous complete snapshot
+            (tmp / "meta.json").write_text(json.dumps(meta))
+            if meta is not None:
+                index = self._ready("dumps")[1]
+                self.packed.take(self._rows_in_use(index.written)).cpu().memmap(tmp / "rows")
+                index.state().memmap(tmp / "index")
+                if isinstance(self.packed, CompressedRows):
+                    self.packed.state().memmap(tmp / "frames")
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` wrote, in place."""
-        path = Path(path)
-        meta = json.loads((path / "meta.json").read_text())
+        path = recover(path)
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"TransitionStorage.loads: {path} holds no complete snapshot ({error}); "
+                "reopen from a directory written by dumps()."
+            ) from error
         if meta is None:
             self._empty()
             return

@@ -6,6 +6,7 @@ import re
 import shutil
 import tempfile
 import time
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,11 @@ class IndividualFileDataset(EpisodeDataset):
     temporary file, then renamed, so a crash mid-write never leaves a partial
     episode file (a leftover temporary file is removed on reopen). An evicted
     episode's file is deleted (B1). A dataset created on a directory that
-    holds episode files reopens them, oldest id first, evicting as needed
-    to fit ``capacity`` (B14).
+    holds episode files reopens them, oldest id first, evicting from memory as
+    needed to fit ``capacity`` (B14); opening never deletes a file: those that
+    do not fit stay on disk, with a warning. A truncated or corrupt file is
+    skipped with a warning naming it; files written with the other built-in
+    strategy (``.npz`` / ``.pt``) are read with that strategy.
 
     Samples are served from an in-memory copy (shared memory, see
     :class:`~torchrl_ext.storages.pool.EpisodePool`), so neither the main
@@ -142,6 +146,7 @@ class IndividualFileDataset(EpisodeDataset):
         self._files: list[Path] = []  # file of each stored episode, oldest first
         self._next_id = 0
         self._reopening: Path | None = None  # the file of the episode being reloaded
+        self._kept: list[Path] | None = None  # files evicted while reopening (kept on disk)
         super().__init__(capacity, info, evictor)
         self._reopen()
 
@@ -151,14 +156,50 @@ class IndividualFileDataset(EpisodeDataset):
         found = []
         for path in self.directory.iterdir():
             match = _NAME.match(path.name)
-            if match and match.group(3) == self.serialization.suffix:
+            if match:
                 found.append((int(match.group(1)), path))
+        kept: list[Path] = []  # reopening evicts from memory only: files stay on disk
         for _, path in sorted(found):
-            self._reopening = path
-            episode = TensorDict(self.serialization.load(path), batch_size=[])
-            self.add_episode(episode.auto_batch_size_(1))
-        self._reopening = None
+            episode = self._read(path)
+            if episode is None:
+                continue
+            self._reopening, self._kept = path, kept
+            try:
+                self.add_episode(episode)
+            finally:
+                self._reopening = self._kept = None
+        if kept:
+            warnings.warn(
+                f"IndividualFileDataset: {len(kept)} older episode files in {self.directory} "
+                f"do not fit capacity={self.capacity} and were not loaded (kept on disk, "
+                f"oldest: {kept[0].name}); reopen with a larger capacity to load them.",
+                stacklevel=3,
+            )
         self._next_id = max((i for i, _ in found), default=-1) + 1
+
+    def _read(self, path: Path) -> TensorDictBase | None:
+        """One episode file, by its suffix's strategy; ``None`` (warned) if unreadable."""
+        strategy = self.serialization
+        if path.suffix != strategy.suffix:
+            if path.suffix[1:] not in _STRATEGIES:
+                warnings.warn(
+                    f"IndividualFileDataset: {path.name} has suffix {path.suffix!r}, which "
+                    f"no known serialization strategy ({sorted(_STRATEGIES)}) reads; skipped.",
+                    stacklevel=4,
+                )
+                return None
+            strategy = _STRATEGIES[path.suffix[1:]]()  # written with another strategy
+        try:
+            with open(path, "rb") as file:  # closed even when the strategy fails
+                episode = TensorDict(strategy.load(file), batch_size=[])
+        except Exception as error:  # truncated or corrupt: this file only
+            warnings.warn(
+                f"IndividualFileDataset: skipped the unreadable episode file {path} "
+                f"({type(error).__name__}: {error}).",
+                stacklevel=4,
+            )
+            return None
+        return episode.auto_batch_size_(1)
 
     def _max_sampling_rounds(self) -> int:
         return self.max_sampling_attempts
@@ -185,10 +226,24 @@ class IndividualFileDataset(EpisodeDataset):
         self._next_id += 1
         self._files.append(path)
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`, writing each episode's file in ``directory``.
+
+        Memory and disk stay in step, so later evictions delete the right files.
+        """
+        super().load_state_dict(state)
+        self._files = []
+        for position in range(self.num_episodes):
+            self._stored(self.episode(position))
+
     def evict_episode(self, idx: int) -> None:
         """Evict the episode at position ``idx`` (0 = oldest) and delete its file."""
         super().evict_episode(idx)
-        self._files.pop(idx).unlink(missing_ok=True)
+        path = self._files.pop(idx)
+        if self._kept is not None:  # reopening: never delete on open
+            self._kept.append(path)
+        else:
+            path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + f", directory={str(self.directory)!r})"

@@ -1,0 +1,145 @@
+"""Data lost: checkpoints survive ``kill -9`` and keep the state they need (issue 13)."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from torchrl_ext import NStepReplayStorage
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+ACT = gym.spaces.Discrete(2)
+SAVE_EVERY = 7
+
+# Saves in a loop: step t stores obs (t, t) and next obs (t + 1, t + 1); a snapshot
+# that mixed two saves would pair an observation with another time's next one.
+WRITER = textwrap.dedent(
+    f"""
+    import sys
+    import gymnasium as gym, numpy as np
+    from torchrl_ext import NStepReplayStorage
+    store = NStepReplayStorage(
+        gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), gym.spaces.Discrete(2), storage_size=100_000,
+        num_workers=0, n_step=1, save_snapshot=True, snapshot_dir=sys.argv[1], seed=0)
+    t = len(store)
+    print("ready", t, flush=True)
+    while True:
+        for _ in range({SAVE_EVERY}):
+            obs = np.full((1, 2), t, np.float32)
+            store.add(obs, np.zeros(1, np.int64), np.ones(1), np.zeros(1, bool),
+                      np.zeros(1, bool), {{}}, obs + 1)
+            t += 1
+        store.save()
+    """
+)
+
+
+def reopen(snapshot_dir, **kwargs):
+    return NStepReplayStorage(OBS, ACT, storage_size=100_000, num_workers=0, n_step=1, batch_size=512,
+                              save_snapshot=True, snapshot_dir=snapshot_dir, seed=0, **kwargs)
+
+
+def check_consistent(store) -> int:
+    n = len(store)
+    assert n % SAVE_EVERY == 0, n  # only whole saves
+    if n:
+        batch = store.sample()
+        obs, nxt = batch.observations[:, 0], batch.next_observations[:, 0]
+        assert torch.equal(nxt, obs + 1)  # never another time's next observation
+        assert bool((obs < n).all()) and bool((obs == batch.observations[:, 1]).all())
+    return n
+
+
+def test_atomic_checkpoints_survive_kill_9(tmp_path):
+    snap = tmp_path / "snap"
+    rng = random.Random(0)
+    reached = []
+    for _ in range(4):
+        child = subprocess.Popen([sys.executable, "-c", WRITER, str(snap)],
+                                 stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        if not line.startswith("ready"):
+            child.kill()
+            child.wait()
+            child.stdout.close()
+        assert line.startswith("ready"), line
+        assert int(line.split()[1]) == (reached[-1] if reached else 0)  # it resumed
+        time.sleep(rng.uniform(0.5, 2.5))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        store = reopen(snap)
+        reached.append(check_consistent(store))
+        del store
+    assert reached == sorted(reached) and reached[-1] > 0
+
+
+def test_atomic_checkpoints_name_an_incomplete_snapshot(tmp_path):
+    (tmp_path / "buffer").mkdir()
+    (tmp_path / "buffer" / "meta.json").write_text("")  # what a non-atomic save left
+    with pytest.raises(ValueError, match="buffer is not a complete snapshot"):
+        reopen(tmp_path)
+
+
+def cartpole_steps(num_envs=2, steps=120):
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * num_envs)
+    obs, _ = envs.reset(seed=3)
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(steps):
+        action = rng.integers(0, 2, num_envs)
+        nxt, reward, term, trunc, infos = envs.step(action)
+        out.append((obs, action, reward, term, trunc, {}, nxt))
+        obs = nxt
+    envs.close()
+    return out
+
+
+def test_state_a_checkpoint_forgets(tmp_path):
+    steps = cartpole_steps()
+    ends = [i for i, s in enumerate(steps) if (s[3] | s[4]).any()]
+    assert ends, "CartPole with random actions ends episodes within 120 steps"
+    cuts = {ends[0] + 1, ends[0] + 2, len(steps) // 2, ends[-1] + 1}  # right after an end, too
+
+    def make(name):
+        return NStepReplayStorage(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), ACT, storage_size=1000,
+                                  num_envs=2, batch_size=8, num_workers=0, n_step=3,
+                                  save_snapshot=True, snapshot_dir=tmp_path / name, seed=1)
+
+    original, restored = make("a"), make("b")
+    for i, step in enumerate(steps):
+        if i in cuts:
+            restored.save()
+            del restored
+            restored = make("b")
+            assert torch.equal(original.sample().observations, restored.sample().observations)
+        original.add(*step)
+        restored.add(*step)
+    assert len(original) == len(restored)
+    a, b = original.rb.storage.state_dict(), restored.rb.storage.state_dict()
+    assert (a["rows"] == b["rows"]).all()
+    # the torn-read counters count write calls, which the cuts split; the index is the same
+    seqlock = ("write_seq", "row_version")
+    assert (a["index"].exclude(*seqlock) == b["index"].exclude(*seqlock)).all()
+    for _ in range(5):
+        x, y = original.sample(), restored.sample()
+        assert torch.equal(x.observations, y.observations) and torch.equal(x.rewards, y.rewards)
+
+
+def test_atomic_checkpoints_export_is_whole_or_absent(tmp_path):
+    from torchrl_ext.export.native import load_episodes
+
+    (tmp_path / "steps").mkdir()  # a save_episodes killed before meta.json
+    with pytest.raises(ValueError, match="holds no complete export"):
+        load_episodes(tmp_path)
