@@ -299,3 +299,48 @@ def test_constructor_out_of_range_arguments(kwargs, error, match):
     if "num_envs" in kwargs:
         with pytest.raises(error, match=f"GymVectorAdapter: {match}"):
             GymVectorAdapter(kwargs["num_envs"])
+
+
+# ------------------------------------------------ 5. problems caught where they start
+def test_late_problems_field_shape_change_mid_episode_caught_at_add_step():
+    from torchrl_ext import EpisodeReplayBuffer, RingBufferDataset
+
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    done = torch.zeros(2, dtype=torch.bool)
+    for t in range(3):
+        rb.add_step({"obs": torch.full((2, 3), float(t))}, done)
+    with pytest.raises(ValueError, match=r"field 'obs' has shape \(4,\) per env, expected \(3,\)"):
+        rb.add_step({"obs": torch.zeros(2, 4)}, done)
+    with pytest.raises(TypeError, match=r"field 'obs' has dtype torch.float64, expected "
+                                        r"torch.float32"):
+        rb.add_step({"obs": torch.zeros(2, 3, dtype=torch.float64)}, done)
+    rb.add_step({"obs": torch.full((2, 3), 3.0)}, done)
+    rb.flush()  # the running episodes are whole: nothing was lost
+    assert rb.dataset.episode_lengths == [4, 4]
+
+
+def test_late_problems_done_none_and_string_fields():
+    from torchrl_ext import EpisodeReplayBuffer, RingBufferDataset
+
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    with pytest.raises(TypeError, match=r"done=None, expected a bool"):
+        rb.add_step({"obs": torch.zeros(3)}, None)
+    with pytest.raises(TypeError, match=r"field 'name' is str \('left'\), expected a tensor"):
+        rb.add_step({"obs": torch.zeros(3), "name": "left"}, False)
+    with pytest.raises(ValueError, match=r"batch_size=0, expected an int >= 1"):
+        EpisodeReplayBuffer(RingBufferDataset(100), batch_size=0)
+
+
+def test_ambiguous_single_env_step_keeps_the_rule_and_warns():
+    """Issue 17: the original reads ``[4, 10]`` with a bool flag as 4 envs; here it is one
+    env's step (the flag decides), said once with the fix."""
+    from torchrl_ext import EpisodeReplayBuffer, RingBufferDataset
+
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2, sequence_length=1)
+    with pytest.warns(UserWarning, match=r"stored as ONE env's step, but every field has a "
+                                         r"leading dim of 4.*pass done as a \[4\] bool tensor"):
+        rb.add_step({"obs": np.zeros((4, 10), np.float32)}, False)
+    rb.add_step({"obs": np.zeros((4, 10), np.float32)}, True)  # once only: no second warning
+    assert rb.sample()["obs"].shape == (2, 1, 4, 10)
+    quiet = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    quiet.add_step({"image": torch.zeros(8, 8, 3), "reward": torch.tensor(0.0)}, False)
