@@ -344,3 +344,18 @@ def test_ambiguous_single_env_step_keeps_the_rule_and_warns():
     assert rb.sample()["obs"].shape == (2, 1, 4, 10)
     quiet = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
     quiet.add_step({"image": torch.zeros(8, 8, 3), "reward": torch.tensor(0.0)}, False)
+
+
+def test_constructor_out_of_range_arguments_of_the_builders():
+    from torchrl_ext import make_her_replay_buffer
+
+    with pytest.raises(TypeError, match=r"make_replay_buffer: n_step=2.5 \(float\), expected an "
+                                        r"int >= 1"):
+        make_replay_buffer(100, n_step=2.5)
+    with pytest.raises(ValueError, match=r"make_replay_buffer: num_streams=0, expected an int >= 1"):
+        make_replay_buffer(100, num_streams=0)
+    with pytest.raises(TypeError, match=r"make_replay_buffer: capacity='1000' \(str\)"):
+        make_replay_buffer("1000")
+    with pytest.raises(TypeError, match=r"make_her_replay_buffer: num_goals=4.0 \(float\), "
+                                        r"expected an int >= 0"):
+        make_her_replay_buffer(100, lambda a, d, i: a.sum(-1), num_goals=4.0)
