@@ -32,8 +32,16 @@ def check_count(owner: str, name: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
-def check_finite_rows(where: str, name: str, value: np.ndarray) -> None:
+def check_finite_rows(where: str, name: Any, value: np.ndarray) -> None:
     """Raise if a floating ``[num_envs, ...]`` array holds NaN or an infinity, naming the env.
+
+    One reduction per call in the usual (finite) case: the sum of finite
+    values is finite unless it overflows, and only then is each value checked.
+
+    Args:
+        where: the caller (and step), for the message.
+        name: the entry (a key tuple is shown as written), for the message.
+        value: the array.
 
     Raises:
         ValueError: naming ``name``, the first env with a non-finite value and the value.
@@ -45,14 +53,15 @@ def check_finite_rows(where: str, name: str, value: np.ndarray) -> None:
         ...
         ValueError: add: rewards of env 1 is nan; NaN and infinities poison the n-step returns and every target bootstrapped from them. Fix the env or reward code (or pass check_finite=False to store it anyway).
     """
-    if value.dtype.kind not in "fc":
+    if value.dtype.kind != "f" or np.isfinite(np.add.reduce(value, axis=None)):
         return
     finite = np.isfinite(value)
     if finite.all():
-        return
+        return  # the sum overflowed; every value is finite
     bad = np.argwhere(~finite)[0]
+    shown = name if isinstance(name, str) else str(tuple(name) if len(name) > 1 else name[0])
     raise ValueError(
-        f"{where}: {name} of env {int(bad[0])} is {value[tuple(bad)]}; NaN and infinities "
+        f"{where}: {shown} of env {int(bad[0])} is {value[tuple(bad)]}; NaN and infinities "
         "poison the n-step returns and every target bootstrapped from them. Fix the env "
         "or reward code (or pass check_finite=False to store it anyway)."
     )

@@ -11,7 +11,6 @@ import torch
 from tensordict import TensorDict
 
 from torchrl_ext.core.checks import check_count, check_finite_rows
-from torchrl_ext.core.schema import key_str
 
 __all__ = ["AutoresetMode", "GymVectorAdapter"]
 
@@ -307,9 +306,9 @@ class GymVectorAdapter:
         self._was_done = done & valid
         entries[("collector", "mask")] = valid
         if self.check_finite:
-            where = f"GymVectorAdapter.step (step {self.steps})"
             for key, value in entries.items():
-                check_finite_rows(where, key_str(key), value)
+                if value.dtype.kind == "f":
+                    check_finite_rows(f"GymVectorAdapter.step (step {self.steps})", key, value)
         self.steps += 1
         return entries
 
@@ -345,10 +344,10 @@ class GymVectorAdapter:
                 before = last.get(("next", *key))
                 if before is None or value.shape != before.shape or value.dtype != before.dtype:
                     follows &= ~going  # the observation changed shape: no continuation
-                    continue
-                # bytes, so that NaN == NaN and nothing is cast: [n, row bytes]
-                same = _row_bytes(value, n) == _row_bytes(before, n)
-                follows &= same.all(1) | ~going
+                elif not (value == before).all():  # the usual case stops here
+                    # bytes, so that NaN == NaN and nothing is cast: [n, row bytes]
+                    same = _row_bytes(value, n) == _row_bytes(before, n)
+                    follows &= same.all(1) | ~going
         self._last_next = {k: np.array(v) for k, v in nxt.items()}
         return follows
 

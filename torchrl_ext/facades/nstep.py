@@ -144,6 +144,7 @@ class NStepReplayStorage:
         >>> for t in range(4):
         ...     done = np.array([t == 3, False])
         ...     storage.add(obs, np.array([0, 1]), np.ones(2), done, np.zeros(2, bool), {}, obs + 1)
+        ...     obs = obs + 1  # each observation is the previous next observation
         >>> batch = storage.sample()
         >>> batch.rewards.shape, batch.actions.dtype, len(storage)
         (torch.Size([4, 1]), torch.int64, 8)
