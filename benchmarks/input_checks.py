@@ -18,12 +18,11 @@ import inspect
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from ab import timed  # noqa: E402
+from ab import alternate, timed  # noqa: E402
 
 
 def child() -> None:
@@ -84,15 +83,7 @@ def main() -> None:
     ap.add_argument("new")
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
-    trees = {"old": os.path.abspath(a.old), "new": os.path.abspath(a.new)}
-    runs: dict[str, list[dict]] = {"old": [], "new": []}
-    for r in range(a.rounds):
-        for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
-            env = dict(os.environ, PYTHONPATH=trees[name], RL_LOGGING_LEVEL="WARNING")
-            out = subprocess.run([sys.executable, __file__, "--child"], env=env, cwd="/",
-                                 capture_output=True, text=True, check=True)
-            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {name} done", file=sys.stderr)
+    runs = alternate(__file__, a.old, a.new, a.rounds)
 
     def med(tree: str, op: str, i: int) -> float:
         return statistics.median(x[op][i] for x in runs[tree])

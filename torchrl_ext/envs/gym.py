@@ -329,8 +329,8 @@ class GymVectorAdapter:
     ) -> np.ndarray:
         """``[n]`` bool: each env's observation is, bit for bit, its previous next observation.
 
-        Keeps a copy of this step's next observations (as the env returned
-        them) for the next call. Envs whose previous step ended an episode
+        Keeps this step's next observations (as the env returned them) for
+        the next call. Envs whose previous step ended an episode
         (but for a NEXT_STEP reset step), or with no previous step, are True.
         """
         n = self.num_envs
@@ -348,7 +348,9 @@ class GymVectorAdapter:
                     # bytes, so that NaN == NaN and nothing is cast: [n, row bytes]
                     same = _row_bytes(value, n) == _row_bytes(before, n)
                     follows &= same.all(1) | ~going
-        self._last_next = {k: np.array(v) for k, v in nxt.items()}
+        # kept by reference, not copied: a caller that rewrote an array after
+        # passing it as a next observation would have broken its own data anyway
+        self._last_next = nxt
         return follows
 
     def _check_mode(self, infos: Any, done: np.ndarray) -> None:

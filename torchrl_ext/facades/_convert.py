@@ -9,7 +9,7 @@ import torch
 
 from torchrl_ext.core.schema import EntryKeyError
 
-__all__ = ["SpaceInput", "space_error", "to_numpy"]
+__all__ = ["SpaceInput", "space_error", "step_inputs", "to_numpy"]
 
 
 def space_error(owner: str, name: str, space: Any, expected: str = "a gymnasium Space") -> TypeError:
@@ -162,8 +162,27 @@ class SpaceInput:
     def _check_range(self, array: np.ndarray) -> None:
         space: Any = self.space  # a Discrete space
         lo, hi = int(space.start), int(space.start) + int(space.n)
-        if array.size and (int(array.min()) < lo or int(array.max()) >= hi):
+        if array.size and (array.min() < lo or array.max() >= hi):
             raise ValueError(
                 f"{self.owner}: {self.name} holds values in [{int(array.min())}, "
                 f"{int(array.max())}], outside {space} (values {lo} .. {hi - 1})."
             )
+
+
+def step_inputs(
+    owner: str, observation_space: gym.Space, action_space: gym.Space, num_envs: int,
+    *, column: bool = False,
+) -> tuple[SpaceInput, SpaceInput, SpaceInput]:
+    """The checks of a facade's ``add``: observations, next observations, actions.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> obs, nxt, act = step_inputs("F.add", gym.spaces.Box(0, 1, (2,)), gym.spaces.Discrete(2), 4)
+        >>> nxt.name, act.shape
+        ('next_observations', (4,))
+    """
+    return (
+        SpaceInput(owner, "observations", observation_space, num_envs),
+        SpaceInput(owner, "next_observations", observation_space, num_envs),
+        SpaceInput(owner, "actions", action_space, num_envs, column=column),
+    )

@@ -14,7 +14,7 @@ from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._convert import SpaceInput, space_error
+from torchrl_ext.facades._convert import space_error, step_inputs
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 
 __all__ = ["HerReplayBatch", "HerReplayStorage", "goal_match_reward"]
@@ -258,12 +258,9 @@ class HerReplayStorage:
         self.adapter = GymVectorAdapter(
             self.num_envs, autoreset_mode=autoreset_mode, check_finite=check_finite
         )
-        where = f"{owner}.add"
-        self._observations = SpaceInput(where, "observations", observation_space, self.num_envs)
-        self._next_observations = SpaceInput(
-            where, "next_observations", observation_space, self.num_envs
+        self._observations, self._next_observations, self._actions = step_inputs(
+            f"{owner}.add", observation_space, action_space, self.num_envs, column=True
         )
-        self._actions = SpaceInput(where, "actions", action_space, self.num_envs, column=True)
         self._obs_keys = list(observation_space.spaces)
         self._info_keys = [str(k) for k in info_keys]
         self._info_schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None

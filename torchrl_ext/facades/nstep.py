@@ -12,7 +12,7 @@ from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext.core.checks import check_count
-from torchrl_ext.facades._convert import SpaceInput, space_error
+from torchrl_ext.facades._convert import space_error, step_inputs
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.loader import make_loader
 
@@ -197,12 +197,9 @@ class NStepReplayStorage:
         self.adapter = GymVectorAdapter(
             self.num_envs, autoreset_mode=autoreset_mode, check_finite=check_finite
         )
-        where = f"{owner}.add"
-        self._observations = SpaceInput(where, "observations", observation_space, self.num_envs)
-        self._next_observations = SpaceInput(
-            where, "next_observations", observation_space, self.num_envs
+        self._observations, self._next_observations, self._actions = step_inputs(
+            f"{owner}.add", observation_space, action_space, self.num_envs
         )
-        self._actions = SpaceInput(where, "actions", action_space, self.num_envs)
         self.rb = make_replay_buffer(
             storage_size,
             batch_size=self.batch_size,
