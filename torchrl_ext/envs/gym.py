@@ -144,8 +144,11 @@ class GymVectorAdapter:
         autoreset_mode (AutoresetMode or str, optional): defaults to gymnasium's
             default, ``NEXT_STEP``. The mode, and what it means for the stored
             steps, is logged once at INFO on the ``torchrl_ext`` logger; infos
-            that look like another mode's log a WARNING at the first episode end.
-            A :class:`gymnasium.vector.AutoresetMode` is accepted too.
+            that contradict it (``final_obs`` / ``final_observation`` /
+            ``final_info`` at an episode end in another mode) raise a
+            ``ValueError`` naming the mode to pass. A
+            :class:`gymnasium.vector.AutoresetMode` and the names users write
+            (``"same_step"``, ``"SAME_STEP"``) are accepted too.
         observation_key (str): key of a non-dict observation. Defaults to ``"observation"``.
         check_finite (bool): raise on a NaN or infinite value in any
             floating-point entry (reward, observation, action), naming the
