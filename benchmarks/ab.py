@@ -123,21 +123,27 @@ def child() -> None:
     print(json.dumps(results))
 
 
+def alternate(script: str, old: str, new: str, rounds: int) -> dict[str, list[dict]]:
+    """``script --child`` under each tree, alternating the order each round; its JSON lines."""
+    trees = {"old": os.path.abspath(old), "new": os.path.abspath(new)}
+    runs: dict[str, list[dict]] = {"old": [], "new": []}
+    for r in range(rounds):
+        for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            env = dict(os.environ, PYTHONPATH=trees[name], RL_LOGGING_LEVEL="WARNING")
+            out = subprocess.run([sys.executable, script, "--child"], env=env, cwd="/",
+                                 capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(f"round {r + 1} {name} done", file=sys.stderr)
+    return runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    trees = {"old": os.path.abspath(a.old), "new": os.path.abspath(a.new)}
-    runs: dict[str, list[dict]] = {"old": [], "new": []}
-    for r in range(a.rounds):
-        for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
-            env = dict(os.environ, PYTHONPATH=trees[name], RL_LOGGING_LEVEL="WARNING")
-            out = subprocess.run([sys.executable, __file__, "--child"], env=env, cwd="/",
-                                 capture_output=True, text=True, check=True)
-            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {name} done", file=sys.stderr)
+    runs = alternate(__file__, a.old, a.new, a.rounds)
     print("| operation | old median (us) | new median (us) | new / old | old min | new min | new / old |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for op in runs["old"][0]:

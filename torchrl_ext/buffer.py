@@ -14,6 +14,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
 from torchrl_ext._atomic import atomic_dir, recover
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.frames import FrameStackSampler
@@ -317,6 +318,13 @@ def _check_terminated_key(
         )
 
 
+def _check_counts(owner: str, minimum: int = 1, **counts: Any) -> None:
+    """Each count given (not None) is an ``int >= minimum``: a float is refused, not truncated."""
+    for name, value in counts.items():
+        if value is not None:
+            check_count(owner, name, value, minimum)
+
+
 def _base_sampler(sampler: Sampler) -> Sampler:
     """The sampler whose draws the refining samplers around it refine."""
     while isinstance(sampler, RefiningSampler):
@@ -419,7 +427,9 @@ def make_replay_buffer(
     Raises:
         ValueError: with ``n_step``, ``terminated_key`` is not one of
             ``done_keys`` (a termination would not end its episode, and windows
-            would run past it).
+            would run past it); a count (``capacity``, ``batch_size``,
+            ``num_streams``, ``n_step``, ``n_frames``, ``mask_size``) below 1.
+        TypeError: a count that is not an int (``n_step=2.5`` is refused, not truncated).
 
     Returns:
         the assembled :class:`TransitionReplayBuffer` (a
@@ -440,6 +450,8 @@ def make_replay_buffer(
         >>> batch.batch_size, batch["next", "observation"].shape
         (torch.Size([8]), torch.Size([8, 4]))
     """
+    _check_counts("make_replay_buffer", capacity=capacity, batch_size=batch_size,
+                  num_streams=num_streams, n_step=n_step, n_frames=n_frames, mask_size=mask_size)
     generator = torch.Generator()
     generator.manual_seed(int(torch.randint(2**62, ()).item()) if seed is None else seed)
     sampler = sampler if sampler is not None else UniformTransitionSampler()
@@ -555,6 +567,8 @@ def make_her_replay_buffer(
         >>> rb.sampler.n_virtual(10)
         8
     """
+    _check_counts("make_her_replay_buffer", capacity=capacity, n_step=n_step)
+    _check_counts("make_her_replay_buffer", minimum=0, num_goals=num_goals)
     sampler = HindsightSampler(
         strategy,
         num_goals,

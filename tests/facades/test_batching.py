@@ -39,7 +39,7 @@ def test_bad_step_raises_at_its_add():
     for _ in range(3):
         store.add(np.zeros((1, 1), np.float32), np.array([0]), np.ones(1), np.zeros(1, bool),
                   np.zeros(1, bool), {}, np.zeros((1, 1), np.float32))
-    with pytest.raises(ValueError, match=r"'observation' has shape \(1, 2\), expected \(1, 1\)"):
+    with pytest.raises(ValueError, match=r"observations has shape \(1, 2\), expected \(1, 1\)"):
         store.add(np.zeros((1, 2), np.float32), np.array([0]), np.ones(1), np.zeros(1, bool),
                   np.zeros(1, bool), {}, np.zeros((1, 2), np.float32))
     assert len(store) == 3  # the good steps before it were written

@@ -118,8 +118,9 @@ def test_b5_vector_env_flush_stores_every_running_episode():
 
 def test_b6_single_env_data_with_equal_leading_sizes_is_not_a_batch():
     rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
-    # both fields happen to have a leading size of 2: still one env (done is a bool)
-    rb.add_step({"obs": torch.zeros(2), "action": torch.zeros(2)}, False)
+    # both fields happen to have a leading size of 2: still one env (done is a bool), said once
+    with pytest.warns(UserWarning, match=r"stored as ONE env's step.*leading dim of 2"):
+        rb.add_step({"obs": torch.zeros(2), "action": torch.zeros(2)}, False)
     rb.add_step({"obs": torch.ones(2), "action": torch.ones(2)}, True)
     assert rb.dataset.episode_lengths == [2]
     assert rb.dataset.fields["obs"].shape == (2,)

@@ -226,8 +226,8 @@ def test_h11_final_strategy_uses_the_true_final_observation(mode):
     reset = obs_at(-99, 2)  # the next episode's first observation
     t = 0
     for episode in range(3):
-        if mode == "NextStep" and episode:  # the reset step: not a transition
-            store.add(reset, np.zeros(2, np.int64), np.zeros(2), np.zeros(2, bool),
+        if mode == "NextStep" and episode:  # the reset step observes the final obs again
+            store.add(obs_at(t, 2), np.zeros(2, np.int64), np.zeros(2), np.zeros(2, bool),
                       np.zeros(2, bool), {}, obs_at(t, 2))
         for i in range(4):
             last = i == 3
@@ -350,7 +350,7 @@ def test_constructor_validation():
         HerReplayStorage(no_achieved, ACT)
     with pytest.raises(ValueError, match=r"'futur'.*\['future', 'final', 'episode', 'random'\]"):
         HerReplayStorage(SPACE, ACT, goal_selection_strategy="futur")
-    with pytest.raises(ValueError, match="num_goals=-1, expected >= 0"):
+    with pytest.raises(ValueError, match="num_goals=-1, expected an int >= 0"):
         HerReplayStorage(SPACE, ACT, num_goals=-1)
     store = HerReplayStorage(SPACE, ACT, goal_selection_strategy="random", goal_key=("desired_goal",))
     assert store.goal_selection_strategy == "random"

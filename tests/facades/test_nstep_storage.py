@@ -189,7 +189,7 @@ def test_n14_reset_keeps_the_data():
 def test_n15_bad_input_raises_instead_of_being_swallowed():
     store = storage()
     play(store, [2])
-    with pytest.raises(ValueError, match=r"'observation' has shape \(1, 3\), expected \(1, 2\)"):
+    with pytest.raises(ValueError, match=r"observations has shape \(1, 3\), expected \(1, 2\)"):
         store.add(np.zeros((1, 3), np.float32), np.zeros(1, np.int64), np.ones(1),
                   np.zeros(1, bool), np.zeros(1, bool), {}, np.zeros((1, 3), np.float32))
 
@@ -236,7 +236,7 @@ def test_dict_observation_space():
 def test_constructor_errors():
     with pytest.raises(TypeError, match="observation_space is tuple, expected a gymnasium Space"):
         NStepReplayStorage((2,), ACT)
-    with pytest.raises(ValueError, match="fetch_every=0, expected >= 1"):
+    with pytest.raises(ValueError, match="fetch_every=0, expected an int >= 1"):
         storage(fetch_every=0)
     with pytest.raises(ValueError, match="the storage is empty; add steps before sampling"):
         storage(num_workers=1).sample()

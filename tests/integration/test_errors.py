@@ -192,7 +192,7 @@ def test_adapter_unknown_mode():
 def test_adapter_same_step_without_final_obs():
     adapter = GymVectorAdapter(2, autoreset_mode="SameStep")
     done = np.array([True, False])
-    with pytest.raises(ValueError, match=re.escape("env 0 is done but infos['final_obs'][0] is missing")):
+    with pytest.raises(ValueError, match=re.escape("env 0 is done but infos has no final observation for it (infos['final_obs'][0]")):
         adapter.step(np.zeros((2, 3)), np.zeros(2), np.zeros(2), done, ~done, {}, np.zeros((2, 3)))
 
 

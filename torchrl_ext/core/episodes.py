@@ -391,9 +391,21 @@ class EpisodeIndex(NumpyViews):
             ([0, 1], [False, False], [])
         """
         streams = self.owned_streams(writer)
-        self._np["is_open"][streams] = False
+        self.end_episodes(streams)
         self._np["stream_writer"][streams] = -1
         return streams
+
+    def end_episodes(self, streams: np.ndarray) -> None:
+        """End the running episodes of ``streams`` at their last written step; owners stay.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
+            >>> index.plan(np.arange(2), np.zeros((2, 3), bool), None).commit()
+            >>> index.end_episodes(np.array([1])); index.is_open.tolist()
+            [True, False]
+        """
+        self._np["is_open"][streams] = False
 
     def writers(self) -> np.ndarray:
         """Ids of the writers owning at least one stream, sorted.

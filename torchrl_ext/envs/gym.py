@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from torchrl_ext.core.checks import check_count, check_finite_rows
+
 __all__ = ["AutoresetMode", "GymVectorAdapter"]
 
 
@@ -35,8 +37,66 @@ class AutoresetMode(StrEnum):
     DISABLED = "Disabled"
     LEGACY = "Legacy"
 
+    @classmethod
+    def parse(cls, mode: Any, owner: str = "GymVectorAdapter") -> AutoresetMode:
+        """The mode as users write it: the enum, gymnasium's enum, or a name in any case.
+
+        ``"same_step"``, ``"SameStep"``, ``"SAME_STEP"`` and ``"samestep"`` are
+        one mode; ``None`` is gymnasium's default, ``NEXT_STEP``.
+
+        Raises:
+            ValueError: not a mode (the message lists them).
+
+        Examples:
+            >>> [AutoresetMode.parse(m).name for m in ("same_step", "SAME_STEP", "NextStep", None)]
+            ['SAME_STEP', 'SAME_STEP', 'NEXT_STEP', 'NEXT_STEP']
+        """
+        if mode is None:
+            return cls.NEXT_STEP
+        value = getattr(mode, "value", mode)
+        if isinstance(value, str):
+            wanted = value.replace("_", "").replace("-", "").lower()
+            for member in cls:
+                if member.value.lower() == wanted:
+                    return member
+        raise ValueError(
+            f"{owner}: autoreset_mode={mode!r}, expected one of "
+            f"{[m.value for m in cls]} (any case, underscores allowed: 'same_step'), "
+            "an AutoresetMode or gymnasium.vector.AutoresetMode."
+        )
+
 
 logger = logging.getLogger(__name__)
+
+#: where SAME_STEP vector envs put the true final observations / infos of done
+#: envs: gymnasium 1.x, then gymnasium 0.26-0.29 (each with a ``"_"`` mask)
+FINAL_OBS_KEYS = ("final_obs", "final_observation")
+FINAL_INFO_KEYS = ("final_info",)
+
+
+def final_entry(infos: Any, names: tuple[str, ...], i: int) -> Any | None:
+    """``infos[name][i]`` for the first of ``names`` present and set for env ``i``, else None.
+
+    Examples:
+        >>> import numpy as np
+        >>> infos = {"final_observation": np.array([None, 7], dtype=object),
+        ...          "_final_observation": np.array([False, True])}
+        >>> final_entry(infos, FINAL_OBS_KEYS, 1), final_entry(infos, FINAL_OBS_KEYS, 0)
+        (7, None)
+    """
+    if not isinstance(infos, Mapping):
+        return None
+    for name in names:
+        if name in infos:
+            mask = infos.get("_" + name)
+            if mask is not None and not mask[i]:
+                return None
+            value = infos[name]
+            if isinstance(value, Mapping):  # gymnasium 1.x final_info: a dict of arrays
+                return {k: v[i] for k, v in value.items() if not str(k).startswith("_")}
+            return value[i]  # None where an object array holds nothing
+    return None
+
 
 #: what each mode means for the stored steps, logged once per adapter
 _CONVENTION = {
@@ -84,9 +144,17 @@ class GymVectorAdapter:
         autoreset_mode (AutoresetMode or str, optional): defaults to gymnasium's
             default, ``NEXT_STEP``. The mode, and what it means for the stored
             steps, is logged once at INFO on the ``torchrl_ext`` logger; infos
-            that look like another mode's log a WARNING at the first episode end.
-            A :class:`gymnasium.vector.AutoresetMode` is accepted too.
+            that contradict it (``final_obs`` / ``final_observation`` /
+            ``final_info`` at an episode end in another mode) raise a
+            ``ValueError`` naming the mode to pass. A
+            :class:`gymnasium.vector.AutoresetMode` and the names users write
+            (``"same_step"``, ``"SAME_STEP"``) are accepted too.
         observation_key (str): key of a non-dict observation. Defaults to ``"observation"``.
+        check_finite (bool): raise on a NaN or infinite value in any
+            floating-point entry (reward, observation, action), naming the
+            entry, the env and the step (they would
+            poison every n-step return and target computed from them).
+            Defaults to ``True``; ``False`` stores them.
 
     Examples:
         >>> import gymnasium as gym
@@ -111,21 +179,23 @@ class GymVectorAdapter:
         *,
         autoreset_mode: AutoresetMode | str | Any | None = None,
         observation_key: str = "observation",
+        check_finite: bool = True,
     ) -> None:
-        self.num_envs = int(num_envs)
+        self.num_envs = check_count("GymVectorAdapter", "num_envs", num_envs)
+        self.check_finite = bool(check_finite)
+        self.steps = 0  #: steps resolved so far (named in error messages)
         defaulted = autoreset_mode is None
-        mode = AutoresetMode.NEXT_STEP if autoreset_mode is None else autoreset_mode
-        value = getattr(mode, "value", mode)
-        try:
-            self.autoreset_mode = AutoresetMode(value)
-        except ValueError:
-            raise ValueError(
-                f"GymVectorAdapter: autoreset_mode={autoreset_mode!r}, expected one of "
-                f"{[m.value for m in AutoresetMode]}."
-            ) from None
+        self.autoreset_mode = AutoresetMode.parse(autoreset_mode)
         self.observation_key = observation_key
         self._resetting = np.zeros(self.num_envs, dtype=bool)
-        self._mode_checked = False
+        # [num_envs] bytes of each env's last next observation as the env returned
+        # it (the reset observation after a done in SAME_STEP / LEGACY mode)
+        self._last_next: dict[tuple[str, ...], np.ndarray] | None = None
+        self._was_done = np.ones(self.num_envs, dtype=bool)  # no step seen yet
+        #: envs whose observation in the last :meth:`resolve` did not follow on
+        #: from their previous next observation (an ``env.reset()`` the adapter
+        #: did not see): each opens a new episode
+        self.unseen_resets = np.zeros(self.num_envs, dtype=bool)
         logger.info(
             "GymVectorAdapter(%d envs): autoreset mode %s%s; %s",
             self.num_envs,
@@ -136,8 +206,13 @@ class GymVectorAdapter:
         )
 
     def reset(self) -> None:
-        """Forget the pending reset steps (call after ``env.reset()``)."""
+        """Forget the pending reset steps and last observations (call after ``env.reset()``).
+
+        Optional: a step whose observation is not its env's previous next
+        observation is recognised as following an unseen reset anyway.
+        """
         self._resetting[:] = False
+        self._was_done[:] = True
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint must keep: the mode and each env's pending reset step.
@@ -184,11 +259,28 @@ class GymVectorAdapter:
         the vector env's ``dones`` and truncation comes from
         ``infos[i]["TimeLimit.truncated"]``.
 
+        An observation that is not its env's previous next observation (the
+        env was reset by hand, ``env.reset()`` or a partial ``reset_mask``
+        reset, without a done) cannot be stored by a buffer this adapter does
+        not own without gluing two episodes: it raises. The facades
+        (``NStepReplayStorage``, ``HerReplayStorage``) end the running episode
+        instead and open a new one.
+
         Raises:
-            ValueError: an input does not have ``num_envs`` rows, or a done env
-                has no final observation in SAME_STEP / LEGACY mode.
+            ValueError: an input does not have ``num_envs`` rows, a done env
+                has no final observation in SAME_STEP / LEGACY mode, the infos
+                contradict the autoreset mode, or an unseen reset (above).
         """
         entries = self.resolve(obs, action, reward, terminated, truncated, infos, next_obs)
+        if self.unseen_resets.any():
+            envs = np.flatnonzero(self.unseen_resets).tolist()
+            raise ValueError(
+                f"GymVectorAdapter.step: the observation of env(s) {envs} is not their "
+                "previous step's next observation: the env was reset (env.reset(), "
+                "reset_mask) without a done flag, and the buffer would glue the new "
+                "episode onto the old one. End the buffer's running episodes first: "
+                f"rb.writer.end_episodes({envs}), then call adapter.reset() after env.reset()."
+            )
         return self.to_tensordict(entries, [self.num_envs])
 
     def resolve(
@@ -221,8 +313,9 @@ class GymVectorAdapter:
         entries = self._flat("obs", obs, ())
         nxt = self._flat("next_obs", next_obs, ("next",))
         mode = self.autoreset_mode
-        if not self._mode_checked and done.any():
-            self._check_mode(infos)
+        follows = self._follows_on(entries, nxt)  # [n] obs is the previous next obs
+        if done.any():
+            self._check_mode(infos, done)
         if mode in (AutoresetMode.SAME_STEP, AutoresetMode.LEGACY) and done.any():
             nxt = {k: v.copy() for k, v in nxt.items()}
             for i in np.flatnonzero(done).tolist():
@@ -237,9 +330,18 @@ class GymVectorAdapter:
         entries[("next", "done")] = done.reshape(n, 1)
         valid = np.ones(n, dtype=bool)
         if mode is AutoresetMode.NEXT_STEP:
-            valid = ~self._resetting
+            # a reset step observes the final observation again; after a reset
+            # by hand it observes a reset observation and is a real step
+            valid = ~(self._resetting & follows)
             self._resetting = done & valid
+        self.unseen_resets = ~follows & ~self._was_done
+        self._was_done = done & valid
         entries[("collector", "mask")] = valid
+        if self.check_finite:
+            for key, value in entries.items():
+                if value.dtype.kind == "f":
+                    check_finite_rows(f"GymVectorAdapter.step (step {self.steps})", key, value)
+        self.steps += 1
         return entries
 
     @staticmethod
@@ -254,17 +356,52 @@ class GymVectorAdapter:
         return TensorDict(tree, batch_size=batch_size)
 
     # ---------------------------------------------------------------- helpers
-    def _check_mode(self, infos: Any) -> None:
-        """Once, at the first episode end: do the infos look like another mode's?"""
-        self._mode_checked = True
-        same_step = isinstance(infos, Mapping) and "final_obs" in infos
-        if self.autoreset_mode is not AutoresetMode.SAME_STEP and same_step:
-            logger.warning(
-                "GymVectorAdapter: the infos of an episode end carry 'final_obs', as "
-                "gymnasium's SAME_STEP autoreset returns them, but autoreset_mode is %s: "
-                "the next observations of done steps may be reset observations. Pass "
-                "autoreset_mode=envs.metadata['autoreset_mode'].",
-                self.autoreset_mode.name,
+    def _follows_on(
+        self, obs: dict[tuple[str, ...], np.ndarray], nxt: dict[tuple[str, ...], np.ndarray]
+    ) -> np.ndarray:
+        """``[n]`` bool: each env's observation is, bit for bit, its previous next observation.
+
+        Keeps this step's next observations (as the env returned them) for
+        the next call. Envs whose previous step ended an episode
+        (but for a NEXT_STEP reset step), or with no previous step, are True.
+        """
+        n = self.num_envs
+        follows = np.ones(n, dtype=bool)
+        last = self._last_next
+        # envs whose observation must follow on: running episodes, and NEXT_STEP
+        # reset steps (which observe the final observation again)
+        going = ~self._was_done | self._resetting
+        if last is not None and going.any():
+            for key, value in obs.items():
+                before = last.get(("next", *key))
+                if before is None or value.shape != before.shape or value.dtype != before.dtype:
+                    follows &= ~going  # the observation changed shape: no continuation
+                elif not (value == before).all():  # the usual case stops here
+                    # bytes, so that NaN == NaN and nothing is cast: [n, row bytes]
+                    same = _row_bytes(value, n) == _row_bytes(before, n)
+                    follows &= same.all(1) | ~going
+        # kept by reference, not copied: a caller that rewrote an array after
+        # passing it as a next observation would have broken its own data anyway
+        self._last_next = nxt
+        return follows
+
+    def _check_mode(self, infos: Any, done: np.ndarray) -> None:
+        """At each episode end: do the infos contradict the declared mode?"""
+        mode = self.autoreset_mode
+        if mode in (AutoresetMode.LEGACY, AutoresetMode.SAME_STEP) or not isinstance(infos, Mapping):
+            return  # SAME_STEP without a final observation raises in _final_obs
+        keys = [
+            k for k in FINAL_OBS_KEYS + FINAL_INFO_KEYS
+            if k in infos and any(final_entry(infos, (k,), i) is not None
+                                  for i in np.flatnonzero(done).tolist())
+        ]
+        if keys:
+            raise ValueError(
+                f"GymVectorAdapter: autoreset_mode is {mode.name}, but the infos of an "
+                f"episode end carry {keys}, as a SAME_STEP env (gymnasium 1.x, or "
+                "gymnasium 0.26-0.29's autoreset) returns them: the next observations of "
+                "done steps would be reset observations. Pass autoreset_mode='same_step' "
+                "(or envs.metadata['autoreset_mode'])."
             )
 
     def _infos(self, infos: Any) -> list[dict]:
@@ -285,12 +422,16 @@ class GymVectorAdapter:
                     "'terminal_observation' (LEGACY mode needs the true final observation)."
                 )
             return info["terminal_observation"]
-        if infos is None or "final_obs" not in infos or not infos["_final_obs"][i]:
+        found = final_entry(infos, FINAL_OBS_KEYS, i)
+        if found is None:
             raise ValueError(
-                f"GymVectorAdapter.step: env {i} is done but infos['final_obs'][{i}] is "
-                "missing; is the env really in SAME_STEP autoreset mode?"
+                f"GymVectorAdapter.step: env {i} is done but infos has no final observation "
+                f"for it (infos['final_obs'][{i}], or gymnasium 0.26-0.29's "
+                f"infos['final_observation'][{i}]), as autoreset_mode=SAME_STEP needs. If the "
+                "env resets in the next step (gymnasium 1.x's default), pass "
+                "autoreset_mode='next_step'; if it does not reset itself, 'disabled'."
             )
-        return infos["final_obs"][i]
+        return found
 
     def _rows(self, name: str, value: Any) -> np.ndarray:
         array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
@@ -327,3 +468,8 @@ class GymVectorAdapter:
             else:
                 out[prefix + (key,)] = np.asarray(item)
         return out
+
+
+def _row_bytes(value: np.ndarray, n: int) -> np.ndarray:
+    """``[n, bytes]`` uint8 view of an ``[n, ...]`` array (copied only if not contiguous)."""
+    return np.ascontiguousarray(value).reshape(n, -1).view(np.uint8)

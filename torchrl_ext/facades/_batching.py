@@ -23,7 +23,9 @@ class StepBatcher:
     ``len``...), so reads always see every added step. A step whose entries
     differ in shape or dtype from the stored ones (or the very first step) is
     written at once, so a bad input raises at the ``add`` that brought it,
-    with the writer's message naming the entry.
+    with the writer's message naming the entry. A step the adapter finds
+    after an unseen reset (``env.reset()`` mid-episode) ends that env's
+    running episode first, so the new episode is never glued onto the old one.
 
     Args:
         rb: the buffer (its writer takes ``[num_envs, T]`` data with a mask).
@@ -41,6 +43,11 @@ class StepBatcher:
     def add(self, *step: Any, extra: dict[tuple[str, ...], np.ndarray] | None = None) -> None:
         """Hold one step (``GymVectorAdapter.resolve``'s arguments), plus ``extra`` entries by key."""
         entries = self.adapter.resolve(*step)
+        if self.adapter.unseen_resets.any():
+            # envs reset by hand mid-episode: their running episodes end at the
+            # steps already held, and this step opens new ones
+            self.flush()
+            self.rb.writer.end_episodes(self.adapter.unseen_resets)
         if extra:
             entries.update(extra)
         specs = {k: (v.shape, v.dtype) for k, v in entries.items()}

@@ -7,7 +7,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-__all__ = ["space_error", "to_actions", "to_numpy"]
+from torchrl_ext.core.schema import EntryKeyError
+
+__all__ = ["SpaceInput", "space_error", "step_inputs", "to_numpy"]
 
 
 def space_error(owner: str, name: str, space: Any, expected: str = "a gymnasium Space") -> TypeError:
@@ -22,45 +24,165 @@ def space_error(owner: str, name: str, space: Any, expected: str = "a gymnasium 
     return TypeError(f"{owner}: {name} is {type(space).__name__}, expected {expected}.")
 
 
-def to_numpy(value: Any, space: gym.Space | None = None) -> Any:
-    """numpy arrays (a dict of them for a dict), cast to ``space``'s dtype.
-
-    numpy arithmetic often gives float64 where the space says float32; casting
-    here keeps the stored dtype the space's. Tensors are detached and moved to CPU.
+def to_numpy(value: Any) -> np.ndarray:
+    """A numpy array; tensors are detached and moved to CPU.
 
     Examples:
-        >>> import gymnasium as gym, numpy as np, torch
-        >>> space = gym.spaces.Dict(x=gym.spaces.Box(0, 1, (2,), np.float32))
-        >>> to_numpy({"x": np.zeros((3, 2))}, space)["x"].dtype
-        dtype('float32')
+        >>> import torch
         >>> to_numpy(torch.ones(2)).tolist()
         [1.0, 1.0]
     """
-    if isinstance(value, dict):
-        spaces = getattr(space, "spaces", {})
-        return {k: to_numpy(v, spaces.get(k)) for k, v in value.items()}
     if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    value = np.asarray(value)
-    dtype = getattr(space, "dtype", None)
-    return value if dtype is None else value.astype(dtype, copy=False)
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
 
 
-def to_actions(actions: Any, space: gym.Space, num_envs: int) -> np.ndarray:
-    """Actions in ``space``'s dtype, floats rounded for integer spaces, ``Discrete`` as ``[N, 1]``.
+class SpaceInput:
+    """Checks and converts one facade argument (``[num_envs, ...]`` per step) against its space.
+
+    Built once per facade argument, so that each ``add`` compares shapes,
+    dtypes and dict keys against a cached spec (no per-element Python loop):
+
+    * a ``Dict`` space: the same keys, each entry checked against its subspace;
+    * any other space: ``[num_envs, *space.shape]`` (``Discrete`` actions also
+      ``[num_envs, 1]``), cast to the space's dtype. Floats for an integer
+      space must be integral (``2.0`` is ``2``; ``0.9999999`` is refused, never
+      truncated), and ``Discrete`` values lie in ``[start, start + n)``.
+
+    ``Tuple`` spaces are refused at construction: their batches are tuples
+    that numpy would stack across envs; use a ``Dict`` space.
+
+    Args:
+        owner (str): who checks (``"NStepReplayStorage.add"``), for messages.
+        name (str): the argument (``"observations"``).
+        space (gym.Space): the declared space.
+        num_envs (int): rows of every input.
+
+    Keyword Args:
+        column (bool): store ``Discrete`` values as ``[num_envs, 1]``.
+
+    Raises:
+        TypeError: ``space`` is or holds a ``Tuple`` / ``Sequence`` / ``Graph`` space.
 
     Examples:
         >>> import gymnasium as gym, numpy as np
-        >>> to_actions(np.array([0.9, 2.0]), gym.spaces.Discrete(3), num_envs=2).tolist()
-        [[1], [2]]
+        >>> actions = SpaceInput("add", "actions", gym.spaces.Discrete(3), num_envs=2, column=True)
+        >>> actions(np.array([2.0, 1.0])).tolist()
+        [[2], [1]]
+        >>> actions(np.array([0.9999999, 1.0]))
+        Traceback (most recent call last):
+        ...
+        ValueError: add: actions holds 0.9999999 (env 0), not an integer, for Discrete(3); pass integer actions (e.g. np.rint(a).astype(int) if the rounding is meant).
     """
-    value = to_numpy(actions)
-    dtype = getattr(space, "dtype", None)
-    if dtype is not None and np.issubdtype(dtype, np.integer) and not np.issubdtype(
-        value.dtype, np.integer
-    ):
-        value = np.rint(value)
-    value = value if dtype is None else value.astype(dtype, copy=False)
-    if isinstance(space, gym.spaces.Discrete):
-        value = value.reshape(num_envs, 1) if value.size == num_envs else value
-    return value
+
+    def __init__(
+        self, owner: str, name: str, space: gym.Space, num_envs: int, *, column: bool = False
+    ) -> None:
+        self.owner, self.name, self.space, self.num_envs = owner, name, space, num_envs
+        self.children: dict[str, SpaceInput] | None = None
+        if isinstance(space, gym.spaces.Dict):
+            self.children = {
+                key: SpaceInput(owner, f"{name}[{key!r}]", sub, num_envs, column=column)
+                for key, sub in space.spaces.items()
+            }
+            return
+        if isinstance(space, (gym.spaces.Tuple, gym.spaces.Sequence, gym.spaces.Graph)):
+            raise TypeError(
+                f"{owner}: the space of {name}, {space}, is a {type(space).__name__} space, which is not supported: its batches are "
+                "tuples that would be transposed across envs. Use a Dict space (e.g. "
+                "gymnasium.spaces.Dict({'a': ..., 'b': ...})) or flatten it "
+                "(gymnasium.wrappers.FlattenObservation)."
+            )
+        self.dtype = None if space.dtype is None else np.dtype(space.dtype)
+        self.shape = (num_envs, *space.shape) if space.shape is not None else None
+        self.discrete = isinstance(space, gym.spaces.Discrete)
+        self.column = column and self.discrete
+        self.shapes = [self.shape]
+        if self.discrete:
+            self.shapes.append((num_envs, 1))
+        self.integral = self.dtype is not None and self.dtype.kind in "iub"
+
+    def __call__(self, value: Any) -> Any:
+        """``value`` checked and converted (a dict of arrays for a ``Dict`` space)."""
+        if self.children is not None:
+            return self._dict(value)
+        if isinstance(value, tuple) and value and isinstance(value[0], (np.ndarray, torch.Tensor)):
+            raise TypeError(
+                f"{self.owner}: {self.name} is a tuple of {len(value)} arrays, but the space "
+                f"is {self.space}; a tuple batch would be stacked across envs. Pass one "
+                f"[{self.num_envs}, ...] array."
+            )
+        array = to_numpy(value)
+        if self.shape is not None and array.shape not in self.shapes:
+            raise ValueError(
+                f"{self.owner}: {self.name} has shape {array.shape}, expected "
+                f"{' or '.join(map(str, self.shapes))} (num_envs={self.num_envs}, then the "
+                f"shape of the declared space {self.space})."
+            )
+        if self.dtype is None or array.dtype == self.dtype:
+            out = array
+        else:
+            if self.integral and array.dtype.kind not in "iub":
+                self._check_integral(array)
+            out = array.astype(self.dtype)
+        if self.discrete:
+            self._check_range(out)
+            if self.column:
+                out = out.reshape(self.num_envs, 1)
+        return out
+
+    def _dict(self, value: Any) -> dict[str, Any]:
+        children = self.children or {}
+        if not isinstance(value, dict):
+            raise TypeError(
+                f"{self.owner}: {self.name} is {type(value).__name__}, expected a dict with "
+                f"the keys of the Dict space: {list(children)}."
+            )
+        if value.keys() != children.keys():
+            missing = [k for k in children if k not in value]
+            extra = [k for k in value if k not in children]
+            raise EntryKeyError(
+                f"{self.owner}: {self.name} has keys {list(value)}, expected the Dict space's "
+                f"{list(children)} (missing {missing}, not in the space {extra}). Pass "
+                "every entry of the space and no other (or declare the others in the space)."
+            )
+        return {key: check(value[key]) for key, check in children.items()}
+
+    def _check_integral(self, array: np.ndarray) -> None:
+        off = np.flatnonzero(np.rint(array) != array)  # NaN is never integral
+        if off.size:
+            flat = array.reshape(-1)
+            env = int(off[0]) // max(1, flat.size // self.num_envs)
+            raise ValueError(
+                f"{self.owner}: {self.name} holds {flat[off[0]].item()!r} (env {env}), not an integer, "
+                f"for {self.space}; pass integer {self.name.split('[')[0]} (e.g. "
+                "np.rint(a).astype(int) if the rounding is meant)."
+            )
+
+    def _check_range(self, array: np.ndarray) -> None:
+        space: Any = self.space  # a Discrete space
+        lo, hi = int(space.start), int(space.start) + int(space.n)
+        if array.size and (array.min() < lo or array.max() >= hi):
+            raise ValueError(
+                f"{self.owner}: {self.name} holds values in [{int(array.min())}, "
+                f"{int(array.max())}], outside {space} (values {lo} .. {hi - 1})."
+            )
+
+
+def step_inputs(
+    owner: str, observation_space: gym.Space, action_space: gym.Space, num_envs: int,
+    *, column: bool = False,
+) -> tuple[SpaceInput, SpaceInput, SpaceInput]:
+    """The checks of a facade's ``add``: observations, next observations, actions.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> obs, nxt, act = step_inputs("F.add", gym.spaces.Box(0, 1, (2,)), gym.spaces.Discrete(2), 4)
+        >>> nxt.name, act.shape
+        ('next_observations', (4,))
+    """
+    return (
+        SpaceInput(owner, "observations", observation_space, num_envs),
+        SpaceInput(owner, "next_observations", observation_space, num_envs),
+        SpaceInput(owner, "actions", action_space, num_envs, column=column),
+    )

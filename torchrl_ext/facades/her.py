@@ -1,6 +1,7 @@
 """rllte's ``HerReplayStorage`` API over the episode-aware components."""
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
@@ -9,10 +10,11 @@ import torch
 from tensordict.utils import NestedKey
 
 from torchrl_ext.buffer import make_her_replay_buffer
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
-from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._convert import space_error, to_actions, to_numpy
+from torchrl_ext.facades._convert import space_error, step_inputs
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 
 __all__ = ["HerReplayBatch", "HerReplayStorage", "goal_match_reward"]
@@ -142,9 +144,12 @@ class HerReplayStorage:
             (SB3's bit-flipping reward).
         copy_info_dict (bool): store the numeric per-env entries of gymnasium's
             info dict (arrays with a leading ``num_envs`` dim, ``_``-masks
-            excluded; the entries of the first :meth:`add` fix the set, later
-            missing ones are stored as zeros) under ``("next", "info")`` and pass
-            them to ``reward_fn`` as a ``[n]`` TensorDict. When ``False`` (the
+            excluded) under ``("next", "info")`` and pass them to ``reward_fn``
+            as a ``[n]`` TensorDict. The entries of the first :meth:`add` and
+            ``info_keys`` fix the set (missing ones are stored as zeros; an entry
+            first seen later warns once, naming it: declare it in
+            ``info_keys``). In SAME_STEP mode the last step of an episode gets
+            its ``final_info`` (not the reset step's info). When ``False`` (the
             default) nothing is stored and ``infos`` is ``None``.
 
     Keyword Args:
@@ -156,11 +161,18 @@ class HerReplayStorage:
         goal_key (NestedKey): the desired goal entry. Defaults to ``"desired_goal"``.
         achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
         seed (int, optional): seeds sampling.
+        info_keys (sequence of str, optional): info entries stored with
+            ``copy_info_dict`` even if the first :meth:`add` lacks them (stored
+            as float32 scalars per env, zeros where absent).
+        check_finite (bool): :meth:`add` raises on a NaN or infinite reward,
+            observation or action, naming the entry, env and step. Defaults to
+            ``True``.
 
     Raises:
-        TypeError: ``observation_space`` is not a ``Dict`` space.
+        TypeError: ``observation_space`` is not a ``Dict`` space, a space holds
+            a ``Tuple`` space, or a count is not an int (``num_goals=2.5``).
         KeyError: a goal key is not in ``observation_space``.
-        ValueError: an unknown strategy, or ``num_goals < 0``.
+        ValueError: an unknown strategy, or a count out of range (``num_goals < 0``).
 
     Examples:
         >>> import gymnasium as gym
@@ -205,7 +217,13 @@ class HerReplayStorage:
         goal_key: NestedKey = "desired_goal",
         achieved_goal_key: NestedKey = "achieved_goal",
         seed: int | None = None,
+        info_keys: Sequence[str] = (),
+        check_finite: bool = True,
     ) -> None:
+        owner = "HerReplayStorage"
+        for name, count, low in (("storage_size", storage_size, 1), ("num_envs", num_envs, 1),
+                                 ("batch_size", batch_size, 1), ("num_goals", num_goals, 0)):
+            check_count(owner, name, count, low)
         if not isinstance(observation_space, gym.spaces.Dict):
             raise space_error("HerReplayStorage", "observation_space", observation_space,
                               "a gymnasium Dict space with the goal entries")
@@ -214,8 +232,6 @@ class HerReplayStorage:
         for name, key in (("goal_key", goal_key), ("achieved_goal_key", achieved_goal_key)):
             _subspace(observation_space, as_key(key), name)
         self.num_envs = int(num_envs)
-        if self.num_envs < 1:
-            raise ValueError(f"HerReplayStorage: num_envs={num_envs}, expected >= 1.")
         self.observation_space = observation_space
         self.action_space = action_space
         self.device = torch.device(device)
@@ -243,9 +259,16 @@ class HerReplayStorage:
         )
         self.goal_selection_strategy = self.rb.sampler.strategy.value
         self.num_goals = self.rb.sampler.num_goals
-        self.adapter = GymVectorAdapter(self.num_envs, autoreset_mode=autoreset_mode)
+        self.adapter = GymVectorAdapter(
+            self.num_envs, autoreset_mode=autoreset_mode, check_finite=check_finite
+        )
+        self._observations, self._next_observations, self._actions = step_inputs(
+            f"{owner}.add", observation_space, action_space, self.num_envs, column=True
+        )
         self._obs_keys = list(observation_space.spaces)
+        self._info_keys = [str(k) for k in info_keys]
         self._info_schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
+        self._info_unknown: set[str] = set()  # entries seen after the set was fixed
         self._batcher = StepBatcher(self.rb, self.adapter, chunk=ADD_CHUNK)
 
     # ------------------------------------------------------------------ seed API
@@ -264,16 +287,29 @@ class HerReplayStorage:
         ``next_observations`` are the vector env's; the adapter takes the true
         final observation from ``infos`` where the autoreset mode puts it there.
 
+        An observation that is not its env's previous next observation (the
+        env was reset by hand mid-episode) ends that env's running episode
+        (cut, no done flag) and opens a new one.
+
         Raises:
-            ValueError: an input does not have ``num_envs`` rows, or its shape or
-                dtype differs from the first step's (the message names it).
+            ValueError: an input does not match its space (shape, e.g. a goal of
+                another shape; a non-integral action for an integer space), does
+                not have ``num_envs`` rows, is not finite (``check_finite``), or
+                the infos contradict the autoreset mode.
+            KeyError: observations or next observations whose keys are not the
+                ``Dict`` space's (e.g. no goal entries).
         """
-        space = self.observation_space
-        # observations and actions take the spaces' dtypes; the adapter converts the rest
+        # observations and actions are checked against, and cast to, the spaces;
+        # the adapter converts the rest
+        obs, nxt = self._observations(observations), self._next_observations(next_observations)
+        actions = self._actions(actions)
+        extra = None
+        if self.copy_info_dict:
+            done = np.asarray(terminateds, bool).reshape(-1) | np.asarray(
+                truncateds if truncateds is not None else False, bool).reshape(-1)
+            extra = self._infos(infos, done)
         self._batcher.add(  # written in chunks, flushed before any read
-            to_numpy(observations, space), to_actions(actions, self.action_space, self.num_envs),
-            rewards, terminateds, truncateds, infos, to_numpy(next_observations, space),
-            extra=self._infos(infos) if self.copy_info_dict else None,
+            obs, actions, rewards, terminateds, truncateds, infos, nxt, extra=extra
         )
 
     def sample(self) -> HerReplayBatch:
@@ -324,34 +360,62 @@ class HerReplayStorage:
         )
 
     # ---------------------------------------------------------------- helpers
-    def _infos(self, infos: Any) -> dict[tuple[str, ...], np.ndarray]:
+    def _infos(self, infos: Any, done: np.ndarray) -> dict[tuple[str, ...], np.ndarray]:
         """Numeric per-env entries of a gymnasium info dict, by stored key (``("next", "info", name)``).
 
-        The entries of the first step fix the set; later missing ones are zeros.
-        Nothing is stored when the first step has none (``reward_fn`` then gets
-        ``infos=None``).
+        The entries of the first step and ``info_keys`` fix the set; later
+        missing ones are zeros, later new ones warn once. In SAME_STEP mode a
+        done env's values come from ``final_info`` (its last step's info).
         """
         n = self.num_envs
-        found: dict[str, np.ndarray] = {}
-        if isinstance(infos, Mapping):
-            for key, value in infos.items():
-                if not isinstance(key, str) or key.startswith("_"):
-                    continue
-                if isinstance(value, torch.Tensor):
-                    value = value.detach().cpu().numpy()
-                if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != n:
-                    continue
-                if value.dtype == bool or np.issubdtype(value.dtype, np.number):
-                    found[key] = value
+        found = _numeric_entries(infos, n)
         if self._info_schema is None:
-            self._info_schema = {k: (v.dtype, v.shape[1:]) for k, v in found.items()}
+            schema = {k: (v.dtype, v.shape[1:]) for k, v in found.items()}
+            for key in self._info_keys:
+                schema.setdefault(key, (np.dtype(np.float32), ()))
+            self._info_schema = schema
+        new = set(found) - set(self._info_schema) - self._info_unknown
+        if new:
+            self._info_unknown |= new
+            warnings.warn(
+                f"HerReplayStorage.add: infos carry {sorted(new)}, absent from the first add's "
+                f"infos {sorted(self._info_schema)}: they are not stored and reward_fn does not "
+                f"get them. Declare them: HerReplayStorage(..., info_keys={sorted(new)}).",
+                UserWarning,
+                stacklevel=3,
+            )
         out: dict[tuple[str, ...], np.ndarray] = {}
         for key, (dtype, shape) in self._info_schema.items():
             value = found.get(key)
             if value is None or value.shape[1:] != shape:
                 value = np.zeros((n, *shape), dtype)
             out[(*INFO_KEY, key)] = value.astype(dtype, copy=False)
+        if self.adapter.autoreset_mode is AutoresetMode.SAME_STEP and done.any():
+            out = {k: v.copy() for k, v in out.items()}
+            for i in np.flatnonzero(done).tolist():
+                final = final_entry(infos, FINAL_INFO_KEYS, i)
+                if not isinstance(final, Mapping):
+                    continue
+                for key in self._info_schema:
+                    if key in final:
+                        out[(*INFO_KEY, key)][i] = final[key]
         return out
+
+
+def _numeric_entries(infos: Any, n: int) -> dict[str, np.ndarray]:
+    """The numeric ``[n, ...]`` arrays of a gymnasium vector info dict, ``_``-masks excluded."""
+    found: dict[str, np.ndarray] = {}
+    if isinstance(infos, Mapping):
+        for key, value in infos.items():
+            if not isinstance(key, str) or key.startswith("_"):
+                continue
+            if isinstance(value, torch.Tensor):
+                value = value.detach().cpu().numpy()
+            if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != n:
+                continue
+            if value.dtype == bool or np.issubdtype(value.dtype, np.number):
+                found[key] = value
+    return found
 
 
 def _subspace(space: gym.spaces.Dict, key: tuple[str, ...], name: str) -> gym.Space:

@@ -13,7 +13,8 @@ from torchrl_ext._atomic import atomic_dir, recover
 from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._convert import space_error, to_numpy
+from torchrl_ext.core.checks import check_count
+from torchrl_ext.facades._convert import space_error, step_inputs
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.loader import make_loader
 
@@ -129,6 +130,15 @@ class NStepReplayStorage:
         snapshot_dir (str or Path, optional): directory for ``save_snapshot``.
             Nothing is ever written to the current directory.
         seed (int, optional): seeds sampling.
+        check_finite (bool): :meth:`add` raises on a NaN or infinite reward,
+            observation or action, naming the entry, env and step. Defaults to
+            ``True``.
+
+    Raises:
+        TypeError: a space is not a gymnasium space, is a ``Tuple`` space, or a
+            count (``num_envs``, ``n_step``, ...) is not an int.
+        ValueError: a count is out of range, or ``save_snapshot`` without
+            ``snapshot_dir``.
 
     Examples:
         >>> import gymnasium as gym
@@ -141,6 +151,7 @@ class NStepReplayStorage:
         >>> for t in range(4):
         ...     done = np.array([t == 3, False])
         ...     storage.add(obs, np.array([0, 1]), np.ones(2), done, np.zeros(2, bool), {}, obs + 1)
+        ...     obs = obs + 1  # each observation is the previous next observation
         >>> batch = storage.sample()
         >>> batch.rewards.shape, batch.actions.dtype, len(storage)
         (torch.Size([4, 1]), torch.int64, 8)
@@ -164,17 +175,21 @@ class NStepReplayStorage:
         autoreset_mode: AutoresetMode | str | Any | None = None,
         snapshot_dir: str | Path | None = None,
         seed: int | None = None,
+        check_finite: bool = True,
     ) -> None:
+        owner = "NStepReplayStorage"
         for name, space in (("observation_space", observation_space), ("action_space", action_space)):
             if not isinstance(space, gym.Space):
-                raise space_error("NStepReplayStorage", name, space)
+                raise space_error(owner, name, space)
+        for name, count, low in (("storage_size", storage_size, 1), ("num_envs", num_envs, 1),
+                                 ("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
+                                 ("n_step", n_step, 1), ("fetch_every", fetch_every, 1)):
+            check_count(owner, name, count, low)
         if save_snapshot and snapshot_dir is None:
             raise ValueError(
                 "NStepReplayStorage: save_snapshot=True needs snapshot_dir=...; "
                 "nothing is written to the current directory."
             )
-        if int(fetch_every) < 1:
-            raise ValueError(f"NStepReplayStorage: fetch_every={fetch_every}, expected >= 1.")
         self.observation_space = observation_space
         self.action_space = action_space
         self.device = torch.device(device)
@@ -186,7 +201,12 @@ class NStepReplayStorage:
         self.save_snapshot = bool(save_snapshot)
         self.snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
         self.seed = seed
-        self.adapter = GymVectorAdapter(self.num_envs, autoreset_mode=autoreset_mode)
+        self.adapter = GymVectorAdapter(
+            self.num_envs, autoreset_mode=autoreset_mode, check_finite=check_finite
+        )
+        self._observations, self._next_observations, self._actions = step_inputs(
+            f"{owner}.add", observation_space, action_space, self.num_envs
+        )
         self.rb = make_replay_buffer(
             storage_size,
             batch_size=self.batch_size,
@@ -225,15 +245,22 @@ class NStepReplayStorage:
     ) -> None:
         """Add one step of every env (``[num_envs, ...]`` inputs, numpy or torch).
 
+        An observation that is not its env's previous next observation (the
+        env was reset by hand mid-episode) ends that env's running episode
+        (cut, no done flag) and opens a new one.
+
         Raises:
-            ValueError: an input does not have ``num_envs`` rows, or its shape or
-                dtype differs from the first step's (the message names it).
+            ValueError: an input does not match its space (shape; a non-integral
+                value for an integer space), does not have ``num_envs`` rows, is
+                not finite (``check_finite``), or the infos contradict the
+                autoreset mode (the message names the entry and the fix).
+            KeyError: dict observations whose keys are not the ``Dict`` space's.
         """
-        space = self.observation_space
-        # observations and actions take the spaces' dtypes; the adapter converts the rest
+        # observations and actions are checked against, and cast to, the spaces;
+        # the adapter converts the rest
         self._batcher.add(  # written in chunks, flushed before any read
-            to_numpy(observations, space), to_numpy(actions, self.action_space),
-            rewards, terminateds, truncateds, infos, to_numpy(next_observations, space),
+            self._observations(observations), self._actions(actions),
+            rewards, terminateds, truncateds, infos, self._next_observations(next_observations),
         )
 
     @property

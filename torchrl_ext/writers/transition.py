@@ -269,6 +269,23 @@ class TransitionWriter(Writer):
         if self._storage.index is not None:
             self._storage.index.release_streams(int(writer))
 
+    def end_episodes(self, envs: Any, writer: int = 0) -> None:
+        """End the running episodes of ``writer``'s envs ``envs`` at their last written step.
+
+        For an env reset without a done flag (``env.reset()`` mid-episode): its
+        next step opens a new episode instead of continuing the old one, which
+        ends like a cut trajectory (its last next observation is kept; no done).
+
+        Args:
+            envs: env positions in ``writer``'s batches (ints or a ``[num_envs]`` bool mask).
+            writer (int): the writer id. Defaults to ``0``.
+        """
+        index = self._storage.index
+        if index is None:
+            return
+        streams = index.owned_streams(int(writer))
+        index.end_episodes(streams[np.asarray(envs)])
+
     # ---------------------------------------------------------------- writing
     def _write_streams(
         self,

@@ -1,11 +1,13 @@
 """``EpisodeReplayBuffer``: steps in, episodes stored, sequences out."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterator, Mapping
 
 import torch
 from tensordict import TensorDictBase
 
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError
 from torchrl_ext.facades.episodic.dataset import EpisodeDataset, SequenceStream
 
@@ -88,7 +90,9 @@ class EpisodeReplayBuffer:
                 "EpisodeDataset (RingBufferDataset, IndividualFileDataset)."
             )
         self.dataset = dataset
-        self.batch_size = int(batch_size)
+        self.batch_size = check_count("EpisodeReplayBuffer", "batch_size", batch_size)
+        if sequence_length is not None:
+            check_count("EpisodeReplayBuffer", "sequence_length", sequence_length)
         self.sequence_length = sequence_length
         self.pad = pad
         self.loader = dataset.get_loader(
@@ -104,6 +108,9 @@ class EpisodeReplayBuffer:
         self._iterator: Iterator[TensorDictBase] | None = None
         self._num_envs: int | None = None  # 0: single env, fixed by the first call
         self._keys: tuple[str, ...] | None = None
+        # each field's (shape, dtype) per env, fixed by the first step: a step
+        # that differs raises at its add_step, not at the episode's torch.stack
+        self._spec: dict[str, tuple[torch.Size, torch.dtype]] | None = None
         self._episodes: list[list[dict[str, torch.Tensor]]] = []
 
     # ----------------------------------------------------------------- writes
@@ -139,9 +146,17 @@ class EpisodeReplayBuffer:
                 ``"truncated"`` field (with ``"terminated"``).
 
         Raises:
-            ValueError: flags or fields with the wrong shape, ``done`` mixed with
-                the keyword flags, or a change between single and vector env.
+            ValueError: flags or fields with the wrong shape, a field whose
+                shape differs from the first step's, ``done`` mixed with the
+                keyword flags, or a change between single and vector env.
+            TypeError: a flag that is not a bool (``done=None``), a field that
+                is not numeric, or a field whose dtype differs from the first step's.
             KeyError: the fields differ from the first step's.
+
+        Warns:
+            UserWarning: once, at the first step, when the flag says single env
+                but the data looks batched (every field ``[d, ...]`` with one
+                ``d > 1``): it is stored as one env's step (the flag decides).
         """
         opens, ends, extra = self._boundaries(done, is_first, is_last, terminated, truncated)
         num_envs = int(opens.numel()) if opens.ndim else 0
@@ -156,6 +171,12 @@ class EpisodeReplayBuffer:
                 f"steps of {kind(self._num_envs)} (fixed by the first step)."
             )
         values = self._values(step_data, num_envs, extra)
+        if self._spec is None:
+            if num_envs == 0:
+                _warn_if_batched(values)
+            self._spec = {k: (v.shape[1 if num_envs else 0:], v.dtype) for k, v in values.items()}
+        else:
+            self._check_spec(values, num_envs)
         if num_envs == 0:
             if bool(opens):
                 self._close(0)
@@ -203,10 +224,32 @@ class EpisodeReplayBuffer:
             extra = {"terminated": term, "truncated": trunc}
         return first, last | term | trunc, extra
 
+    def _check_spec(self, values: dict[str, torch.Tensor], num_envs: int) -> None:
+        """Each field's step shape and dtype are the first step's (one dict lookup a field)."""
+        spec = self._spec or {}
+        skip = 1 if num_envs else 0
+        for key, value in values.items():
+            shape, dtype = spec[key]
+            if value.shape[skip:] != shape:
+                raise ValueError(
+                    f"add_step: field {key!r} has shape {tuple(value.shape[skip:])} per env, "
+                    f"expected {tuple(shape)} as in the first step; a field keeps its shape "
+                    "within and across episodes (pad or split it into fields)."
+                )
+            if value.dtype != dtype:
+                raise TypeError(
+                    f"add_step: field {key!r} has dtype {value.dtype}, expected {dtype} as in "
+                    f"the first step; cast it (e.g. torch.as_tensor(x, dtype={dtype}))."
+                )
+
     @staticmethod
     def _flags(name: str, flag: Any) -> torch.Tensor:
         if isinstance(flag, bool):
             return torch.tensor(flag)
+        if flag is None or isinstance(flag, (str, bytes)):
+            raise TypeError(
+                f"add_step: {name}={flag!r}, expected a bool, a 0-d or a [num_envs] bool tensor."
+            )
         flag = torch.as_tensor(flag)
         if flag.ndim > 1 or flag.dtype != torch.bool and flag.is_floating_point():
             raise ValueError(
@@ -235,7 +278,13 @@ class EpisodeReplayBuffer:
                     f"add_step: field {key!r}: expected string keys and tensor values "
                     "(nested fields are not supported)."
                 )
-            value = torch.as_tensor(value)
+            try:
+                value = torch.as_tensor(value)
+            except (TypeError, ValueError, RuntimeError):
+                raise TypeError(
+                    f"add_step: field {key!r} is {type(value).__name__} ({value!r:.40}), "
+                    "expected a tensor, array or number."
+                ) from None
             if num_envs and (value.ndim == 0 or value.shape[0] != num_envs):
                 raise ValueError(
                     f"add_step: field {key!r} has shape {tuple(value.shape)}, expected a "
@@ -362,3 +411,22 @@ class EpisodeReplayBuffer:
             f"{type(self).__name__}(dataset={self.dataset!r}, batch_size={self.batch_size}, "
             f"sequence_length={self.sequence_length})"
         )
+
+
+def _warn_if_batched(values: dict[str, torch.Tensor]) -> None:
+    """Single-env data that looks like ``d`` envs' (every field ``[d, ...]``, ``d > 1``)."""
+    leading = {int(v.shape[0]) if v.ndim else 0 for v in values.values()}
+    shapes = [v.ndim for v in values.values()]
+    if len(leading) != 1 or leading == {0} or leading == {1}:
+        return
+    if len(values) == 1 and shapes[0] != 2:  # one [d] or image-like field: no sign of envs
+        return
+    d = leading.pop()
+    warnings.warn(
+        f"add_step: done is a single bool, so this step is stored as ONE env's step, but every "
+        f"field has a leading dim of {d} (fields {sorted(values)}), as {d} envs' data would. "
+        f"If these are {d} envs, pass done as a [{d}] bool tensor (e.g. torch.zeros({d}, "
+        "dtype=torch.bool)); if it is one env's step, ignore this warning (shown once).",
+        UserWarning,
+        stacklevel=3,
+    )

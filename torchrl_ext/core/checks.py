@@ -1,0 +1,67 @@
+"""Argument checks shared by the builders and facades: counts, flags, finite values."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["check_count", "check_finite_rows"]
+
+
+def check_count(owner: str, name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an ``int >= minimum``; floats, bools and strings are refused, not truncated.
+
+    Raises:
+        TypeError: not an integer (``3.0`` neither: say ``3``).
+        ValueError: below ``minimum``.
+
+    Examples:
+        >>> check_count("Storage", "n_step", 3)
+        3
+        >>> check_count("Storage", "n_step", 2.5)
+        Traceback (most recent call last):
+        ...
+        TypeError: Storage: n_step=2.5 (float), expected an int >= 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(
+            f"{owner}: {name}={value!r} ({type(value).__name__}), expected an int >= {minimum}."
+        )
+    if value < minimum:
+        raise ValueError(f"{owner}: {name}={value}, expected an int >= {minimum}.")
+    return int(value)
+
+
+def check_finite_rows(where: str, name: Any, value: np.ndarray) -> None:
+    """Raise if a floating ``[num_envs, ...]`` array holds NaN or an infinity, naming the env.
+
+    One reduction per call in the usual (finite) case: the sum of finite
+    values is finite unless it overflows, and only then is each value checked.
+
+    Args:
+        where: the caller (and step), for the message.
+        name: the entry (a key tuple is shown as written), for the message.
+        value: the array.
+
+    Raises:
+        ValueError: naming ``name``, the first env with a non-finite value and the value.
+
+    Examples:
+        >>> check_finite_rows("add", "rewards", np.array([0.5, 1.0]))
+        >>> check_finite_rows("add", "rewards", np.array([0.5, np.nan]))
+        Traceback (most recent call last):
+        ...
+        ValueError: add: rewards of env 1 is nan; NaN and infinities poison the n-step returns and every target bootstrapped from them. Fix the env or reward code (or pass check_finite=False to store it anyway).
+    """
+    if value.dtype.kind != "f" or np.isfinite(np.add.reduce(value, axis=None)):
+        return
+    finite = np.isfinite(value)
+    if finite.all():
+        return  # the sum overflowed; every value is finite
+    bad = np.argwhere(~finite)[0]
+    shown = name if isinstance(name, str) else str(tuple(name) if len(name) > 1 else name[0])
+    raise ValueError(
+        f"{where}: {shown} of env {int(bad[0])} is {value[tuple(bad)]}; NaN and infinities "
+        "poison the n-step returns and every target bootstrapped from them. Fix the env "
+        "or reward code (or pass check_finite=False to store it anyway)."
+    )
