@@ -143,3 +143,30 @@ def test_atomic_checkpoints_export_is_whole_or_absent(tmp_path):
     (tmp_path / "steps").mkdir()  # a save_episodes killed before meta.json
     with pytest.raises(ValueError, match="holds no complete export"):
         load_episodes(tmp_path)
+
+
+def test_state_a_checkpoint_forgets_a_reset_by_hand_after_reopen(tmp_path):
+    steps = cartpole_steps()
+    envs = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    fresh, _ = envs.reset(seed=99)  # the user resets by hand after reopening
+    envs.close()
+
+    def make(name):
+        return NStepReplayStorage(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), ACT, storage_size=1000,
+                                  num_envs=2, batch_size=8, num_workers=0, n_step=3,
+                                  save_snapshot=True, snapshot_dir=tmp_path / name, seed=1)
+
+    original, restored = make("a"), make("b")
+    for step in steps[:5]:
+        original.add(*step)
+        restored.add(*step)
+    restored.save()
+    restored = make("b")
+    obs, action, reward, terminated, truncated, infos, nxt = steps[5]
+    for storage in (original, restored):
+        storage.add(fresh, action, reward, np.zeros(2, bool), np.zeros(2, bool), {}, nxt)
+        assert storage.adapter.unseen_resets.all(), "a new episode, not glued onto the old one"
+    assert len(original) == len(restored)  # flushes held steps
+    a, b = original.rb.storage.state_dict(), restored.rb.storage.state_dict()
+    seqlock = ("write_seq", "row_version")
+    assert (a["index"].exclude(*seqlock) == b["index"].exclude(*seqlock)).all()

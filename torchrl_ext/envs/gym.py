@@ -1,6 +1,7 @@
 """Gymnasium vector-env steps to TorchRL transitions, in every autoreset mode."""
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Mapping
 from enum import StrEnum
@@ -224,11 +225,18 @@ class GymVectorAdapter:
             >>> restored.state_dict()["resetting"]
             [False, False]
         """
-        return {
+        last = self._last_next
+        return {  # JSON-ready
             "num_envs": self.num_envs,
             "autoreset_mode": self.autoreset_mode.value,
+            "steps": self.steps,
             "resetting": self._resetting.tolist(),
-            "mode_checked": self._mode_checked,
+            "was_done": self._was_done.tolist(),
+            # each env's last next observation, to tell a reset by hand after a reopen
+            "last_next": None if last is None else {
+                "/".join(k): [v.dtype.str, list(v.shape), base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()]
+                for k, v in last.items()
+            },
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -241,7 +249,13 @@ class GymVectorAdapter:
                 f"autoreset_mode)={theirs}, this adapter {mine}; reopen with the same ones."
             )
         self._resetting = np.array(state["resetting"], dtype=bool)
-        self._mode_checked = bool(state["mode_checked"])
+        self._was_done = np.array(state["was_done"], dtype=bool)
+        self.steps = int(state["steps"])
+        last = state["last_next"]
+        self._last_next = None if last is None else {
+            tuple(k.split("/")): np.frombuffer(base64.b64decode(data), dtype).reshape(shape).copy()
+            for k, (dtype, shape, data) in last.items()
+        }
 
     def step(
         self,
