@@ -53,11 +53,13 @@ def test_rllte_defaults_with_pixels_grow_with_the_data():
         storage = NStepReplayStorage(obs_space, gym.spaces.Box(-1.0, 1.0, (6,), np.float32), seed=0)
         before = rss()
         rng = np.random.default_rng(0)
+        obs = rng.random((1, 3, 84, 84), dtype=np.float32)
         for t in range(300):
-            obs = rng.random((1, 3, 84, 84), dtype=np.float32)
+            nxt = rng.random((1, 3, 84, 84), dtype=np.float32)
             done = np.array([t % 100 == 99])
             storage.add(obs, rng.random((1, 6), dtype=np.float32), np.ones(1), done,
-                        np.zeros(1, bool), {}, obs + 1)
+                        np.zeros(1, bool), {}, nxt)
+            obs = nxt
         for _ in range(4):
             batch = storage.sample()
         assert tuple(batch.observations.shape) == (256, 3, 84, 84), batch.observations.shape
