@@ -1,7 +1,7 @@
 """rllte's ``HerReplayStorage`` API over the episode-aware components."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -13,9 +13,13 @@ from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext.facades._convert import space_error, to_actions, to_numpy
-from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
+from torchrl_ext.facades._tensorclass import (
+    TensorclassBatch,
+    as_float32,
+    documented_tensorclass,
+)
 
-__all__ = ["HerReplayBatch", "HerReplayStorage", "goal_match_reward"]
+__all__ = ["HerReplayBatch", "HerReplayStorage", "HerReplayTuple", "goal_match_reward"]
 
 INFO_KEY = ("next", "info")
 
@@ -39,9 +43,43 @@ def goal_match_reward(
     return torch.where(mismatch, -1.0, 0.0).to(torch.float32)
 
 
+class HerReplayTuple(NamedTuple):
+    """rllte's ``DictReplayBatch``: float32 tensors, in its field names and order.
+
+    What :meth:`HerReplayStorage.sample` returns by default, as the original
+    did: observations are dicts of float32 tensors, the flags float 0/1 (so
+    ``1.0 - batch.terminateds`` works), everything on ``device``.
+
+    Attributes:
+        observations: a dict of the Dict space's entries at ``t``.
+        actions: ``a_t``.
+        rewards: ``[B, 1]``.
+        terminateds: ``[B, 1]`` 0.0 / 1.0.
+        truncateds: ``[B, 1]`` 0.0 / 1.0.
+        next_observations: a dict of the entries at ``t + 1``.
+
+    Examples:
+        >>> import torch
+        >>> obs = {"desired_goal": torch.zeros(2, 3)}
+        >>> batch = HerReplayTuple(obs, torch.zeros(2, 1), -torch.ones(2, 1), torch.ones(2, 1),
+        ...                        torch.zeros(2, 1), obs)
+        >>> (batch.rewards + 0.9 * (1.0 - batch.terminateds)).view(-1).tolist(), batch._fields[3]
+        ([-1.0, -1.0], 'terminateds')
+    """
+
+    observations: dict[str, Any]
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    terminateds: torch.Tensor
+    truncateds: torch.Tensor
+    next_observations: dict[str, Any]
+
+
 @documented_tensorclass
 class HerReplayBatch(TensorclassBatch):
-    """A batch of (possibly relabelled) one-step transitions, rllte's fields.
+    """A batch of (possibly relabelled) one-step transitions in stored dtypes, rllte's fields.
+
+    What :meth:`HerReplayStorage.sample` returns with ``native=True``.
 
     The first ``B - n_virtual`` rows are real, the last ``n_virtual =
     int(B * k / (k + 1))`` relabelled. Entries keep their stored dtypes.
@@ -119,6 +157,11 @@ class HerReplayStorage:
     envs, an episode as long as a ring became unsampleable, nothing could be
     sampled before the first episode ended, and every output was float32.
 
+    :meth:`sample` returns the original's batch by default (an
+    :class:`HerReplayTuple` of float32 tensors) while every entry is stored in
+    its own dtype; ``native=True`` returns an :class:`HerReplayBatch` in the
+    stored dtypes instead (H9).
+
     Args:
         observation_space (gym.spaces.Dict): holds ``goal_key`` and
             ``achieved_goal_key`` (any other entries too); each entry becomes a
@@ -153,6 +196,8 @@ class HerReplayStorage:
         goal_key (NestedKey): the desired goal entry. Defaults to ``"desired_goal"``.
         achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
         seed (int, optional): seeds sampling.
+        native (bool): return :class:`HerReplayBatch` in stored dtypes instead
+            of the original's float32 :class:`HerReplayTuple`. Defaults to ``False``.
 
     Raises:
         TypeError: ``observation_space`` is not a ``Dict`` space.
@@ -166,7 +211,7 @@ class HerReplayStorage:
         >>> bits = gym.spaces.MultiBinary(3)
         >>> space = gym.spaces.Dict(observation=bits, achieved_goal=bits, desired_goal=bits)
         >>> storage = HerReplayStorage(space, gym.spaces.Discrete(3), storage_size=100,
-        ...     batch_size=3, goal_selection_strategy="final", num_goals=2, seed=0)
+        ...     batch_size=3, goal_selection_strategy="final", num_goals=2, seed=0, native=True)
         >>> state, goal = np.zeros((1, 3), np.int8), np.ones((1, 3), np.int8)
         >>> for t in range(3):  # flip bits 0, 1, 2: the goal is reached at the last step
         ...     nxt = state.copy(); nxt[0, t] = 1
@@ -182,6 +227,9 @@ class HerReplayStorage:
         (torch.Size([3, 1]), torch.int64, torch.int8)
         >>> len(storage)
         3
+        >>> storage.native = False  # the original's batch: float32 tensors
+        >>> storage.sample().observations["desired_goal"].dtype
+        torch.float32
     """
 
     def __init__(
@@ -202,6 +250,7 @@ class HerReplayStorage:
         goal_key: NestedKey = "desired_goal",
         achieved_goal_key: NestedKey = "achieved_goal",
         seed: int | None = None,
+        native: bool = False,
     ) -> None:
         if not isinstance(observation_space, gym.spaces.Dict):
             raise space_error("HerReplayStorage", "observation_space", observation_space,
@@ -220,6 +269,7 @@ class HerReplayStorage:
         self.reward_fn = goal_match_reward if reward_fn is None else reward_fn
         self.copy_info_dict = bool(copy_info_dict)
         self.seed = seed
+        self.native = bool(native)
         # no silent remainder (H12): every env gets ceil(storage_size / num_envs) rows
         self.capacity_per_env = -(-int(storage_size) // self.num_envs)
         # the strategy, num_goals and reward_fn are checked by the components
@@ -272,8 +322,11 @@ class HerReplayStorage:
             extra=self._infos(infos) if self.copy_info_dict else None,
         )
 
-    def sample(self) -> HerReplayBatch:
+    def sample(self) -> HerReplayTuple | HerReplayBatch:
         """A batch of ``batch_size`` transitions on ``device``, relabelled rows last.
+
+        An :class:`HerReplayTuple` of float32 tensors (the original's batch), or
+        with ``native=True`` an :class:`HerReplayBatch` in stored dtypes.
 
         Sampling works as soon as ``len(self) >= batch_size``, before any
         episode has ended.
@@ -288,15 +341,17 @@ class HerReplayStorage:
                 "HerReplayStorage: the storage is empty; add steps before sampling."
             )
         data = self.rb.sample(self.batch_size)
-        return HerReplayBatch(
+        fields = dict(
             observations=data.select(*self._obs_keys),
             actions=data["action"],
             rewards=data["next", "reward"],
-            next_observations=data["next"].select(*self._obs_keys),
             terminateds=data["next", "terminated"],
             truncateds=data["next", "truncated"],
-            batch_size=data.batch_size,
-        ).to(self.device)
+            next_observations=data["next"].select(*self._obs_keys),
+        )
+        if not self.native:
+            return HerReplayTuple(**{k: as_float32(v, self.device) for k, v in fields.items()})
+        return HerReplayBatch(**fields, batch_size=data.batch_size).to(self.device)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """No-op, as in the original (its training loop passes metrics here)."""
