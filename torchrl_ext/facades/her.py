@@ -18,6 +18,7 @@ from torchrl_ext.facades._tensorclass import (
     as_float32,
     documented_tensorclass,
 )
+from torchrl_ext.samplers.uniform import EmptyBufferError
 
 __all__ = ["HerReplayBatch", "HerReplayStorage", "HerReplayTuple", "goal_match_reward"]
 
@@ -332,12 +333,13 @@ class HerReplayStorage:
         episode has ended.
 
         Raises:
-            ValueError: nothing was added yet (or since :meth:`reset`), or fewer
-                transitions than ``batch_size`` are stored.
+            EmptyBufferError: nothing was added yet (or since :meth:`reset`); a
+                RuntimeError as TorchRL's, and a ValueError.
+            ValueError: fewer transitions than ``batch_size`` are stored.
         """
         self._batcher.flush()
         if len(self.rb) == 0:
-            raise ValueError(
+            raise EmptyBufferError(
                 "HerReplayStorage: the storage is empty; add steps before sampling."
             )
         data = self.rb.sample(self.batch_size)

@@ -18,6 +18,7 @@ from torchrl_ext.facades._tensorclass import (
     documented_tensorclass,
 )
 from torchrl_ext.loader import make_loader
+from torchrl_ext.samplers.uniform import EmptyBufferError
 
 __all__ = ["NStepReplayBatch", "NStepReplayStorage", "NStepReplayTuple"]
 
@@ -332,7 +333,7 @@ class NStepReplayStorage:
         self._batcher.flush()
         if self._iter is None:
             if len(self.rb) == 0:
-                raise ValueError(
+                raise EmptyBufferError(
                     "NStepReplayStorage: the storage is empty; add steps before sampling."
                 )
             loader = make_loader(

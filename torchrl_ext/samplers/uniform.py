@@ -13,7 +13,10 @@ from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.storages.transition import TransitionStorage
 
-__all__ = ["UniformTransitionSampler", "check_batch_size", "draw_transitions", "storage_index"]
+__all__ = [
+    "EmptyBufferError", "UniformTransitionSampler", "check_batch_size", "draw_transitions",
+    "storage_index",
+]
 
 
 def draw_transitions(
@@ -58,6 +61,22 @@ def draw_transitions(
 EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
 
 
+class EmptyBufferError(RuntimeError, ValueError):
+    """Sampling a buffer (or facade) that holds no transition yet.
+
+    A ``RuntimeError``, as TorchRL raises for an empty storage (what its users
+    catch), and a ``ValueError``, as bad input.
+
+    Examples:
+        >>> from torchrl_ext import make_replay_buffer
+        >>> try:
+        ...     make_replay_buffer(8, batch_size=2).sample()
+        ... except RuntimeError as err:
+        ...     print(type(err).__name__, err)
+        EmptyBufferError cannot sample: the buffer holds no transition yet; extend it first.
+    """
+
+
 def storage_index(storage: TransitionStorage) -> EpisodeIndex:
     """The episode index of ``storage``, which exists from its first write on.
 
@@ -69,11 +88,11 @@ def storage_index(storage: TransitionStorage) -> EpisodeIndex:
         >>> storage_index(make_replay_buffer(8).storage)
         Traceback (most recent call last):
         ...
-        ValueError: cannot sample: the buffer holds no transition yet; extend it first.
+        torchrl_ext.samplers.uniform.EmptyBufferError: cannot sample: the buffer holds no transition yet; extend it first.
     """
     index = storage.index
     if index is None:
-        raise ValueError(EMPTY_BUFFER)
+        raise EmptyBufferError(EMPTY_BUFFER)
     return index
 
 
@@ -94,10 +113,10 @@ def check_batch_size(batch_size: int, available: int) -> None:
         >>> check_batch_size(4, 0)
         Traceback (most recent call last):
         ...
-        ValueError: cannot sample: the buffer holds no transition yet; extend it first.
+        torchrl_ext.samplers.uniform.EmptyBufferError: cannot sample: the buffer holds no transition yet; extend it first.
     """
     if available == 0:
-        raise ValueError(EMPTY_BUFFER)
+        raise EmptyBufferError(EMPTY_BUFFER)
     if batch_size < 1:
         raise ValueError(
             f"cannot sample: batch_size={batch_size}, expected >= 1 (the buffer holds "
