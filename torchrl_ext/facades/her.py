@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 import gymnasium as gym
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_ext.buffer import make_her_replay_buffer
@@ -343,17 +344,28 @@ class HerReplayStorage:
                 "HerReplayStorage: the storage is empty; add steps before sampling."
             )
         data = self.rb.sample(self.batch_size)
-        fields = dict(
+        nxt = data["next"]
+        if not self.native:
+            def floats(td: TensorDictBase) -> dict[str, Any]:
+                return {key: as_float32(td[key], self.device) for key in self._obs_keys}
+
+            return HerReplayTuple(
+                observations=floats(data),
+                actions=as_float32(data["action"], self.device),
+                rewards=as_float32(nxt["reward"], self.device),
+                terminateds=as_float32(nxt["terminated"], self.device),
+                truncateds=as_float32(nxt["truncated"], self.device),
+                next_observations=floats(nxt),
+            )
+        return HerReplayBatch(
             observations=data.select(*self._obs_keys),
             actions=data["action"],
-            rewards=data["next", "reward"],
-            terminateds=data["next", "terminated"],
-            truncateds=data["next", "truncated"],
-            next_observations=data["next"].select(*self._obs_keys),
-        )
-        if not self.native:
-            return HerReplayTuple(**{k: as_float32(v, self.device) for k, v in fields.items()})
-        return HerReplayBatch(**fields, batch_size=data.batch_size).to(self.device)
+            rewards=nxt["reward"],
+            terminateds=nxt["terminated"],
+            truncateds=nxt["truncated"],
+            next_observations=nxt.select(*self._obs_keys),
+            batch_size=data.batch_size,
+        ).to(self.device)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
         """No-op, as in the original (its training loop passes metrics here)."""
