@@ -40,8 +40,8 @@ class Digest:
         self.h = hashlib.sha256()
 
     def feed(self, x) -> None:
-        if hasattr(x, "items"):
-            leaves = x.items(include_nested=True, leaves_only=True)
+        if hasattr(x, "items"):  # a TensorDict, or the rllte facades' dict observations
+            leaves = x.items() if isinstance(x, dict) else x.items(include_nested=True, leaves_only=True)
             for key, value in sorted(leaves, key=lambda kv: str(kv[0])):
                 self.h.update(str(key).encode())
                 self.h.update(value.contiguous().numpy().tobytes())

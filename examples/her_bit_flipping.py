@@ -125,6 +125,7 @@ def train(args: argparse.Namespace, her: bool) -> list[tuple[int, float]]:
         # relabelled successes end their episode: no bootstrap past them
         terminated_fn=lambda achieved, desired, infos: (achieved == desired).all(-1),
         autoreset_mode="SameStep", seed=args.seed,
+        native=True,  # stored dtypes: int64 actions for gather, bool flags
     )
     q = nn.Sequential(nn.Linear(2 * n, args.hidden), nn.ReLU(),
                       nn.Linear(args.hidden, args.hidden), nn.ReLU(), nn.Linear(args.hidden, n))

@@ -181,7 +181,8 @@ def test_h9_dtypes_are_kept():
     bits = gym.spaces.MultiBinary(4)
     space = gym.spaces.Dict(observation=gym.spaces.Box(0, 255, (2,), np.uint8),
                             achieved_goal=bits, desired_goal=bits)
-    store = HerReplayStorage(space, ACT, storage_size=100, batch_size=4, num_goals=1, seed=0)
+    store = HerReplayStorage(space, ACT, storage_size=100, batch_size=4, num_goals=1, seed=0,
+                             native=True)
     for t in range(4):
         obs = {"observation": np.full((1, 2), t), "achieved_goal": np.full((1, 4), t % 2),
                "desired_goal": np.ones((1, 4))}  # float64 in, cast to the space dtypes
@@ -193,12 +194,18 @@ def test_h9_dtypes_are_kept():
     assert b.next_observations["desired_goal"].dtype == torch.int8
     assert b.actions.dtype == torch.int64
     assert b.terminateds.dtype == b.truncateds.dtype == torch.bool
+    store.native = False  # the original's float32 batch, from the same uint8 / int8 rows
+    b = store.sample()
+    assert store.rb.storage[0]["observation"].dtype == torch.uint8
+    assert b.observations["observation"].dtype == b.terminateds.dtype == torch.float32
+    assert b.actions.dtype == torch.float32 and (1.0 - b.terminateds).shape == (4, 1)
 
 
 def test_h9_goal_and_achieved_goal_of_different_dtypes():
     space = gym.spaces.Dict(observation=BOX, achieved_goal=gym.spaces.MultiBinary(4),
                             desired_goal=gym.spaces.Box(0, 1, (4,), np.int64))
-    store = HerReplayStorage(space, ACT, storage_size=100, batch_size=4, num_goals=1, seed=0)
+    store = HerReplayStorage(space, ACT, storage_size=100, batch_size=4, num_goals=1, seed=0,
+                             native=True)
     for t in range(4):
         obs = {"observation": np.zeros((1, 1)), "achieved_goal": np.full((1, 4), t % 2),
                "desired_goal": np.ones((1, 4))}
@@ -210,7 +217,7 @@ def test_h9_goal_and_achieved_goal_of_different_dtypes():
 @pytest.mark.parametrize("action", [np.array([2, 1]), np.array([[2], [1]]),
                                     np.array([2.0, 1.0]), torch.tensor([2.0, 1.0])])
 def test_h10_discrete_actions_of_any_shape_and_dtype(action):
-    store = storage(num_envs=2, batch_size=4, num_goals=0)
+    store = storage(num_envs=2, batch_size=4, num_goals=0, native=True)
     for t in range(2):
         store.add(obs_at(t, 2), action, -np.ones(2), np.array([t == 1] * 2), np.zeros(2, bool),
                   {}, obs_at(t + 1, 2))

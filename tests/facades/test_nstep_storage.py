@@ -65,7 +65,7 @@ def test_n2_last_n_minus_1_steps_are_sampled():
 
 
 def test_n3_episode_shorter_than_n():
-    store = storage(n_step=5)
+    store = storage(n_step=5, native=True)
     play(store, [2])
     batch = store.sample()
     assert set(batch.steps.view(-1).tolist()) <= {1, 2}
@@ -86,7 +86,8 @@ def test_n5_true_next_observation_in_every_gymnasium_mode(mode):
     env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync",
                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)})
     store = NStepReplayStorage(env.single_observation_space, env.single_action_space, num_envs=2,
-                               batch_size=64, num_workers=0, n_step=1, autoreset_mode=mode, seed=0)
+                               batch_size=64, num_workers=0, n_step=1, autoreset_mode=mode, seed=0,
+                               native=True)
     obs, _ = env.reset(seed=0)
     env.action_space.seed(0)
     for _ in range(200):
@@ -202,7 +203,7 @@ def test_n16_many_episodes_all_sampleable():
 
 
 def test_n17_terminated_and_truncated_are_returned():
-    store = storage(n_step=1, batch_size=1)
+    store = storage(n_step=1, batch_size=1, native=True)
     play(store, [1], terminated=True)
     play(store, [1], terminated=False, start=1.0)
     obs, batches = drawn(store, rounds=20)
@@ -211,15 +212,21 @@ def test_n17_terminated_and_truncated_are_returned():
     assert bool((term == (obs[:, 0] == 0)).all()) and bool((trunc == (obs[:, 0] == 1)).all())
 
 
-def test_n18_dtypes_are_kept():
+def test_n18_dtypes_are_stored_natively_and_kept_with_native():
     pixels = gym.spaces.Box(0, 255, (3, 4, 4), np.uint8)
-    store = NStepReplayStorage(pixels, ACT, num_envs=1, batch_size=2, num_workers=0, seed=0)
-    frame = np.zeros((1, 3, 4, 4), np.uint8)
-    for _ in range(3):
-        store.add(frame, np.array([2]), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), {}, frame)
-    batch = store.sample()
-    assert batch.observations.dtype == torch.uint8 and batch.next_observations.dtype == torch.uint8
-    assert batch.actions.dtype == torch.int64
+    frame = np.full((1, 3, 4, 4), 255, np.uint8)
+    for native in (False, True):
+        store = NStepReplayStorage(pixels, ACT, num_envs=1, batch_size=2, num_workers=0, seed=0,
+                                   native=native)
+        for _ in range(3):
+            store.add(frame, np.array([2]), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), {},
+                      frame)
+        assert store.rb.storage[0]["observation"].dtype == torch.uint8  # uint8 in memory
+        batch = store.sample()
+        want = torch.uint8 if native else torch.float32  # the original's float32 by default
+        assert batch.observations.dtype == want and batch.next_observations.dtype == want
+        assert batch.actions.dtype == (torch.int64 if native else torch.float32)
+        assert float(batch.observations.max()) == 255.0  # no normalisation, as the original
 
 
 def test_dict_observation_space():

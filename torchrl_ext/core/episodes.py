@@ -31,9 +31,25 @@ from tensordict import TensorDict
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.views import NumpyViews
 
-__all__ = ["EpisodeIndex", "WritePlan"]
+__all__ = ["EmptyBufferError", "EpisodeIndex", "WritePlan"]
 
 EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
+
+
+class EmptyBufferError(RuntimeError, ValueError):
+    """Sampling a buffer (or facade) that holds no transition yet.
+
+    A ``RuntimeError``, as TorchRL raises for an empty storage (what its users
+    catch), and a ``ValueError``, as bad input.
+
+    Examples:
+        >>> from torchrl_ext import make_replay_buffer
+        >>> try:
+        ...     make_replay_buffer(8, batch_size=2).sample()
+        ... except RuntimeError as err:
+        ...     print(type(err).__name__, err)
+        EmptyBufferError cannot sample: the buffer holds no transition yet; extend it first.
+    """
 _MAX_ROUNDS = 64  # redraw rounds of draw_transitions before giving up
 
 
@@ -230,7 +246,7 @@ class EpisodeIndex(NumpyViews):
         ends = live.cumsum()
         if (int(ends[-1]) - self.num_streams) // 2 < 1 and not self.num_transitions():
             # (rows - S) / 2 bounds the transitions from below: count only near it
-            raise ValueError(EMPTY_BUFFER)
+            raise EmptyBufferError(EMPTY_BUFFER)
         # the u-th live row overall is tau = u - (ends - written)[s] of stream s
         offset = ends - written
         is_step = self._np["row_is_step"]

@@ -8,8 +8,8 @@ from torchrl_ext.facades.episodic import (
     RingBufferDataset,
 )
 from torchrl_ext.facades.model_based import MBReplayBuffer
-from torchrl_ext.facades.her import HerReplayBatch, HerReplayStorage
-from torchrl_ext.facades.nstep import NStepReplayBatch, NStepReplayStorage
+from torchrl_ext.facades.her import HerReplayBatch, HerReplayStorage, HerReplayTuple
+from torchrl_ext.facades.nstep import NStepReplayBatch, NStepReplayStorage, NStepReplayTuple
 
 __all__ = [
     "BatchReplayBatch",
@@ -20,4 +20,5 @@ __all__ = [
     "FIFOEvictor",
     "IndividualFileDataset",
     "RingBufferDataset",
-    "HerReplayBatch", "HerReplayStorage", "MBReplayBuffer", "NStepReplayBatch", "NStepReplayStorage"]
+    "HerReplayBatch", "HerReplayStorage", "HerReplayTuple", "MBReplayBuffer", "NStepReplayBatch",
+    "NStepReplayStorage", "NStepReplayTuple"]

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_ext.buffer import make_her_replay_buffer
@@ -15,9 +16,14 @@ from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext.facades._convert import space_error, step_inputs
-from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
+from torchrl_ext.facades._tensorclass import (
+    TensorclassBatch,
+    as_float32,
+    documented_tensorclass,
+)
+from torchrl_ext.samplers.uniform import EmptyBufferError
 
-__all__ = ["HerReplayBatch", "HerReplayStorage", "goal_match_reward"]
+__all__ = ["HerReplayBatch", "HerReplayStorage", "HerReplayTuple", "goal_match_reward"]
 
 INFO_KEY = ("next", "info")
 
@@ -41,9 +47,43 @@ def goal_match_reward(
     return torch.where(mismatch, -1.0, 0.0).to(torch.float32)
 
 
+class HerReplayTuple(NamedTuple):
+    """rllte's ``DictReplayBatch``: float32 tensors, in its field names and order.
+
+    What :meth:`HerReplayStorage.sample` returns by default, as the original
+    did: observations are dicts of float32 tensors, the flags float 0/1 (so
+    ``1.0 - batch.terminateds`` works), everything on ``device``.
+
+    Attributes:
+        observations: a dict of the Dict space's entries at ``t``.
+        actions: ``a_t``.
+        rewards: ``[B, 1]``.
+        terminateds: ``[B, 1]`` 0.0 / 1.0.
+        truncateds: ``[B, 1]`` 0.0 / 1.0.
+        next_observations: a dict of the entries at ``t + 1``.
+
+    Examples:
+        >>> import torch
+        >>> obs = {"desired_goal": torch.zeros(2, 3)}
+        >>> batch = HerReplayTuple(obs, torch.zeros(2, 1), -torch.ones(2, 1), torch.ones(2, 1),
+        ...                        torch.zeros(2, 1), obs)
+        >>> (batch.rewards + 0.9 * (1.0 - batch.terminateds)).view(-1).tolist(), batch._fields[3]
+        ([-1.0, -1.0], 'terminateds')
+    """
+
+    observations: dict[str, Any]
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    terminateds: torch.Tensor
+    truncateds: torch.Tensor
+    next_observations: dict[str, Any]
+
+
 @documented_tensorclass
 class HerReplayBatch(TensorclassBatch):
-    """A batch of (possibly relabelled) one-step transitions, rllte's fields.
+    """A batch of (possibly relabelled) one-step transitions in stored dtypes, rllte's fields.
+
+    What :meth:`HerReplayStorage.sample` returns with ``native=True``.
 
     The first ``B - n_virtual`` rows are real, the last ``n_virtual =
     int(B * k / (k + 1))`` relabelled. Entries keep their stored dtypes.
@@ -121,6 +161,11 @@ class HerReplayStorage:
     envs, an episode as long as a ring became unsampleable, nothing could be
     sampled before the first episode ended, and every output was float32.
 
+    :meth:`sample` returns the original's batch by default (an
+    :class:`HerReplayTuple` of float32 tensors) while every entry is stored in
+    its own dtype; ``native=True`` returns an :class:`HerReplayBatch` in the
+    stored dtypes instead (H9).
+
     Args:
         observation_space (gym.spaces.Dict): holds ``goal_key`` and
             ``achieved_goal_key`` (any other entries too); each entry becomes a
@@ -167,6 +212,8 @@ class HerReplayStorage:
         check_finite (bool): :meth:`add` raises on a NaN or infinite reward,
             observation or action, naming the entry, env and step. Defaults to
             ``True``.
+        native (bool): return :class:`HerReplayBatch` in stored dtypes instead
+            of the original's float32 :class:`HerReplayTuple`. Defaults to ``False``.
 
     Raises:
         TypeError: ``observation_space`` is not a ``Dict`` space, a space holds
@@ -181,7 +228,7 @@ class HerReplayStorage:
         >>> bits = gym.spaces.MultiBinary(3)
         >>> space = gym.spaces.Dict(observation=bits, achieved_goal=bits, desired_goal=bits)
         >>> storage = HerReplayStorage(space, gym.spaces.Discrete(3), storage_size=100,
-        ...     batch_size=3, goal_selection_strategy="final", num_goals=2, seed=0)
+        ...     batch_size=3, goal_selection_strategy="final", num_goals=2, seed=0, native=True)
         >>> state, goal = np.zeros((1, 3), np.int8), np.ones((1, 3), np.int8)
         >>> for t in range(3):  # flip bits 0, 1, 2: the goal is reached at the last step
         ...     nxt = state.copy(); nxt[0, t] = 1
@@ -197,6 +244,9 @@ class HerReplayStorage:
         (torch.Size([3, 1]), torch.int64, torch.int8)
         >>> len(storage)
         3
+        >>> storage.native = False  # the original's batch: float32 tensors
+        >>> storage.sample().observations["desired_goal"].dtype
+        torch.float32
     """
 
     def __init__(
@@ -219,6 +269,7 @@ class HerReplayStorage:
         seed: int | None = None,
         info_keys: Sequence[str] = (),
         check_finite: bool = True,
+        native: bool = False,
     ) -> None:
         owner = "HerReplayStorage"
         for name, count, low in (("storage_size", storage_size, 1), ("num_envs", num_envs, 1),
@@ -239,6 +290,7 @@ class HerReplayStorage:
         self.reward_fn = goal_match_reward if reward_fn is None else reward_fn
         self.copy_info_dict = bool(copy_info_dict)
         self.seed = seed
+        self.native = bool(native)
         # no silent remainder (H12): every env gets ceil(storage_size / num_envs) rows
         self.capacity_per_env = -(-int(storage_size) // self.num_envs)
         # the strategy, num_goals and reward_fn are checked by the components
@@ -312,29 +364,46 @@ class HerReplayStorage:
             obs, actions, rewards, terminateds, truncateds, infos, nxt, extra=extra
         )
 
-    def sample(self) -> HerReplayBatch:
+    def sample(self) -> HerReplayTuple | HerReplayBatch:
         """A batch of ``batch_size`` transitions on ``device``, relabelled rows last.
+
+        An :class:`HerReplayTuple` of float32 tensors (the original's batch), or
+        with ``native=True`` an :class:`HerReplayBatch` in stored dtypes.
 
         Sampling works as soon as ``len(self) >= batch_size``, before any
         episode has ended.
 
         Raises:
-            ValueError: nothing was added yet (or since :meth:`reset`), or fewer
-                transitions than ``batch_size`` are stored.
+            EmptyBufferError: nothing was added yet (or since :meth:`reset`); a
+                RuntimeError as TorchRL's, and a ValueError.
+            ValueError: fewer transitions than ``batch_size`` are stored.
         """
         self._batcher.flush()
         if len(self.rb) == 0:
-            raise ValueError(
+            raise EmptyBufferError(
                 "HerReplayStorage: the storage is empty; add steps before sampling."
             )
         data = self.rb.sample(self.batch_size)
+        nxt = data["next"]
+        if not self.native:
+            def floats(td: TensorDictBase) -> dict[str, Any]:
+                return {key: as_float32(td[key], self.device) for key in self._obs_keys}
+
+            return HerReplayTuple(
+                observations=floats(data),
+                actions=as_float32(data["action"], self.device),
+                rewards=as_float32(nxt["reward"], self.device),
+                terminateds=as_float32(nxt["terminated"], self.device),
+                truncateds=as_float32(nxt["truncated"], self.device),
+                next_observations=floats(nxt),
+            )
         return HerReplayBatch(
             observations=data.select(*self._obs_keys),
             actions=data["action"],
-            rewards=data["next", "reward"],
-            next_observations=data["next"].select(*self._obs_keys),
-            terminateds=data["next", "terminated"],
-            truncateds=data["next", "truncated"],
+            rewards=nxt["reward"],
+            terminateds=nxt["terminated"],
+            truncateds=nxt["truncated"],
+            next_observations=nxt.select(*self._obs_keys),
             batch_size=data.batch_size,
         ).to(self.device)
 

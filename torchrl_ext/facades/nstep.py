@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Sequence
 
 import gymnasium as gym
 import torch
@@ -15,15 +15,53 @@ from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.facades._convert import space_error, step_inputs
-from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
+from torchrl_ext.facades._tensorclass import (
+    TensorclassBatch,
+    as_float32,
+    documented_tensorclass,
+)
 from torchrl_ext.loader import make_loader
+from torchrl_ext.samplers.uniform import EmptyBufferError
 
-__all__ = ["NStepReplayBatch", "NStepReplayStorage"]
+__all__ = ["NStepReplayBatch", "NStepReplayStorage", "NStepReplayTuple"]
+
+
+class NStepReplayTuple(NamedTuple):
+    """rllte's ``NStepReplayBatch``: five float32 tensors, in its field names and order.
+
+    What :meth:`NStepReplayStorage.sample` returns by default, as the original
+    did: ``obs, act, rew, disc, next_obs = storage.sample()``, ``batch[0]``,
+    ``batch._fields`` and ``batch.observations`` all work. Observations of a
+    ``Dict`` space are a dict of float32 tensors.
+
+    Attributes:
+        observations: ``o_t``.
+        actions: ``a_t``.
+        rewards: ``[B, 1]`` ``sum_{i<k} gamma**i r_{t+i}``.
+        discounts: ``[B, 1]`` ``gamma**k * (1 - terminated)``.
+        next_observations: ``o_{t+k}``.
+
+    Examples:
+        >>> import torch
+        >>> batch = NStepReplayTuple(torch.zeros(2, 3), torch.zeros(2, 1), torch.ones(2, 1),
+        ...                          torch.full((2, 1), 0.5), torch.ones(2, 3))
+        >>> obs, act, rew, disc, next_obs = batch
+        >>> batch._fields[3], len(batch), (rew + disc * 10.0).view(-1).tolist()
+        ('discounts', 5, [6.0, 6.0])
+    """
+
+    observations: Any
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    discounts: torch.Tensor
+    next_observations: Any
 
 
 @documented_tensorclass
 class NStepReplayBatch(TensorclassBatch):
-    """A batch of n-step transitions (rllte's fields plus the episode facts).
+    """A batch of n-step transitions in stored dtypes, rllte's fields plus the episode facts.
+
+    What :meth:`NStepReplayStorage.sample` returns with ``native=True``.
 
     ``target = rewards + discounts * V(next_observations)``.
 
@@ -94,6 +132,15 @@ class NStepReplayStorage:
     to float32; the regression tests ``test_n1_*`` .. ``test_n18_*`` in
     ``tests/facades/test_nstep_storage.py`` pin each fix.
 
+    Batches come as the original returned them: :meth:`sample` gives an
+    :class:`NStepReplayTuple` of float32 tensors on ``device`` and
+    ``next(replay_iter)`` a list ``[obs, action, reward, discount, next_obs]``
+    in stored dtypes, while the rows stay in their own dtypes in memory (uint8
+    pixels take a quarter of float32's memory). ``native=True`` opts out of the
+    float32 cast (N18): :meth:`sample` gives an :class:`NStepReplayBatch` in
+    stored dtypes with ``terminateds``, ``truncateds`` and ``steps``, and
+    ``replay_iter`` yields TensorDicts.
+
     Workers of :attr:`replay_iter` sample the whole buffer from shared memory:
     no episode files, no shards, new steps visible at once. ``fetch_every``
     bounds staleness through the DataLoader's prefetch: a worker serves at
@@ -133,6 +180,9 @@ class NStepReplayStorage:
         check_finite (bool): :meth:`add` raises on a NaN or infinite reward,
             observation or action, naming the entry, env and step. Defaults to
             ``True``.
+        native (bool): batches in stored dtypes (:class:`NStepReplayBatch`,
+            TensorDicts from ``replay_iter``) instead of the original's float32
+            :class:`NStepReplayTuple`. Defaults to ``False``.
 
     Raises:
         TypeError: a space is not a gymnasium space, is a ``Tuple`` space, or a
@@ -152,9 +202,14 @@ class NStepReplayStorage:
         ...     done = np.array([t == 3, False])
         ...     storage.add(obs, np.array([0, 1]), np.ones(2), done, np.zeros(2, bool), {}, obs + 1)
         ...     obs = obs + 1  # each observation is the previous next observation
-        >>> batch = storage.sample()
-        >>> batch.rewards.shape, batch.actions.dtype, len(storage)
-        (torch.Size([4, 1]), torch.int64, 8)
+        >>> obs_b, act_b, rew_b, disc_b, next_obs_b = storage.sample()
+        >>> rew_b.shape, act_b.dtype, len(storage)
+        (torch.Size([4, 1]), torch.float32, 8)
+        >>> native = NStepReplayStorage(space, gym.spaces.Discrete(2), storage_size=100, num_envs=2,
+        ...     num_workers=0, native=True)
+        >>> native.add(obs, np.array([0, 1]), np.ones(2), np.ones(2, bool), np.zeros(2, bool), {}, obs)
+        >>> native.sample().actions.dtype
+        torch.int64
     """
 
     def __init__(
@@ -176,6 +231,7 @@ class NStepReplayStorage:
         snapshot_dir: str | Path | None = None,
         seed: int | None = None,
         check_finite: bool = True,
+        native: bool = False,
     ) -> None:
         owner = "NStepReplayStorage"
         for name, space in (("observation_space", observation_space), ("action_space", action_space)):
@@ -201,6 +257,7 @@ class NStepReplayStorage:
         self.save_snapshot = bool(save_snapshot)
         self.snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
         self.seed = seed
+        self.native = bool(native)
         self.adapter = GymVectorAdapter(
             self.num_envs, autoreset_mode=autoreset_mode, check_finite=check_finite
         )
@@ -226,12 +283,13 @@ class NStepReplayStorage:
         # rows on an accelerator are sampled in this process
         self._workers = self.num_workers if self.rb.storage.device.type == "cpu" else 0
         self._iter: Iterator[TensorDictBase] | None = None
+        self._lists: Iterator[list[Any]] | None = None
 
     # ------------------------------------------------------------------ seed API
     def reset(self) -> None:
         """Restart the sampling workers; the stored data is kept."""
         self._batcher.flush()
-        self._iter = None
+        self._iter = self._lists = None
 
     def add(
         self,
@@ -264,16 +322,55 @@ class NStepReplayStorage:
         )
 
     @property
-    def replay_iter(self) -> Iterator[TensorDictBase]:
+    def replay_iter(self) -> Iterator[Any]:
         """An iterator over batches from ``num_workers`` DataLoader workers.
 
         Each worker samples the whole buffer (no shards); rows written later
-        are seen by the workers too.
+        are seen by the workers too. Each item is, as in the original, a list
+        ``[obs, action, reward, discount, next_obs]`` of CPU tensors in stored
+        dtypes (a TensorDict with ``native=True``).
         """
+        batches = self._batches()
+        if self.native:
+            return batches
+        if self._lists is None:
+            self._lists = map(self._five, batches)
+        return self._lists
+
+    def sample(self) -> NStepReplayTuple | NStepReplayBatch:
+        """A batch of ``batch_size`` n-step transitions on ``device``.
+
+        Returns:
+            An :class:`NStepReplayTuple` of float32 tensors (the original's
+            batch), or with ``native=True`` an :class:`NStepReplayBatch` in
+            stored dtypes.
+        """
+        if self._workers > 0:
+            data = next(self._batches())
+        else:
+            self._batcher.flush()
+            data = self.rb.sample(self.batch_size)
+        if not self.native:
+            return NStepReplayTuple(*(as_float32(x, self.device) for x in self._five(data)))
+        obs, action, reward, discount, next_obs = self._five(data)
+        return NStepReplayBatch(
+            observations=obs,
+            actions=action,
+            rewards=reward,
+            discounts=discount,
+            next_observations=next_obs,
+            terminateds=data["next", "terminated"],
+            truncateds=data["next", "truncated"],
+            steps=data["steps_to_next_obs"],
+            batch_size=data.batch_size,
+        ).to(self.device)
+
+    def _batches(self) -> Iterator[TensorDictBase]:
+        """The DataLoader's iterator of TensorDict batches (built on first use)."""
         self._batcher.flush()
         if self._iter is None:
             if len(self.rb) == 0:
-                raise ValueError(
+                raise EmptyBufferError(
                     "NStepReplayStorage: the storage is empty; add steps before sampling."
                 )
             loader = make_loader(
@@ -287,27 +384,12 @@ class NStepReplayStorage:
             self._iter = iter(loader)
         return self._iter
 
-    def sample(self) -> NStepReplayBatch:
-        """A batch of ``batch_size`` n-step transitions on ``device``."""
-        if self._workers > 0:
-            data = next(self.replay_iter)
-        else:
-            self._batcher.flush()
-            data = self.rb.sample(self.batch_size)
-        obs_keys = [k for k in data.keys() if k not in ("action", "next", "discount",
-                                                         "steps_to_next_obs", "index", "collector")]
-        observations = _observations(data, obs_keys)
-        return NStepReplayBatch(
-            observations=observations,
-            actions=data["action"],
-            rewards=data["next", "reward"],
-            discounts=data["discount"],
-            next_observations=_observations(data["next"], obs_keys),
-            terminateds=data["next", "terminated"],
-            truncateds=data["next", "truncated"],
-            steps=data["steps_to_next_obs"],
-            batch_size=data.batch_size,
-        ).to(self.device)
+    @staticmethod
+    def _five(data: TensorDictBase) -> list[Any]:
+        """``[obs, action, reward, discount, next_obs]`` of a sampled TensorDict."""
+        obs_keys = [k for k in data.keys() if k not in _NOT_OBSERVATIONS]
+        return [_observations(data, obs_keys), data["action"], data["next", "reward"],
+                data["discount"], _observations(data["next"], obs_keys)]
 
     def update(self, *args: Any) -> None:
         """No-op, as in the original (its training loop passes metrics here)."""
@@ -342,6 +424,9 @@ class NStepReplayStorage:
             f"{type(self).__name__}(transitions={len(self)}, num_envs={self.num_envs}, "
             f"n_step={self.rb.sampler.n}, batch_size={self.batch_size})"
         )
+
+
+_NOT_OBSERVATIONS = ("action", "next", "discount", "steps_to_next_obs", "index", "collector")
 
 
 def _observations(data: TensorDictBase, keys: list[str]) -> Any:

@@ -7,10 +7,15 @@ from torchrl_ext.samplers.nstep import NStepSampler
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.sequence import SequenceSampler
-from torchrl_ext.samplers.uniform import UniformTransitionSampler, draw_transitions
+from torchrl_ext.samplers.uniform import (
+    EmptyBufferError,
+    UniformTransitionSampler,
+    draw_transitions,
+)
 
 __all__ = [
     "BootstrapMaskSampler",
+    "EmptyBufferError",
     "EpochSampler",
     "FrameStackSampler",
     "HindsightSampler",

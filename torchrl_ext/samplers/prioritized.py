@@ -15,10 +15,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from torchrl.data.replay_buffers.samplers import Sampler
+from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler
 
 from torchrl_ext.samplers._generator import generator_state, restore_generator
-from torchrl_ext.samplers.uniform import EMPTY_BUFFER, check_batch_size, storage_index
+from torchrl_ext.samplers.uniform import (
+    EMPTY_BUFFER,
+    EmptyBufferError,
+    check_batch_size,
+    storage_index,
+)
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["PrioritizedTransitionSampler"]
@@ -167,9 +172,10 @@ class PrioritizedTransitionSampler(Sampler):
       transitions since they were sampled are skipped, not resurrected. A row
       overwritten by a *new* transition since it was sampled gets the priority
       meant for the old one (there is no generation check, as in TorchRL).
-      TorchRL's ``rb.update_tensordict_priority(td)`` does nothing with this
-      sampler (it only acts for its own ``PrioritizedSampler``): call
-      ``rb.update_priority(td["index"], td["td_error"])``.
+      ``rb.update_tensordict_priority(td)`` acts in a plain TorchRL
+      ``TensorDictReplayBuffer`` too (the class is registered as a virtual
+      subclass of TorchRL's ``PrioritizedSampler``, whose instances only that
+      method serves; ``reduction = "max"`` reduces per-step priorities).
 
     The tree (float64, 2 entries per row rounded up to a power of two: 16 MiB
     for 1M rows) is allocated on first use, in shared memory: DataLoader
@@ -269,6 +275,8 @@ class PrioritizedTransitionSampler(Sampler):
                 f"PrioritizedTransitionSampler: beta={value}, expected a finite number >= 0."
             )
         self._beta = float(value)
+
+    reduction = "max"  # how TorchRL's buffers reduce a [B, ...] priority entry to [B]
 
     @property
     def default_priority(self) -> float:
@@ -418,7 +426,7 @@ class PrioritizedTransitionSampler(Sampler):
         """
         views = self._views(storage, "sample")
         if views is None:
-            raise ValueError(EMPTY_BUFFER)
+            raise EmptyBufferError(EMPTY_BUFFER)
         index = storage_index(storage)
         # as in draw_transitions: the exact count only near the (rows - S) / 2 bound
         rows_live = int(index.live_rows().sum())
@@ -558,3 +566,9 @@ def _rows_and_priorities(index: Any, priority: Any) -> tuple[np.ndarray, np.ndar
             "e.g. td_error.abs()."
         )
     return rows_np, p_np
+
+
+# TorchRL's TensorDictReplayBuffer.update_tensordict_priority serves only
+# instances of its PrioritizedSampler (an ABC): register this one, which has
+# the attributes that method reads (default_priority, reduction, update_priority).
+PrioritizedSampler.register(PrioritizedTransitionSampler)

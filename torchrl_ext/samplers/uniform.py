@@ -9,11 +9,14 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext.core.episodes import EMPTY_BUFFER, EpisodeIndex
+from torchrl_ext.core.episodes import EMPTY_BUFFER, EmptyBufferError, EpisodeIndex
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.storages.transition import TransitionStorage
 
-__all__ = ["UniformTransitionSampler", "check_batch_size", "draw_transitions", "storage_index"]
+__all__ = [
+    "EmptyBufferError", "UniformTransitionSampler", "check_batch_size", "draw_transitions",
+    "storage_index",
+]
 
 
 def draw_transitions(
@@ -63,11 +66,11 @@ def storage_index(storage: TransitionStorage) -> EpisodeIndex:
         >>> storage_index(make_replay_buffer(8).storage)
         Traceback (most recent call last):
         ...
-        ValueError: cannot sample: the buffer holds no transition yet; extend it first.
+        torchrl_ext.core.episodes.EmptyBufferError: cannot sample: the buffer holds no transition yet; extend it first.
     """
     index = storage.index
     if index is None:
-        raise ValueError(EMPTY_BUFFER)
+        raise EmptyBufferError(EMPTY_BUFFER)
     return index
 
 
@@ -88,10 +91,10 @@ def check_batch_size(batch_size: int, available: int) -> None:
         >>> check_batch_size(4, 0)
         Traceback (most recent call last):
         ...
-        ValueError: cannot sample: the buffer holds no transition yet; extend it first.
+        torchrl_ext.core.episodes.EmptyBufferError: cannot sample: the buffer holds no transition yet; extend it first.
     """
     if available == 0:
-        raise ValueError(EMPTY_BUFFER)
+        raise EmptyBufferError(EMPTY_BUFFER)
     if batch_size < 1:
         raise ValueError(
             f"cannot sample: batch_size={batch_size}, expected >= 1 (the buffer holds "

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.data import Storage, TensorStorage
+from torchrl.data import RandomSampler, Storage, TensorStorage
 
 from torchrl_ext._atomic import atomic_dir, recover
 from torchrl_ext.core.schema import LeafSpec, RowSchema
@@ -46,7 +46,15 @@ class TransitionStorage(TensorStorage):
     :class:`~torchrl_ext.writers.TransitionWriter`.
 
     :meth:`get` returns TorchRL transitions for *row* indices, as drawn by the
-    samplers of :mod:`torchrl_ext.samplers`.
+    samplers of :mod:`torchrl_ext.samplers`. TorchRL's own contract holds too:
+    ``storage[i]`` / ``rb[i]`` (ints, slices, index tensors) and
+    ``iter(rb.storage)`` see the ``len(storage)`` live transitions by position,
+    never a row pair that spans two episodes, and TorchRL's stock
+    ``RandomSampler`` draws uniformly over transitions. TorchRL's other stock
+    samplers (``SamplerWithoutReplacement``, ``PrioritizedSampler``,
+    ``SliceSampler``...) would read row positions as transitions: a buffer
+    that pairs one with this storage raises a TypeError naming the
+    replacement from :mod:`torchrl_ext.samplers`.
 
     Args:
         max_size (int): number of rows. Each stream gets ``max_size // num_streams``
@@ -123,6 +131,7 @@ class TransitionStorage(TensorStorage):
         self.index: EpisodeIndex | None = None
         self._storage: TensorDictBase | None = None
         self._last_cursor = None
+        self._live_cache: tuple[Any, torch.Tensor] | None = None  # see _transition_rows
         self.__dict__["_storage_keys"] = None
 
     # ----------------------------------------------------------------- set-up
@@ -234,6 +243,10 @@ class TransitionStorage(TensorStorage):
         self._check_ready("get")
         if isinstance(index, SampleIndex):
             return index.read(self)
+        self._check_samplers()
+        return self._rows(index)
+
+    def _rows(self, index: Any) -> TensorDictBase:
         if isinstance(index, slice):
             if index != slice(None):
                 raise ValueError(f"TransitionStorage.get: slice {index} unsupported; use [:].")
@@ -248,6 +261,46 @@ class TransitionStorage(TensorStorage):
         flat = rows.reshape(-1)
         out = self.packed.gather(flat, torch.from_numpy(self.next_rows(flat.numpy())))
         return out if rows.ndim == 1 else out.reshape(rows.shape)
+
+    def __getitem__(self, item: Any) -> TensorDictBase:
+        """Live transitions by position ``0 .. len(self) - 1``, as TorchRL indexes a storage.
+
+        ``rb[i]``, ``rb[:k]``, ``rb[k:]``, ``rb[tensor]`` and ``iter(rb.storage)``
+        read through here: position ``i`` is the ``i``-th live transition
+        (stream by stream, oldest first), never a row pair spanning an
+        episode boundary. Out-of-range positions raise IndexError.
+        """
+        self._check_ready("__getitem__")
+        return self._rows(self._transition_rows()[item])
+
+    def _rand_given_ndim(self, batch_size: int) -> torch.Tensor:
+        """Rows of ``batch_size`` transitions, uniform: TorchRL's ``RandomSampler`` draws here."""
+        rows = self._transition_rows()
+        return rows[torch.randint(len(rows), (batch_size,), generator=self._rng)]
+
+    def _transition_rows(self) -> torch.Tensor:
+        """:meth:`live_transition_rows`, cached until the next write or reset."""
+        index = self._ready("_transition_rows")[1]
+        key = (id(index), index.read_token(), tuple(index.written.tolist()))
+        if self._live_cache is None or self._live_cache[0] != key:
+            self._live_cache = (key, self.live_transition_rows())
+        return self._live_cache[1]
+
+    def _check_samplers(self) -> None:
+        """Refuse TorchRL's stock samplers that read row positions as transitions."""
+        for reader in self._attached_entities:
+            sampler = getattr(reader, "_sampler", None)
+            module = type(sampler).__module__
+            if module.startswith("torchrl.") and not isinstance(sampler, RandomSampler):
+                raise TypeError(
+                    f"TransitionStorage: torchrl's {type(sampler).__name__} draws positions "
+                    "0 .. len(storage) - 1 and reads them as rows, but this storage's rows "
+                    "also hold each episode's final observation, so it would return "
+                    "transitions spanning two episodes. Use the samplers of "
+                    "torchrl_ext.samplers instead: EpochSampler (without replacement), "
+                    "PrioritizedTransitionSampler, SequenceSampler, UniformTransitionSampler "
+                    "(RandomSampler works as is)."
+                )
 
     def get_observations(self, rows: torch.Tensor) -> TensorDictBase:
         """The observation entries (root keys) of physical ``rows``, any shape.

@@ -23,6 +23,7 @@ from torchrl_ext.facades.episodic.files import (
     TorchSerialization,
 )
 from torchrl_ext.facades.episodic.ring import RingBufferDataset
+from torchrl_ext.facades.episodic.utils import to_torch
 
 __all__ = [
     "ColorImage",
@@ -43,4 +44,5 @@ __all__ = [
     "TorchSerialization",
     "Vector",
     "VerificationMode",
+    "to_torch",
 ]

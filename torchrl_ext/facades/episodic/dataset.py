@@ -402,6 +402,26 @@ class EpisodeDataset(IterableDataset):
         return iter(SequenceStream(self, 1, None))
 
     # ----------------------------------------------------------- composition
+    @property
+    def other_dataset(self) -> EpisodeDataset | None:
+        """The dataset this one fronts after :meth:`extend` (``None`` before).
+
+        Examples:
+            >>> from torchrl_ext.facades.episodic import RingBufferDataset
+            >>> front, large = RingBufferDataset(20), RingBufferDataset(200)
+            >>> front.other_dataset is None
+            True
+            >>> front.extend(large, other_batch_size=2, other_num_workers=0)
+            >>> front.other_dataset is large, front.other_dataloader is not None
+            (True, True)
+        """
+        return None if self._other is None else self._other.other
+
+    @property
+    def other_dataloader(self) -> DataLoader | None:
+        """The loader of whole episodes from :attr:`other_dataset` (``None`` before :meth:`extend`)."""
+        return None if self._other is None else self._other.loader
+
     def extend(
         self,
         other: EpisodeDataset,

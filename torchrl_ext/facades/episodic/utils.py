@@ -1,0 +1,43 @@
+"""``buffers.utils`` of maltemosbach/buffers: :func:`to_torch` for gym step tuples."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["to_torch"]
+
+
+def to_torch(value: Any) -> Any:
+    """``value`` as a tensor where it converts, each element of a list or tuple alike.
+
+    The original's ``buffers.utils.to_torch``, as its notebooks use it on gym
+    step tuples: numbers, bools and numpy arrays (any strides) become tensors
+    of their dtype; tensors pass as they are; what has no tensor form (an
+    ``info`` dict, a string, ``None``) is returned unchanged. Lists, tuples and
+    named tuples keep their type.
+
+    Examples:
+        >>> import numpy as np
+        >>> obs, reward, terminated, truncated, info = to_torch(
+        ...     (np.zeros(3, np.float32), 1.0, False, True, {"TimeLimit.truncated": True}))
+        >>> obs.dtype, reward, terminated.dtype, info
+        (torch.float32, tensor(1.), torch.bool, {'TimeLimit.truncated': True})
+        >>> to_torch([np.arange(4)[::-2], "text"])
+        [tensor([3, 1]), 'text']
+    """
+    if isinstance(value, (list, tuple)):
+        items = [to_torch(item) for item in value]
+        if hasattr(value, "_fields"):  # a named tuple
+            return type(value)(*items)
+        return type(value)(items)
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            return value
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, (bool, int, float, complex, np.generic)):
+        return torch.as_tensor(value)
+    return value
