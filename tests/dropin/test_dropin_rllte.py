@@ -20,12 +20,13 @@ def pixel_storage(num_envs=1, **kwargs):
     args.update(kwargs)
     storage = NStepReplayStorage(PIXELS, ACTIONS, **args)
     rng = np.random.default_rng(0)
-    for t in range(30):
-        obs = rng.integers(0, 256, (num_envs, 3, 16, 16), dtype=np.uint8)
+    obs = rng.integers(0, 256, (num_envs, 3, 16, 16), dtype=np.uint8)
+    for t in range(30):  # each observation is the previous next observation, as from an env
         nxt = rng.integers(0, 256, (num_envs, 3, 16, 16), dtype=np.uint8)
         done = np.full(num_envs, t % 10 == 9)
         storage.add(obs, rng.uniform(-1, 1, (num_envs, 2)).astype(np.float32),
                     rng.normal(size=num_envs), done, np.zeros(num_envs, bool), {}, nxt)
+        obs = nxt
     return storage
 
 
