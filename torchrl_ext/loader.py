@@ -6,8 +6,9 @@ import multiprocessing
 from typing import Any, Callable, Iterator
 
 import torch
+import tensordict
 from tensordict import TensorDict, TensorDictBase
-from tensordict._reductions import _rebuild_tensordict_files_consolidated  # tensordict 0.14
+from tensordict._reductions import _rebuild_tensordict_files_consolidated
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchrl.data import TensorDictReplayBuffer
 
@@ -275,7 +276,7 @@ class _CollateByValue:
 
     def __call__(self, items: Any) -> Any:
         batch = self.collate_fn(items)
-        if type(batch) is TensorDict and get_worker_info() is not None:
+        if _BY_VALUE and type(batch) is TensorDict and get_worker_info() is not None:
             return _ByValue(batch)
         return batch
 
@@ -302,6 +303,8 @@ class _ByValue:
 
 #: Worker batches up to this size cross by value (see :class:`_CollateByValue`).
 _BY_VALUE_BYTES = 1 << 20
+#: tensordict 0.13's consolidated batches hang in a worker: they cross as DataLoader sends them
+_BY_VALUE = tuple(int(p) for p in tensordict.__version__.split(".")[:2]) >= (0, 14)
 
 
 def _from_bytes(metadata: dict[str, Any], data: Any) -> TensorDictBase:
