@@ -274,9 +274,13 @@ class TransitionStorage(TensorStorage):
         return self._rows(self._transition_rows()[item])
 
     def _rand_given_ndim(self, batch_size: int) -> torch.Tensor:
-        """Rows of ``batch_size`` transitions, uniform: TorchRL's ``RandomSampler`` draws here."""
-        rows = self._transition_rows()
-        return rows[torch.randint(len(rows), (batch_size,), generator=self._rng)]
+        """Rows of ``batch_size`` transitions, uniform: TorchRL's ``RandomSampler`` draws here.
+
+        The index's own draw (O(batch)), as :class:`~torchrl_ext.samplers.UniformTransitionSampler`'s.
+        """
+        index = self._ready("_rand_given_ndim")[1]
+        tau, stream = index.draw_transitions(batch_size, self._rng)
+        return torch.from_numpy(index.physical_rows(tau, stream))
 
     def _transition_rows(self) -> torch.Tensor:
         """:meth:`live_transition_rows`, cached until the next write or reset."""
