@@ -50,6 +50,13 @@ class HeldEpisode:
             writing (D6).
         complete (bool): its first step is still held (False when the ring
             overwrote its first rows: ``steps`` start at its oldest held step).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> episode = HeldEpisode(0, TensorDict({"action": torch.zeros(3, 1)}, [3]), True, True)
+        >>> len(episode), episode.finished
+        (3, True)
     """
 
     stream: int

@@ -70,7 +70,22 @@ def _meta(path: Path) -> dict[str, Any]:
 
 
 def load_episodes(path: str | Path) -> list[HeldEpisode]:
-    """The episodes :func:`save_episodes` wrote, memory-mapped (no copy)."""
+    """The episodes :func:`save_episodes` wrote, memory-mapped (no copy).
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> from torchrl_ext.export import save_episodes
+        >>> rb = make_replay_buffer(32)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 1), "action": torch.zeros(2, 1),
+        ...     "next": {"observation": torch.ones(2, 1), "reward": torch.ones(2, 1),
+        ...              "done": torch.tensor([[True], [False]])}}, [2]))
+        >>> with tempfile.TemporaryDirectory() as path:
+        ...     save_episodes(rb, path)
+        ...     [(len(e), e.finished) for e in load_episodes(path)]
+        [(1, True), (1, False)]
+    """
     path = Path(path)
     meta = _meta(path)
     if not meta["episodes"]:
@@ -94,6 +109,21 @@ def load_buffer(path: str | Path, **kwargs: Any) -> Any:
 
     Raises:
         ValueError: the directory is not an export of :func:`save_episodes`.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> from torchrl_ext.export import save_episodes
+        >>> rb = make_replay_buffer(32)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 1), "action": torch.zeros(2, 1),
+        ...     "next": {"observation": torch.ones(2, 1), "reward": torch.ones(2, 1),
+        ...              "done": torch.tensor([[True], [False]])}}, [2]))
+        >>> with tempfile.TemporaryDirectory() as path:
+        ...     save_episodes(rb, path)
+        ...     restored = load_buffer(path, batch_size=4)
+        ...     len(restored), restored.sample()["next", "reward"].shape
+        (2, torch.Size([4, 1]))
     """
     from torchrl_ext.buffer import make_replay_buffer
 

@@ -58,6 +58,10 @@ class FrameCodec(StrEnum):
     * ``ZSTD`` (``"zstd"``): the ``zstandard`` package, level 1: the smaller blobs.
     * ``LZ4`` (``"lz4"``): the ``lz4`` package (block format): decodes about
       twice as fast, blobs up to twice as large.
+
+    Examples:
+        >>> FrameCodec("lz4") is FrameCodec.LZ4, [c.value for c in FrameCodec]
+        (True, ['zstd', 'lz4'])
     """
 
     ZSTD = "zstd"
