@@ -170,3 +170,21 @@ def test_state_a_checkpoint_forgets_a_reset_by_hand_after_reopen(tmp_path):
     a, b = original.rb.storage.state_dict(), restored.rb.storage.state_dict()
     seqlock = ("write_seq", "row_version")
     assert (a["index"].exclude(*seqlock) == b["index"].exclude(*seqlock)).all()
+
+
+def test_state_a_checkpoint_forgets_refuses_another_env_count_or_mode():
+    from torchrl_ext.envs import GymVectorAdapter
+
+    state = GymVectorAdapter(2).state_dict()
+    with pytest.raises(ValueError, match=r"the checkpoint has \(num_envs, autoreset_mode\)=\(2, "
+                                         r"'NextStep'\), this adapter \(3, 'NextStep'\)"):
+        GymVectorAdapter(3).load_state_dict(state)
+
+
+def test_atomic_checkpoints_storage_refuses_a_torn_directory(tmp_path):
+    from torchrl_ext import TransitionStorage
+
+    (tmp_path / "storage").mkdir()
+    (tmp_path / "storage" / "meta.json").write_text("")  # what a non-atomic dumps left
+    with pytest.raises(ValueError, match="TransitionStorage.loads: .*storage holds no complete snapshot"):
+        TransitionStorage(64).loads(tmp_path / "storage")

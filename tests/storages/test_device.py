@@ -168,3 +168,11 @@ def test_cuda_checkpoint_moves_between_devices(source, target, tmp_path):
         batch = other.sample()
         assert batch["observation"].device.type == target
         assert (batch.to(source) == expected).all()
+
+
+def test_compressed_frames_cannot_live_on_a_device():
+    from torchrl_ext import TransitionStorage
+
+    with pytest.raises(ValueError, match=r"compress=\{'pixels': 'zstd'\} keeps frames compressed in "
+                                         r"host memory, not on device='cuda'"):
+        TransitionStorage(64, device="cuda", compress={"pixels": "zstd"})
