@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 import torch
 import tensordict
@@ -15,7 +15,14 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.storages.transition import TransitionStorage
 
-__all__ = ["DEFAULT_CONTEXT", "ReplayDataset", "SampleStream", "make_loader", "worker_loader"]
+__all__ = [
+    "DEFAULT_CONTEXT",
+    "ReplayDataset",
+    "RestartingIterator",
+    "SampleStream",
+    "make_loader",
+    "worker_loader",
+]
 
 #: Start method of loader workers: ``"fork"`` where the platform has it (see :func:`make_loader`).
 DEFAULT_CONTEXT = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
@@ -256,6 +263,70 @@ def make_loader(
     )
 
 
+T = TypeVar("T")
+
+
+class RestartingIterator(Generic[T]):
+    """The endless iterator of a loader that a failure does not leave dead.
+
+    A ``DataLoader`` iterator whose workers raised (sampling before there was
+    anything to sample, a worker killed) is finished for good: every later
+    ``next`` raises a bare ``StopIteration``. This one drops such an iterator
+    and lets the error through, so the next call starts the loader again, once
+    data exists. The end of the stream, which an endless loader only reaches
+    when its workers are gone, is an error too, never ``StopIteration``.
+
+    Args:
+        start (callable): returns the iterable to iterate (a ``DataLoader``); called
+            on the first ``next`` and again after a failure. May raise (e.g.
+            :class:`~torchrl_ext.samplers.uniform.EmptyBufferError`).
+        name (str): who iterates, for the error message.
+
+    Examples:
+        >>> calls = []
+        >>> def start():
+        ...     calls.append(1)
+        ...     if len(calls) == 1:
+        ...         raise ValueError("nothing to sample yet")
+        ...     return iter(range(3))
+        >>> batches = RestartingIterator(start, "demo")
+        >>> try:
+        ...     next(batches)
+        ... except ValueError as e:
+        ...     print(e)
+        nothing to sample yet
+        >>> next(batches), next(batches)
+        (0, 1)
+    """
+
+    def __init__(self, start: Callable[[], Iterable[T]], name: str) -> None:
+        self.start = start
+        self.name = name
+        self._iterator: Iterator[T] | None = None
+
+    def __iter__(self) -> RestartingIterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._iterator is None:
+            self._iterator = iter(self.start())
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self._iterator = None
+            raise RuntimeError(
+                f"{self.name}: the sampling stream ended (its worker processes stopped); "
+                "the next call starts it again."
+            ) from None
+        except BaseException:
+            self._iterator = None  # a worker's error ends a DataLoader iterator
+            raise
+
+    def close(self) -> None:
+        """Drop the running iterator (stopping its workers); the next call starts a new one."""
+        self._iterator = None
+
+
 def _identity(batch: TensorDictBase) -> TensorDictBase:
     return batch
 
@@ -284,21 +355,30 @@ class _CollateByValue:
 class _ByValue:
     """A TensorDict that unpickles as itself, sent as the bytes of its consolidated copy.
 
-    A batch above :data:`_BY_VALUE_BYTES` (pixels) crosses as one consolidated
-    shared-memory block instead: one file descriptor, and no copy through the pipe.
+    Packed when built, in the worker's fetch (where DataLoader forwards an error
+    to the main process), not when pickled (in the queue's feeder thread, where
+    an error only prints and the batch is lost: the main process would wait
+    forever). A batch above :data:`_BY_VALUE_BYTES` (pixels) crosses as one
+    consolidated shared-memory block instead: one file descriptor, and no copy
+    through the pipe.
     """
 
     def __init__(self, batch: TensorDict) -> None:
-        self.batch = batch
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        batch = self.batch
+        # consolidate views each leaf's bytes whole: strided leaves (a column of
+        # a window index) are made contiguous first
+        batch = batch.apply(torch.Tensor.contiguous)
+        self.reduced: tuple[Any, tuple[Any, ...]]
         if batch.bytes() > _BY_VALUE_BYTES:
-            return _identity, (batch.consolidate(share_memory=True),)
+            self.reduced = (_identity, (batch.consolidate(share_memory=True),))
+            return
         packed = batch.consolidate()._consolidated  # {"storage": uint8 [n], "metadata"}
         if packed["storage"].device.type != "cpu":  # as DataLoader sends tensors
-            return _identity, (batch,)
-        return _from_bytes, (packed["metadata"], packed["storage"].numpy())
+            self.reduced = (_identity, (batch,))
+        else:
+            self.reduced = (_from_bytes, (packed["metadata"], packed["storage"].numpy()))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return self.reduced
 
 
 #: Worker batches up to this size cross by value (see :class:`_CollateByValue`).

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Sequence
 
 import gymnasium as gym
 import torch
+from torch.utils.data import DataLoader
 from tensordict import TensorDictBase
 
 from torchrl_ext._atomic import atomic_dir, recover
@@ -20,7 +21,7 @@ from torchrl_ext.facades._tensorclass import (
     as_float32,
     documented_tensorclass,
 )
-from torchrl_ext.loader import make_loader
+from torchrl_ext.loader import RestartingIterator, make_loader
 from torchrl_ext.samplers.uniform import EmptyBufferError
 
 __all__ = ["NStepReplayBatch", "NStepReplayStorage", "NStepReplayTuple"]
@@ -282,14 +283,15 @@ class NStepReplayStorage:
         self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every))
         # rows on an accelerator are sampled in this process
         self._workers = self.num_workers if self.rb.storage.device.type == "cpu" else 0
-        self._iter: Iterator[TensorDictBase] | None = None
-        self._lists: Iterator[list[Any]] | None = None
+        # the workers' batches: restarted after a failure (sampling too early, a worker killed)
+        self._iter = RestartingIterator(self._loader, "NStepReplayStorage")
+        self._lists = map(self._five, self._iter)
 
     # ------------------------------------------------------------------ seed API
     def reset(self) -> None:
         """Restart the sampling workers; the stored data is kept."""
         self._batcher.flush()
-        self._iter = self._lists = None
+        self._iter.close()
 
     def add(
         self,
@@ -331,11 +333,7 @@ class NStepReplayStorage:
         dtypes (a TensorDict with ``native=True``).
         """
         batches = self._batches()
-        if self.native:
-            return batches
-        if self._lists is None:
-            self._lists = map(self._five, batches)
-        return self._lists
+        return batches if self.native else self._lists
 
     def sample(self) -> NStepReplayTuple | NStepReplayBatch:
         """A batch of ``batch_size`` n-step transitions on ``device``.
@@ -366,23 +364,24 @@ class NStepReplayStorage:
         ).to(self.device)
 
     def _batches(self) -> Iterator[TensorDictBase]:
-        """The DataLoader's iterator of TensorDict batches (built on first use)."""
+        """The workers' iterator of TensorDict batches, after writing the held steps."""
         self._batcher.flush()
-        if self._iter is None:
-            if len(self.rb) == 0:
-                raise EmptyBufferError(
-                    "NStepReplayStorage: the storage is empty; add steps before sampling."
-                )
-            loader = make_loader(
-                self.rb,
-                batch_size=self.batch_size,
-                num_workers=self._workers,
-                pin_memory=self.pin_memory and self._workers > 0,
-                prefetch_factor=max(1, min(2, self.fetch_every // self.batch_size)),
-                seed=self.seed,
-            )
-            self._iter = iter(loader)
         return self._iter
+
+    def _loader(self) -> DataLoader:
+        """The DataLoader of :attr:`replay_iter` (started on first use, and after a failure)."""
+        if len(self.rb) == 0:
+            raise EmptyBufferError(
+                "NStepReplayStorage: the storage is empty; add steps before sampling."
+            )
+        return make_loader(
+            self.rb,
+            batch_size=self.batch_size,
+            num_workers=self._workers,
+            pin_memory=self.pin_memory and self._workers > 0,
+            prefetch_factor=max(1, min(2, self.fetch_every // self.batch_size)),
+            seed=self.seed,
+        )
 
     @staticmethod
     def _five(data: TensorDictBase) -> list[Any]:

@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError
 from torchrl_ext.facades.episodic.dataset import EpisodeDataset, SequenceStream
+from torchrl_ext.loader import RestartingIterator
 
 __all__ = ["EpisodeReplayBuffer"]
 
@@ -105,7 +106,8 @@ class EpisodeReplayBuffer:
                 f"{type(stream).__name__}, expected a SequenceStream."
             )
         self._stream = stream
-        self._iterator: Iterator[TensorDictBase] | None = None
+        # restarted after a failure (a worker killed): never a dead iterator
+        self._iterator = RestartingIterator(self.loader.__iter__, "EpisodeReplayBuffer")
         self._num_envs: int | None = None  # 0: single env, fixed by the first call
         self._keys: tuple[str, ...] | None = None
         # each field's (shape, dtype) per env, fixed by the first step: a step
@@ -330,8 +332,6 @@ class EpisodeReplayBuffer:
                 f"{self.dataset.longest_episode}; wait for longer episodes, lower "
                 "sequence_length, or pass pad=True."
             )
-        if self._iterator is None:
-            self._iterator = iter(self.loader)
         batch = next(self._iterator)
         for key, kind in fields.items():
             if batch.get(key).device != kind.device:
@@ -344,7 +344,7 @@ class EpisodeReplayBuffer:
 
     def close(self) -> None:
         """Stop the loader's worker processes (they restart on the next sample)."""
-        self._iterator = None
+        self._iterator.close()
 
     def __enter__(self) -> EpisodeReplayBuffer:
         return self

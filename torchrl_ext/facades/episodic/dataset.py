@@ -16,7 +16,7 @@ from torchrl_ext.facades.episodic.fields import (
     as_episode,
     verify,
 )
-from torchrl_ext.loader import SampleStream, worker_loader
+from torchrl_ext.loader import RestartingIterator, SampleStream, worker_loader
 from torchrl_ext.storages.pool import EpisodePool
 
 __all__ = ["EpisodeDataset", "MASK_KEY"]
@@ -459,15 +459,13 @@ class _Composition:
         self.loader = loader
         self.every = every
         self.count = 0
-        self._iterator: Iterator[TensorDictBase] | None = None
+        self._iterator = RestartingIterator(loader.__iter__, "EpisodeDataset.extend")
 
     def add(self, front: EpisodeDataset, episode: TensorDictBase) -> None:
         self.other.add_episode(episode)
         self.count += 1
         if front.is_full and self.count >= self.every:
             self.count = 0
-            if self._iterator is None:
-                self._iterator = iter(self.loader)
             for fetched in split_episodes(next(self._iterator)):
                 front._add(fetched)
         front._add(episode)
