@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -51,6 +52,15 @@ class WindowReader(Protocol):
         window length for n-step windows), shaped as the batch."""
         ...
 
+    def rows_read(self, storage: Any, index: torch.Tensor) -> torch.Tensor:
+        """Every physical row :meth:`read` reads (any shape, repeats allowed).
+
+        :meth:`~torchrl_ext.storages.TransitionStorage.stale` checks them
+        all: a batch is served only if no write touched any of its rows since
+        the draw began.
+        """
+        ...
+
 
 @dataclass(frozen=True)
 class RowReads:
@@ -74,6 +84,10 @@ class RowReads:
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = index.as_subclass(torch.Tensor)
         return rows, torch.ones_like(rows)
+
+    def rows_read(self, storage: Any, index: torch.Tensor) -> torch.Tensor:
+        rows = index.as_subclass(torch.Tensor).reshape(-1).numpy()
+        return torch.from_numpy(np.concatenate([rows, storage.next_rows(rows)]))
 
 
 class SampleIndex(torch.Tensor):

@@ -578,7 +578,11 @@ class EpisodeIndex(NumpyViews):
         """
         seq = self._np["write_seq"]
         seq[0] += 1
-        self._np["row_version"][plan.rows] = seq[0]
+        # the rows whose bytes a reader may read change: the next rows, and the
+        # first rows of new episodes; a row continuing an episode keeps its
+        # observation (it is the previous step's next observation) and gets its
+        # step entries, which no reader reads before the commit makes it a step
+        self._np["row_version"][plan.rows[plan.start]] = seq[0]
         self._np["row_version"][plan.next_rows] = seq[0]
 
     def end_write(self) -> None:

@@ -119,24 +119,15 @@ class FrameStacks:
         out = self.inner.read(storage, index, observations=False)
         if not observations:
             return out
-        rows, steps = self.inner.spans(index)  # [*batch]
-        episodes = storage_index(storage)
-        if self.located is not None and self.located[0] == storage.read_token():
-            tau, stream, start = self.located[1]
-        else:
-            tau, stream, start = _locate_transitions(storage, rows)
-        # [*batch, 2, F]: the observation's frames, then the next observation's
-        ends = np.stack([tau, tau + steps.numpy()], -1)
-        taus = frame_steps(ends, start[..., None], self.n_frames)
-        frame_rows = episodes.physical_rows(taus, stream[..., None, None])
+        frame_rows = self._frame_rows(storage, index)  # [2, *batch, F]
         frames = storage.get_observations(torch.from_numpy(frame_rows))
-        dims = rows.ndim
+        dims = frame_rows.ndim - 2
         for key in held:
-            value = frames.get(key)  # [*batch, 2, F, *shape]
+            value = frames.get(key)  # [2, *batch, F, *shape]
             if key in stacked:
-                obs, nxt = (stack_frames(value.select(dims, i), dims) for i in (0, 1))
+                obs, nxt = (stack_frames(value[i], dims) for i in (0, 1))
             else:  # not stacked: the observation itself, the newest frame
-                obs, nxt = value.select(dims + 1, -1).unbind(dims)
+                obs, nxt = value.select(dims + 1, -1)
             out.set(key, obs)
             out.set(("next", *key), nxt)
         return out
@@ -161,6 +152,33 @@ class FrameStacks:
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.inner.spans(index)
+
+    def rows_read(self, storage: TransitionStorage, index: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.inner.rows_read(storage, index).reshape(-1),
+                          torch.from_numpy(self._frame_rows(storage, index).reshape(-1))])
+
+    def _frame_rows(self, storage: TransitionStorage, index: torch.Tensor) -> np.ndarray:
+        """``[2, *batch, F]`` rows of the observations' frames, then the next observations'.
+
+        Observations first and next observations second, so that each half of
+        the gathered frames is one contiguous block and stacking them along
+        channels is a view.
+        """
+        rows, steps = self.inner.spans(index)
+        tau, stream, start = self._located(storage, rows)
+        taus = frame_steps(np.stack([tau, tau + steps.numpy()]), start[None], self.n_frames)
+        return storage_index(storage).physical_rows(taus, stream[None, ..., None])
+
+    def _located(
+        self, storage: TransitionStorage, rows: torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(tau, stream, start)`` of the sampled transitions: as the sampler
+        located them, or again if a write came since (the rows may hold other
+        steps now; a reader in another process is then told by ``stale``, which
+        checks every row read)."""
+        if self.located is not None and self.located[0] == storage.read_token():
+            return self.located[1]
+        return _locate_transitions(storage, rows)
 
 class FrameStackSampler(RefiningSampler):
     """Serve each sampled transition with stacks of its last ``n_frames`` observations.

@@ -75,15 +75,7 @@ class StepWindows:
         rows, steps = columns[:, 0].contiguous(), columns[:, 1].contiguous()
         rows_np, steps_np = rows.numpy(), steps.numpy()
         capacity = storage_index(storage).stream_capacity
-        width = int(steps_np.max())
-        # a window runs forward in its stream's ring: row k of it is at slot
-        # (slot + k) % capacity, so no logical time is needed here
-        stream_base = rows_np - rows_np % capacity  # [B] first row of the stream
-        slot = rows_np - stream_base
-        offsets = np.arange(width)
-        mask = offsets < steps_np[:, None]  # [B, W]
-        # padding reads the first step again; the mask hides it
-        window_slot = slot[:, None] + np.where(mask, offsets, 0)  # [B, W]
+        stream_base, slot, window_slot, mask = _window_slots(rows_np, steps_np, capacity)
         window_rows = stream_base[:, None] + window_slot % capacity
         last_rows = stream_base + (slot + steps_np - 1) % capacity
         after_rows = None  # the row of the next observation, when it is read here
@@ -110,6 +102,36 @@ class StepWindows:
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         columns = index.as_subclass(torch.Tensor)
         return columns[:, 0].contiguous(), columns[:, 1].contiguous()
+
+    def rows_read(self, storage: Any, index: torch.Tensor) -> torch.Tensor:
+        columns = index.as_subclass(torch.Tensor).numpy()
+        rows, steps = columns[:, 0], columns[:, 1]
+        capacity = storage_index(storage).stream_capacity
+        stream_base, slot, _, _ = _window_slots(rows, steps, capacity)
+        # the window's rows and the row after it (its next observation)
+        reach = stream_base[:, None] + (slot[:, None] + np.arange(int(steps.max()) + 1)) % capacity
+        read = reach[np.arange(reach.shape[1]) <= steps[:, None]]
+        if columns.shape[1] > 2:  # and the goal rows
+            read = np.concatenate([read, columns[:, 2][columns[:, 2] >= 0]])
+        return torch.from_numpy(read)
+
+
+def _window_slots(
+    rows: np.ndarray, steps: np.ndarray, capacity: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(stream_base, slot, window_slot, mask)`` of windows of ``steps`` steps from ``rows``.
+
+    A window runs forward in its stream's ring: step ``k`` of it is at slot
+    ``(slot + k) % capacity``, so no logical time is needed. ``window_slot``
+    (``[B, W]``, ``W = max(steps)``, not yet wrapped) repeats the first slot
+    as padding, which ``mask`` hides.
+    """
+    stream_base = rows - rows % capacity  # [B] first row of the stream
+    slot = rows - stream_base
+    offsets = np.arange(int(steps.max()))
+    mask = offsets < steps[:, None]  # [B, W]
+    window_slot = slot[:, None] + np.where(mask, offsets, 0)
+    return stream_base, slot, window_slot, mask
 
 class NStepSampler(RefiningSampler):
     """Windows of up to ``n`` steps, starting at transitions drawn by ``base``.

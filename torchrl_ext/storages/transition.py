@@ -13,7 +13,7 @@ from torchrl.data import RandomSampler, Storage, TensorStorage
 from torchrl_ext._atomic import atomic_dir, recover
 from torchrl_ext.core.schema import LeafSpec, RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
-from torchrl_ext.sample_index import SampleIndex
+from torchrl_ext.sample_index import SampleIndex, reader_of
 from torchrl_ext.storages._packed import PackedRows
 from torchrl_ext.storages.compressed import CompressedRows, check_compress
 
@@ -198,19 +198,21 @@ class TransitionStorage(TensorStorage):
 
         Readers in other processes (DataLoader workers) draw and gather
         without the buffer's lock while the writer goes on; at the ring seam
-        a row they drew can be rewritten while they read it. Rows are
-        rewritten oldest first, so if the drawn (start) rows were not touched,
-        nor was anything after them in their episodes: the batch is whole.
-        Otherwise the caller draws again. Costs one gather of ``B`` versions
-        when a write began since the token, nothing otherwise.
+        a row they drew can be rewritten while they read it. If none of the rows
+        the batch was read from (its reader's ``rows_read``: windows, next
+        observations, goals, frames) was touched since, the batch is whole.
+        Otherwise the caller draws again. Costs one gather of the versions of
+        those rows when a write began since the token, nothing otherwise.
         """
         if self.index is None:
             return False
         if token == self.index.read_token() and not token & 1:
             return False  # no write began since the token (the usual case): no gather
-        rows = index[0] if isinstance(index, tuple) else index
-        rows = np.asarray(rows).reshape(-1)
-        return bool(self.index.touched_since(rows, token).any())
+        if isinstance(index, tuple):
+            rows = index[0]
+        else:  # every row the batch was read from
+            rows = reader_of(index).rows_read(self, index)
+        return bool(self.index.touched_since(np.asarray(rows).reshape(-1), token).any())
 
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         """Not supported: rows are placed by :class:`~torchrl_ext.writers.TransitionWriter`."""
