@@ -161,8 +161,10 @@ class PackedRows:
         self._rows = self.buffers.get("rows")
         # the padded observation span: its width is a multiple of every itemsize
         self._obs_span = self._rows[:, : self._obs_bytes]
-        self._obs_view = self._span_view(self.obs)
-        self._step_view = self._span_view(self.step)
+        # writes copy whole padded spans as int64 words: the copy kernel then moves
+        # 8 bytes at a time, not 1 (spans start and end at multiples of 8 bytes)
+        self._obs_words = self._obs_span.view(torch.int64) if self.obs else None
+        self._step_words = self._rows[:, self._step_lo :].view(torch.int64) if self.step else None
         # typed views of whole rows, observation spans and step spans
         self._cut_row = _Cut(self.obs + self.step, 0, self.row_bytes)
         self._cut_obs = _Cut(self.obs, 0, self._obs_bytes)
@@ -172,9 +174,6 @@ class PackedRows:
     def _step_lo(self) -> int:
         """Where the step span starts in a row."""
         return self.step[0].lo if self.step else self.row_bytes
-
-    def _span_view(self, columns: list[_Column]) -> torch.Tensor | None:
-        return self._rows[:, columns[0].lo : columns[-1].hi] if columns else None
 
     # ----------------------------------------------------------------- growth
     def _fit(self, *rows: torch.Tensor) -> None:
@@ -210,7 +209,8 @@ class PackedRows:
         """Write the bytes ``data`` (``[k, row bytes]``, any device) to physical ``rows`` (checkpoints)."""
         self._fit(rows)
         (at,) = self._on_device(rows)
-        self._rows.index_copy_(0, at, data.to(self.device))
+        words = data.to(self.device).contiguous().view(torch.int64)
+        self._rows.view(torch.int64).index_copy_(0, at, words)
 
     # ----------------------------------------------------------------- writes
     def write(
@@ -230,18 +230,21 @@ class PackedRows:
         """
         n = rows.numel()
         self._fit(rows, next_rows)
-        step_view, obs_view = self._step_view, self._obs_view  # None: no such columns
+        step_words, obs_words = self._step_words, self._obs_words  # None: no such columns
         # data from any device: packed where it is, then moved once per span
         rows, next_rows, first_rows = self._on_device(
             rows, next_rows, None if start is None else rows[start]
         )
-        if step_view is not None:
-            step_view.index_copy_(0, rows, _bytes(self.step, leaves, n, ()).to(self.device))
-        if obs_view is not None:
-            obs_view.index_copy_(0, next_rows, _bytes(self.obs, leaves, n, ("next",)).to(self.device))
+        if step_words is not None:
+            step = _bytes(self.step, leaves, n, (), self.row_bytes - self._step_lo)
+            step_words.index_copy_(0, rows, step.view(torch.int64).to(self.device))
+        if obs_words is not None:
+            obs = _bytes(self.obs, leaves, n, ("next",), self._obs_bytes)
+            obs_words.index_copy_(0, next_rows, obs.view(torch.int64).to(self.device))
             if start is not None and first_rows is not None:
-                first = _bytes(self.obs, leaves, n, ())[start.to(_leaves_device(leaves))]
-                obs_view.index_copy_(0, first_rows, first.to(self.device))
+                first = _bytes(self.obs, leaves, n, (), self._obs_bytes)
+                first = first[start.to(_leaves_device(leaves))]
+                obs_words.index_copy_(0, first_rows, first.view(torch.int64).to(self.device))
 
     def same_observation(
         self,
@@ -262,7 +265,7 @@ class PackedRows:
         stored = self._rows.index_select(0, at)  # [k, row bytes]
         where = torch.from_numpy(positions).to(_leaves_device(leaves))
         picked = {c.key: leaves[c.key].index_select(0, where) for c in self.obs}
-        incoming = _bytes(self.obs, picked, rows.size, ()).to(self.device)  # [k, obs bytes]
+        incoming = _bytes(self.obs, picked, rows.size, (), self._obs_bytes).to(self.device)
         width = self.obs[-1].hi
         return (incoming[:, :width] == stored[:, :width]).all(1).cpu().numpy()
 
@@ -413,7 +416,7 @@ class PackedRows:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_rows", "_obs_span", "_obs_view", "_step_view", "_cut_row", "_cut_obs",
+        for name in ("_rows", "_obs_span", "_obs_words", "_step_words", "_cut_row", "_cut_obs",
                      "_cut_step"):
             state.pop(name)
         return state
@@ -433,8 +436,12 @@ def _bytes(
     leaves: dict[tuple[str, ...], torch.Tensor],
     n: int,
     prefix: tuple[str, ...],
+    width: int,
 ) -> torch.Tensor:
-    """The ``[n, span bytes]`` of ``columns`` from ``leaves`` (keys under ``prefix``), where they are."""
+    """The ``[n, width]`` bytes of ``columns`` from ``leaves`` (keys under ``prefix``), where they are.
+
+    ``width``: the span's bytes, padded to 8 (zero padding after the columns).
+    """
     parts = []
     for c in columns:
         value = leaves[prefix + c.key]
@@ -443,6 +450,9 @@ def _bytes(
         if value.stride(-1) != 1:  # a size-1 dim may carry any stride, e.g. numpy's x[:, None]
             value = value.clone(memory_format=torch.contiguous_format)
         parts.append(value.view(torch.uint8))
+    pad = width - (columns[-1].hi - columns[0].lo)
+    if pad:
+        parts.append(torch.zeros(n, pad, dtype=torch.uint8, device=parts[0].device))
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
 
