@@ -59,7 +59,7 @@ FRAME = (1, 84, 84)
 N_FRAMES, N_STEPS, GAMMA = 4, 3, 0.99
 BATCHES = (32, 256)
 CHUNK = 250  # steps per bulk [ENVS, CHUNK] write
-KEYS = ("ours", "ours-d3rlpy", "torchrl", "sb3", "d3rlpy-1.0")
+KEYS = ("ours", "ours-d3rlpy", "torchrl", "sb3", "d3rlpy-1.0", "cpprb")
 
 log = logger("frames")
 
@@ -290,8 +290,79 @@ class SB3VecFrameStack:
         return self.rb.sample(batch).observations.numpy().astype(np.uint8)
 
 
+class CpprbStackCompress:
+    """cpprb's ``ReplayBuffer`` with ``stack_compress`` and ``Nstep``.
+
+    cpprb keeps one sliding window of frames per stored entry (the stack axis
+    last; each add writes its whole stack over the frames it shares with its
+    neighbours) and has no notion of envs, so each env's steps are held until
+    its episode ends and then added as one run, followed by
+    ``on_episode_end()`` (as cpprb's docs do for one env); the 4 episodes still
+    running at the end are added last. The stacks it is given are exact
+    (``[o_0] * 4`` at a start, as d3rlpy); what it serves is measured.
+
+    ``next_of="obs"`` (next observations sharing the observations' memory) is
+    not used: with ``Nstep``, cpprb 11.0's ``sample()`` then returns no
+    ``next_obs`` at all, which n-step targets need. ``next_obs`` is stored as
+    its own stack-compressed entry instead.
+    """
+
+    def build(self, rows: int) -> None:
+        from cpprb import ReplayBuffer
+
+        stacked = {"shape": (*FRAME[1:], N_FRAMES), "dtype": np.uint8}  # stack axis last
+        self.rb = ReplayBuffer(
+            rows + 2 * ENVS * (rows // (ENVS * EPISODE) + 2),
+            {"obs": stacked, "next_obs": stacked, "act": {"dtype": np.int64}, "rew": {}, "done": {}},
+            stack_compress=["obs", "next_obs"],
+            Nstep={"size": N_STEPS, "gamma": GAMMA, "rew": "rew", "next": "next_obs"},
+        )
+        self.held: list[list[dict[str, np.ndarray]]] = [[] for _ in range(ENVS)]
+
+    def _add(self, env: int, end: bool) -> None:
+        steps = self.held[env]
+        if not steps:
+            return
+        self.held[env] = []
+        frames = np.concatenate([s["obs"] for s in steps] + [steps[-1]["next_obs"][-1:]])[:, 0]
+        first = np.concatenate([s["step"] for s in steps])  # step in episode of each obs
+        t = np.arange(len(first) + 1)
+        # frame j of the stack at position p: position max(p - 3 + j, episode start),
+        # the start clamped to the first held step (an env's first episode began earlier)
+        start = max(t[0] - first[0], 0)
+        lags = np.maximum(t[:, None] - np.arange(N_FRAMES - 1, -1, -1), start) - t[0]
+        stacks = np.moveaxis(frames[lags], 1, -1)  # [T + 1, 84, 84, 4]
+        self.rb.add(obs=stacks[:-1], next_obs=stacks[1:],
+                    act=np.concatenate([s["action"] for s in steps]),
+                    rew=np.concatenate([s["reward"] for s in steps]),
+                    done=np.zeros(len(first)))  # timeouts: not terminal
+        if end:
+            self.rb.on_episode_end()
+
+    def fill(self, c: dict[str, np.ndarray]) -> None:
+        for e in range(ENVS):
+            ends = np.flatnonzero(c["last"][e]) + 1
+            for lo, hi in zip(np.r_[0, ends], np.r_[ends, c["last"].shape[1]]):
+                if hi > lo:
+                    self.held[e].append({k: c[k][e, lo:hi] for k in
+                                         ("obs", "next_obs", "step", "action", "reward")})
+                    if c["last"][e, hi - 1]:
+                        self._add(e, end=True)
+
+    def finish(self) -> None:
+        for e in range(ENVS):  # the episodes still running
+            self._add(e, end=False)
+
+    def sample(self, batch: int) -> np.ndarray:
+        return self.rb.sample(batch)["obs"]  # the sample holds next_obs, rew, ... too
+
+    @staticmethod
+    def channels_first(stacks: np.ndarray) -> np.ndarray:
+        return np.moveaxis(stacks, -1, 1)
+
+
 ADAPTERS = {"ours": Ours, "ours-d3rlpy": OursD3rlpy, "torchrl": TorchRLCatFrames,
-            "sb3": SB3VecFrameStack, "d3rlpy-1.0": D3rlpy1}
+            "sb3": SB3VecFrameStack, "d3rlpy-1.0": D3rlpy1, "cpprb": CpprbStackCompress}
 
 
 # ----------------------------------------------------------------------- probes
@@ -311,6 +382,7 @@ def probe(key: str, rows: int, reps: int) -> dict:
     else:
         for c in chunks(rows):
             impl.fill(c)
+        getattr(impl, "finish", lambda: None)()
     fill_s = time.perf_counter() - started
     gc.collect()
     settle()
@@ -323,6 +395,7 @@ def probe(key: str, rows: int, reps: int) -> dict:
             t0 = time.perf_counter()
             stacks = impl.sample(batch)
             times.append(time.perf_counter() - t0)
+            stacks = getattr(impl, "channels_first", lambda x: x)(stacks)  # untimed
             e, s, es = check(stacks.reshape(batch, N_FRAMES, *FRAME[1:]))
             exact, starts, exact_starts, seen = exact + e, starts + s, exact_starts + es, seen + batch
         out[f"rate{batch}"] = batch / float(np.median(times))
@@ -395,7 +468,9 @@ def main() -> None:
            + "\n\nEach buffer in its own fresh process (torch.set_num_threads(1)); samples/s: "
              f"median of {reps} timed batches; memory: RSS held by the filled buffer; stacked "
              "layout: observation and next observation stored as 4-frame stacks; torchrl: no "
-             "n-step (slices of 4 frames, CatFrames); sb3: VecFrameStack's zero padding at starts.\n")
+             "n-step (slices of 4 frames, CatFrames); sb3: VecFrameStack's zero padding at starts; "
+             "cpprb: stacks returned channels-last ([B, 84, 84, 4]), as it stores them (the "
+             "check moves the axis, untimed), each env's episode added whole.\n")
     print(out)
     write_tables(out, a.out, a.append)
 
