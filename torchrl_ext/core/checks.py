@@ -1,11 +1,29 @@
-"""Argument checks shared by the builders and facades: counts, flags, finite values."""
+"""Argument checks shared by the builders and facades (counts, flags, finite values) and the errors they share."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-__all__ = ["check_count", "check_finite_rows"]
+__all__ = ["EMPTY_BUFFER", "EmptyBufferError", "check_count", "check_finite_rows"]
+
+EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
+
+
+class EmptyBufferError(RuntimeError, ValueError):
+    """Sampling a buffer (or facade) that holds no transition yet.
+
+    A ``RuntimeError``, as TorchRL raises for an empty storage (what its users
+    catch), and a ``ValueError``, as bad input.
+
+    Examples:
+        >>> from torchrl_ext import make_replay_buffer
+        >>> try:
+        ...     make_replay_buffer(8, batch_size=2).sample()
+        ... except RuntimeError as err:
+        ...     print(type(err).__name__, err)
+        EmptyBufferError cannot sample: the buffer holds no transition yet; extend it first.
+    """
 
 
 def check_count(owner: str, name: str, value: Any, minimum: int = 1) -> int:
