@@ -41,6 +41,8 @@ class _Layout:
                 "reshape to [num_envs, time] first."
             )
         self.streams = self.shape[0]
+        # [N, ...] is already stream-major with T == 1: flatten is the identity
+        self.flat = len(batch) == 1 and not time_first
 
     @classmethod
     def of(cls, data: TensorDictBase) -> _Layout:
@@ -48,8 +50,8 @@ class _Layout:
 
     def flatten(self, value: torch.Tensor) -> torch.Tensor:
         nb = len(self.batch)
-        if nb == 1 and not self.time_first:
-            return value  # [N, ...] is already stream-major with T == 1
+        if self.flat:
+            return value
         if nb == 2 and self.time_first:
             value = value.transpose(0, 1)
         return value.reshape(self.shape[0] * self.shape[1], *value.shape[nb:])

@@ -183,12 +183,14 @@ class TransitionWriter(Writer):
             rows = torch.from_numpy(placed)
         else:
             streams = self._streams_of(writer, layout.streams, batch, where)
-            leaves = {k: layout.flatten(v) for k, v in leaves.items()}
+            if not layout.flat:
+                leaves = {k: layout.flatten(v) for k, v in leaves.items()}
             if mask is not None:
                 mask = layout.flatten(mask.reshape(batch)).cpu().numpy().reshape(layout.shape)
             placed = self._write_streams(streams, leaves, layout.shape, mask, where)
             rows = layout.restore(torch.from_numpy(placed))
-        self._write_count += int((placed >= 0).sum())  # skipped (masked) steps are -1
+        # skipped (masked) steps are -1
+        self._write_count += placed.size if mask is None else int((placed >= 0).sum())
         self._mark_update_entities(rows)
         return rows
 
