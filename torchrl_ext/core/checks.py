@@ -1,11 +1,29 @@
-"""Argument checks shared by the builders and facades: counts, flags, finite values."""
+"""Argument checks shared by the builders and facades (counts, flags, finite values) and the errors they share."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-__all__ = ["check_count", "check_finite_rows"]
+__all__ = ["EMPTY_BUFFER", "EmptyBufferError", "check_count", "check_finite_entries", "check_finite_rows"]
+
+EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
+
+
+class EmptyBufferError(RuntimeError, ValueError):
+    """Sampling a buffer (or facade) that holds no transition yet.
+
+    A ``RuntimeError``, as TorchRL raises for an empty storage (what its users
+    catch), and a ``ValueError``, as bad input.
+
+    Examples:
+        >>> from torchrl_ext import make_replay_buffer
+        >>> try:
+        ...     make_replay_buffer(8, batch_size=2).sample()
+        ... except RuntimeError as err:
+        ...     print(type(err).__name__, err)
+        EmptyBufferError cannot sample: the buffer holds no transition yet; extend it first.
+    """
 
 
 def check_count(owner: str, name: str, value: Any, minimum: int = 1) -> int:
@@ -53,8 +71,11 @@ def check_finite_rows(where: str, name: Any, value: np.ndarray) -> None:
         ...
         ValueError: add: rewards of env 1 is nan; NaN and infinities poison the n-step returns and every target bootstrapped from them. Fix the env or reward code (or pass check_finite=False to store it anyway).
     """
-    if value.dtype.kind != "f" or np.isfinite(np.add.reduce(value, axis=None)):
+    if value.dtype.kind != "f":
         return
+    with np.errstate(over="ignore"):  # an overflowing sum is checked value by value below
+        if np.isfinite(np.add.reduce(value, axis=None)):
+            return
     finite = np.isfinite(value)
     if finite.all():
         return  # the sum overflowed; every value is finite
@@ -65,3 +86,28 @@ def check_finite_rows(where: str, name: Any, value: np.ndarray) -> None:
         "poison the n-step returns and every target bootstrapped from them. Fix the env "
         "or reward code (or pass check_finite=False to store it anyway)."
     )
+
+
+def check_finite_entries(where: str, entries: dict[Any, np.ndarray]) -> None:
+    """:func:`check_finite_rows` of every floating entry, in one test when all are finite.
+
+    The per-entry sums add up to a finite total unless a value is not finite
+    (or a sum overflows); only then is each entry checked, so the error names
+    the first bad entry and env as :func:`check_finite_rows` does.
+
+    Examples:
+        >>> check_finite_entries("add", {"obs": np.zeros((2, 3)), "done": np.ones(2, bool)})
+        >>> check_finite_entries("add", {"obs": np.zeros(2), "reward": np.array([1.0, np.inf])})
+        Traceback (most recent call last):
+        ...
+        ValueError: add: reward of env 1 is inf; NaN and infinities poison the n-step returns and every target bootstrapped from them. Fix the env or reward code (or pass check_finite=False to store it anyway).
+    """
+    floats = [(name, value) for name, value in entries.items() if value.dtype.kind == "f"]
+    total = 0.0
+    with np.errstate(over="ignore"):  # an overflowing sum is checked entry by entry below
+        for _, value in floats:
+            total += np.add.reduce(value, axis=None)
+    if np.isfinite(total):
+        return
+    for name, value in floats:
+        check_finite_rows(where, name, value)

@@ -28,32 +28,17 @@ import numpy.typing as npt
 import torch
 from tensordict import TensorDict
 
+from torchrl_ext.core.checks import EMPTY_BUFFER, EmptyBufferError
 from torchrl_ext.core.plan import WritePlan
+from torchrl_ext.core.streams import StreamOwnership
 from torchrl_ext.core.views import NumpyViews
 
-__all__ = ["EmptyBufferError", "EpisodeIndex", "WritePlan"]
+__all__ = ["EMPTY_BUFFER", "EmptyBufferError", "EpisodeIndex", "WritePlan"]
 
-EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
-
-
-class EmptyBufferError(RuntimeError, ValueError):
-    """Sampling a buffer (or facade) that holds no transition yet.
-
-    A ``RuntimeError``, as TorchRL raises for an empty storage (what its users
-    catch), and a ``ValueError``, as bad input.
-
-    Examples:
-        >>> from torchrl_ext import make_replay_buffer
-        >>> try:
-        ...     make_replay_buffer(8, batch_size=2).sample()
-        ... except RuntimeError as err:
-        ...     print(type(err).__name__, err)
-        EmptyBufferError cannot sample: the buffer holds no transition yet; extend it first.
-    """
 _MAX_ROUNDS = 64  # redraw rounds of draw_transitions before giving up
 
 
-class EpisodeIndex(NumpyViews):
+class EpisodeIndex(StreamOwnership, NumpyViews):
     """Per-stream episode bookkeeping for an episode-aware storage.
 
     Updated by :class:`~torchrl_ext.writers.TransitionWriter` in O(rows written);
@@ -366,74 +351,6 @@ class EpisodeIndex(NumpyViews):
         tau, stream = self.draw_transitions(count, generator)
         slot = self.episode_slot(stream, self._np["row_episode"][self.physical_rows(tau, stream)])
         return slot, tau - self._np["episode_start_flat"][slot], self._np["episode_length_flat"][slot]
-
-    # --------------------------------------------------------------- ownership
-    def owned_streams(self, writer: int) -> np.ndarray:
-        """Streams owned by ``writer``, in the order it claimed them.
-
-        Examples:
-            >>> index = EpisodeIndex(num_streams=4, stream_capacity=4)
-            >>> index.claim_streams(7, 2).tolist(), index.owned_streams(7).tolist()
-            ([0, 1], [0, 1])
-        """
-        return np.flatnonzero(self._np["stream_writer"] == writer)
-
-    def claim_streams(self, writer: int, count: int) -> np.ndarray | None:
-        """Give ``count`` free streams to ``writer`` (the lowest ids); ``None`` if too few are free.
-
-        Examples:
-            >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
-            >>> index.claim_streams(1, 2).tolist(), index.claim_streams(2, 2)
-            ([0, 1], None)
-        """
-        free = np.flatnonzero(self._np["stream_writer"] < 0)[:count]
-        if free.size < count:
-            return None
-        self._np["stream_writer"][free] = writer
-        return free
-
-    def release_streams(self, writer: int) -> np.ndarray:
-        """Free ``writer``'s streams; their running episodes end at their last written step.
-
-        An ended episode keeps its rows: its last step's next observation is
-        the pending row, as for an episode cut by a new trajectory id.
-
-        Examples:
-            >>> import numpy as np
-            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
-            >>> streams = index.claim_streams(1, 2)
-            >>> index.plan(streams, np.zeros((2, 3), bool), None).commit()  # 2 running episodes
-            >>> index.release_streams(1).tolist(), index.is_open.tolist(), index.writers().tolist()
-            ([0, 1], [False, False], [])
-        """
-        streams = self.owned_streams(writer)
-        self.end_episodes(streams)
-        self._np["stream_writer"][streams] = -1
-        return streams
-
-    def end_episodes(self, streams: np.ndarray) -> None:
-        """End the running episodes of ``streams`` at their last written step; owners stay.
-
-        Examples:
-            >>> import numpy as np
-            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
-            >>> index.plan(np.arange(2), np.zeros((2, 3), bool), None).commit()
-            >>> index.end_episodes(np.array([1])); index.is_open.tolist()
-            [True, False]
-        """
-        self._np["is_open"][streams] = False
-
-    def writers(self) -> np.ndarray:
-        """Ids of the writers owning at least one stream, sorted.
-
-        Examples:
-            >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
-            >>> _ = index.claim_streams(5, 1), index.claim_streams(2, 1)
-            >>> index.writers().tolist()
-            [2, 5]
-        """
-        owners = self._np["stream_writer"]
-        return np.unique(owners[owners >= 0])
 
     # ------------------------------------------------------------------ writes
     def plan(

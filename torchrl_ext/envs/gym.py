@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from torchrl_ext.core.checks import check_count, check_finite_rows
+from torchrl_ext.core.checks import check_count, check_finite_entries
 
 __all__ = ["AutoresetMode", "GymVectorAdapter"]
 
@@ -352,9 +352,7 @@ class GymVectorAdapter:
         self._was_done = done & valid
         entries[("collector", "mask")] = valid
         if self.check_finite:
-            for key, value in entries.items():
-                if value.dtype.kind == "f":
-                    check_finite_rows(f"GymVectorAdapter.step (step {self.steps})", key, value)
+            check_finite_entries(f"GymVectorAdapter.step (step {self.steps})", entries)
         self.steps += 1
         return entries
 

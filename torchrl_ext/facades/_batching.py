@@ -37,7 +37,9 @@ class StepBatcher:
         self.rb = rb
         self.adapter = adapter
         self.chunk = max(1, int(chunk))
-        self._pending: list[dict[tuple[str, ...], np.ndarray]] = []
+        # held steps, written into [num_envs, chunk, ...] slabs (one copy a step, no stack)
+        self._slabs: dict[tuple[str, ...], np.ndarray] = {}
+        self._held = 0
         self._specs: dict[tuple[str, ...], tuple] | None = None
 
     def add(self, *step: Any, extra: dict[tuple[str, ...], np.ndarray] | None = None) -> None:
@@ -56,22 +58,29 @@ class StepBatcher:
             self.rb.extend(self.adapter.to_tensordict(entries, [self.adapter.num_envs]))
             self._specs = specs  # reached only if the buffer took the step
             return
-        # copies: the caller may reuse its arrays for the next step
-        self._pending.append({k: np.array(v) for k, v in entries.items()})
-        if len(self._pending) >= self.chunk:
+        if not self._held:  # fresh slabs per chunk: a written chunk is never rewritten
+            self._slabs = {
+                k: np.empty((v.shape[0], self.chunk, *v.shape[1:]), v.dtype)
+                for k, v in entries.items()
+            }
+        for key, value in entries.items():  # copies: the caller may reuse its arrays
+            self._slabs[key][:, self._held] = value
+        self._held += 1
+        if self._held >= self.chunk:
             self.flush()
 
     def flush(self) -> None:
         """Write the held steps as one ``[num_envs, T]`` batch."""
-        if not self._pending:
+        if not self._held:
             return
-        pending, self._pending = self._pending, []
-        stacked = {k: np.stack([p[k] for p in pending], axis=1) for k in pending[0]}
-        self.rb.extend(self.adapter.to_tensordict(stacked, [self.adapter.num_envs, len(pending)]))
+        held, slabs = self._held, self._slabs
+        self._held, self._slabs = 0, {}
+        steps = {k: v[:, :held] for k, v in slabs.items()}
+        self.rb.extend(self.adapter.to_tensordict(steps, [self.adapter.num_envs, held]))
 
     def clear(self) -> None:
         """Drop held steps (the buffer is being emptied)."""
-        self._pending = []
+        self._held, self._slabs = 0, {}
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return self._held

@@ -15,6 +15,7 @@ from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.writers import Writer
 
 from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
+from torchrl_ext.writers._layout import _Layout, _select_steps
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
@@ -182,12 +183,14 @@ class TransitionWriter(Writer):
             rows = torch.from_numpy(placed)
         else:
             streams = self._streams_of(writer, layout.streams, batch, where)
-            leaves = {k: layout.flatten(v) for k, v in leaves.items()}
+            if not layout.flat:
+                leaves = {k: layout.flatten(v) for k, v in leaves.items()}
             if mask is not None:
                 mask = layout.flatten(mask.reshape(batch)).cpu().numpy().reshape(layout.shape)
             placed = self._write_streams(streams, leaves, layout.shape, mask, where)
             rows = layout.restore(torch.from_numpy(placed))
-        self._write_count += int((placed >= 0).sum())  # skipped (masked) steps are -1
+        # skipped (masked) steps are -1
+        self._write_count += placed.size if mask is None else int((placed >= 0).sum())
         self._mark_update_entities(rows)
         return rows
 
@@ -557,58 +560,3 @@ class TransitionWriter(Writer):
             f"{type(self).__name__}(num_streams={self.num_streams}, "
             f"done_keys={self.done_keys}, write_count={self._write_count})"
         )
-
-
-def _select_steps(
-    leaves: dict[tuple[str, ...], torch.Tensor], steps: torch.Tensor
-) -> dict[tuple[str, ...], torch.Tensor]:
-    """Steps ``steps`` (a CPU LongTensor) of every entry, on the entry's device (data may come from a GPU)."""
-    on: dict[torch.device, torch.Tensor] = {}
-    return {
-        key: value.index_select(0, on.setdefault(value.device, steps.to(value.device)))
-        for key, value in leaves.items()
-    }
-
-
-class _Layout:
-    """Which batch dims are streams and which is time, and how to flatten.
-
-    ``flatten`` maps an entry to ``[streams * time, ...]`` (stream-major);
-    ``restore`` maps ``[streams, time]`` rows back to the batch shape.
-    """
-
-    def __init__(self, batch: tuple[int, ...], time_first: bool) -> None:
-        self.batch = batch
-        self.time_first = time_first
-        if len(batch) == 0:
-            self.shape = (1, 1)
-        elif len(batch) == 1:
-            self.shape = (1, batch[0]) if time_first else (batch[0], 1)
-        elif len(batch) == 2:
-            self.shape = (batch[1], batch[0]) if time_first else (batch[0], batch[1])
-        else:
-            raise ValueError(
-                f"TransitionWriter: batch shape {batch} has {len(batch)} dims, expected "
-                "[], [num_envs], [num_envs, time] or a flat batch with trajectory ids; "
-                "reshape to [num_envs, time] first."
-            )
-        self.streams = self.shape[0]
-
-    @classmethod
-    def of(cls, data: TensorDictBase) -> _Layout:
-        return cls(tuple(data.shape), bool(data.ndim) and data.names[0] == "time")
-
-    def flatten(self, value: torch.Tensor) -> torch.Tensor:
-        nb = len(self.batch)
-        if nb == 1 and not self.time_first:
-            return value  # [N, ...] is already stream-major with T == 1
-        if nb == 2 and self.time_first:
-            value = value.transpose(0, 1)
-        return value.reshape(self.shape[0] * self.shape[1], *value.shape[nb:])
-
-    def restore(self, rows: torch.Tensor) -> torch.Tensor:
-        if len(self.batch) == 0:
-            return rows[0, 0]
-        if len(self.batch) == 1:
-            return rows[0] if self.time_first else rows[:, 0]
-        return rows.transpose(0, 1) if self.time_first else rows

@@ -1,0 +1,102 @@
+"""Stream ownership: which writer owns which stream of an :class:`~torchrl_ext.core.episodes.EpisodeIndex`.
+
+Each writer (an env group, a worker) claims its own streams, so steps of
+different writers never interleave within a stream. The owner of stream ``s``
+is ``stream_writer[s]`` (``-1``: free), a tensor of the index's state, so
+ownership is checkpointed and shared with the data.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["StreamOwnership"]
+
+
+class StreamOwnership:
+    """Claim, list and release streams per writer id (a mixin of ``EpisodeIndex``).
+
+    Expects ``self._np`` to hold numpy views ``stream_writer`` and ``is_open``
+    (as :class:`~torchrl_ext.core.views.NumpyViews` binds them).
+
+    Examples:
+        >>> from torchrl_ext.core.episodes import EpisodeIndex
+        >>> index = EpisodeIndex(num_streams=2, stream_capacity=4)
+        >>> index.claim_streams(3, 1).tolist(), index.writers().tolist()
+        ([0], [3])
+    """
+
+    _np: dict[str, Any]
+
+    def owned_streams(self, writer: int) -> np.ndarray:
+        """Streams owned by ``writer``, in the order it claimed them.
+
+        Examples:
+            >>> from torchrl_ext.core.episodes import EpisodeIndex
+            >>> index = EpisodeIndex(num_streams=4, stream_capacity=4)
+            >>> index.claim_streams(7, 2).tolist(), index.owned_streams(7).tolist()
+            ([0, 1], [0, 1])
+        """
+        return np.flatnonzero(self._np["stream_writer"] == writer)
+
+    def claim_streams(self, writer: int, count: int) -> np.ndarray | None:
+        """Give ``count`` free streams to ``writer`` (the lowest ids); ``None`` if too few are free.
+
+        Examples:
+            >>> from torchrl_ext.core.episodes import EpisodeIndex
+            >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
+            >>> index.claim_streams(1, 2).tolist(), index.claim_streams(2, 2)
+            ([0, 1], None)
+        """
+        free = np.flatnonzero(self._np["stream_writer"] < 0)[:count]
+        if free.size < count:
+            return None
+        self._np["stream_writer"][free] = writer
+        return free
+
+    def release_streams(self, writer: int) -> np.ndarray:
+        """Free ``writer``'s streams; their running episodes end at their last written step.
+
+        An ended episode keeps its rows: its last step's next observation is
+        the pending row, as for an episode cut by a new trajectory id.
+
+        Examples:
+            >>> import numpy as np
+            >>> from torchrl_ext.core.episodes import EpisodeIndex
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
+            >>> streams = index.claim_streams(1, 2)
+            >>> index.plan(streams, np.zeros((2, 3), bool), None).commit()  # 2 running episodes
+            >>> index.release_streams(1).tolist(), index.is_open.tolist(), index.writers().tolist()
+            ([0, 1], [False, False], [])
+        """
+        streams = self.owned_streams(writer)
+        self.end_episodes(streams)
+        self._np["stream_writer"][streams] = -1
+        return streams
+
+    def end_episodes(self, streams: np.ndarray) -> None:
+        """End the running episodes of ``streams`` at their last written step; owners stay.
+
+        Examples:
+            >>> import numpy as np
+            >>> from torchrl_ext.core.episodes import EpisodeIndex
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
+            >>> index.plan(np.arange(2), np.zeros((2, 3), bool), None).commit()
+            >>> index.end_episodes(np.array([1])); index.is_open.tolist()
+            [True, False]
+        """
+        self._np["is_open"][streams] = False
+
+    def writers(self) -> np.ndarray:
+        """Ids of the writers owning at least one stream, sorted.
+
+        Examples:
+            >>> from torchrl_ext.core.episodes import EpisodeIndex
+            >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
+            >>> _ = index.claim_streams(5, 1), index.claim_streams(2, 1)
+            >>> index.writers().tolist()
+            [2, 5]
+        """
+        owners = self._np["stream_writer"]
+        return np.unique(owners[owners >= 0])

@@ -1,0 +1,64 @@
+"""How an incoming batch maps to streams and time: the writer's view of a TensorDict's batch dims."""
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+__all__: list[str] = []
+
+
+def _select_steps(
+    leaves: dict[tuple[str, ...], torch.Tensor], steps: torch.Tensor
+) -> dict[tuple[str, ...], torch.Tensor]:
+    """Steps ``steps`` (a CPU LongTensor) of every entry, on the entry's device (data may come from a GPU)."""
+    on: dict[torch.device, torch.Tensor] = {}
+    return {
+        key: value.index_select(0, on.setdefault(value.device, steps.to(value.device)))
+        for key, value in leaves.items()
+    }
+
+
+class _Layout:
+    """Which batch dims are streams and which is time, and how to flatten.
+
+    ``flatten`` maps an entry to ``[streams * time, ...]`` (stream-major);
+    ``restore`` maps ``[streams, time]`` rows back to the batch shape.
+    """
+
+    def __init__(self, batch: tuple[int, ...], time_first: bool) -> None:
+        self.batch = batch
+        self.time_first = time_first
+        if len(batch) == 0:
+            self.shape = (1, 1)
+        elif len(batch) == 1:
+            self.shape = (1, batch[0]) if time_first else (batch[0], 1)
+        elif len(batch) == 2:
+            self.shape = (batch[1], batch[0]) if time_first else (batch[0], batch[1])
+        else:
+            raise ValueError(
+                f"TransitionWriter: batch shape {batch} has {len(batch)} dims, expected "
+                "[], [num_envs], [num_envs, time] or a flat batch with trajectory ids; "
+                "reshape to [num_envs, time] first."
+            )
+        self.streams = self.shape[0]
+        # [N, ...] is already stream-major with T == 1: flatten is the identity
+        self.flat = len(batch) == 1 and not time_first
+
+    @classmethod
+    def of(cls, data: TensorDictBase) -> _Layout:
+        return cls(tuple(data.shape), bool(data.ndim) and data.names[0] == "time")
+
+    def flatten(self, value: torch.Tensor) -> torch.Tensor:
+        nb = len(self.batch)
+        if self.flat:
+            return value
+        if nb == 2 and self.time_first:
+            value = value.transpose(0, 1)
+        return value.reshape(self.shape[0] * self.shape[1], *value.shape[nb:])
+
+    def restore(self, rows: torch.Tensor) -> torch.Tensor:
+        if len(self.batch) == 0:
+            return rows[0, 0]
+        if len(self.batch) == 1:
+            return rows[0] if self.time_first else rows[:, 0]
+        return rows.transpose(0, 1) if self.time_first else rows
