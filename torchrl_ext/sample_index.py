@@ -33,6 +33,10 @@ class WindowReader(Protocol):
     A reader is a small immutable value (its configuration), built by the
     sampler at each sample; it is called by the storage under the buffer's
     lock, with the index it came with.
+
+    Examples:
+        >>> isinstance(RowReads(), WindowReader)  # the reader of plain rows is one
+        True
     """
 
     def read(

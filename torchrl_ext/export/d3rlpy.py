@@ -45,6 +45,22 @@ def to_d3rlpy(
     Raises:
         ImportError: d3rlpy is not installed (the message names the extra).
         ValueError: the buffer holds no transition.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(16, seed=0)
+        >>> done = torch.tensor([[[False], [False], [True]]])
+        >>> _ = rb.extend(TensorDict({"observation": torch.arange(3.0).view(1, 3, 1),
+        ...     "action": torch.zeros(1, 3, 1, dtype=torch.int64),
+        ...     "next": {"observation": torch.arange(1.0, 4.0).view(1, 3, 1), "reward": torch.ones(1, 3, 1),
+        ...              "done": done, "terminated": done.clone()}}, [1, 3]))
+        >>> import contextlib, io
+        >>> with contextlib.redirect_stdout(io.StringIO()):  # d3rlpy logs the signatures it infers
+        ...     dataset = to_d3rlpy(rb)
+        >>> dataset.episodes[0].size(), bool(dataset.episodes[0].terminated)
+        (3, True)
     """
     d3rlpy = require("d3rlpy", "d3rlpy")
     episodes = nonempty_episodes_of(rb, "to_d3rlpy")

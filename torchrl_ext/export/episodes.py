@@ -119,7 +119,21 @@ def episodes_of(rb: Any) -> list[HeldEpisode]:
 
 
 def observations_of(episode: HeldEpisode, key: Any = "observation") -> torch.Tensor:
-    """``[L + 1]`` observations: each step's, then the last step's next observation."""
+    """``[L + 1]`` observations: each step's, then the last step's next observation.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(16, seed=0)
+        >>> done = torch.tensor([[[False], [False], [True]]])
+        >>> _ = rb.extend(TensorDict({"observation": torch.arange(3.0).view(1, 3, 1),
+        ...     "action": torch.zeros(1, 3, 1, dtype=torch.int64),
+        ...     "next": {"observation": torch.arange(1.0, 4.0).view(1, 3, 1), "reward": torch.ones(1, 3, 1),
+        ...              "done": done, "terminated": done.clone()}}, [1, 3]))
+        >>> observations_of(episodes_of(rb)[0]).flatten().tolist()
+        [0.0, 1.0, 2.0, 3.0]
+    """
     steps = episode.steps
     return torch.cat([steps.get(key), steps.get(("next", *((key,) if isinstance(key, str) else key)))[-1:]])
 

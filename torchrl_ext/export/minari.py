@@ -71,6 +71,27 @@ def to_minari(
     Raises:
         ImportError: minari is not installed (the message names the extra).
         ValueError: the buffer holds no transition.
+
+    Examples:
+        >>> import tempfile
+        >>> import gymnasium as gym
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(16, seed=0)
+        >>> done = torch.tensor([[[False], [False], [True]]])
+        >>> _ = rb.extend(TensorDict({"observation": torch.arange(3.0).view(1, 3, 1),
+        ...     "action": torch.zeros(1, 3, dtype=torch.int64),
+        ...     "next": {"observation": torch.arange(1.0, 4.0).view(1, 3, 1), "reward": torch.ones(1, 3, 1),
+        ...              "done": done, "terminated": done.clone(), "truncated": torch.zeros_like(done)}},
+        ...     [1, 3]))
+        >>> import warnings
+        >>> with warnings.catch_warnings():  # Minari asks for metadata: author, code, description...
+        ...     warnings.simplefilter("ignore", UserWarning)
+        ...     dataset = to_minari(rb, "demo/replay-v0", root=tempfile.mkdtemp(),
+        ...         observation_space=gym.spaces.Box(-10, 10, (1,)), action_space=gym.spaces.Discrete(2))
+        >>> dataset.total_episodes, dataset.total_steps
+        (1, 3)
     """
     minari = require("minari", "minari")
     episodes = nonempty_episodes_of(rb, "to_minari")

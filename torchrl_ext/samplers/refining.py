@@ -18,6 +18,13 @@ def plain_rows(index: Any, sampler: Sampler) -> torch.Tensor:
     Raises:
         TypeError: the base already serves windows that ``sampler`` cannot extend
             (e.g. frame stacks under n-step windows: wrap the other way round).
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.sample_index import RowReads, SampleIndex
+        >>> from torchrl_ext.samplers import UniformTransitionSampler
+        >>> plain_rows(SampleIndex.wrap(torch.tensor([4, 7]), RowReads()), UniformTransitionSampler())
+        tensor([4, 7])
     """
     if isinstance(index, SampleIndex):
         if not isinstance(index.reader, RowReads):

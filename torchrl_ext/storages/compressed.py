@@ -333,6 +333,18 @@ class CompressedRows:
     Raises:
         KeyError: a key of ``compress`` is not an observation entry (a key
             present at the root and under ``"next"``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(16, compress={"pixels": "lz4"}, seed=0)
+        >>> frames = torch.zeros(1, 3, 1, 8, 8, dtype=torch.uint8)
+        >>> _ = rb.extend(TensorDict({"pixels": frames, "action": torch.zeros(1, 3, 1),
+        ...     "next": {"pixels": frames + 1, "reward": torch.ones(1, 3, 1),
+        ...              "done": torch.zeros(1, 3, 1, dtype=torch.bool)}}, [1, 3]))
+        >>> type(rb.storage.packed).__name__, rb.sample(2)["next", "pixels"].shape
+        ('CompressedRows', torch.Size([2, 1, 8, 8]))
     """
 
     def __init__(

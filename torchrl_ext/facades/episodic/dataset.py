@@ -472,14 +472,34 @@ class _Composition:
 
 
 def split_episodes(batch: TensorDictBase) -> list[TensorDictBase]:
-    """The episodes of a padded whole-episode batch, without padding."""
+    """The episodes of a padded whole-episode batch, without padding.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> batch = TensorDict({"obs": torch.arange(6.0).view(2, 3),
+        ...                     MASK_KEY: torch.tensor([[True, True, False], [True, True, True]])}, [2, 3])
+        >>> [e["obs"].tolist() for e in split_episodes(batch)]
+        [[0.0, 1.0], [3.0, 4.0, 5.0]]
+    """
     lengths = batch.get(MASK_KEY).sum(-1).tolist()
     episodes = batch.exclude(MASK_KEY)
     return [episodes[i, :n] for i, n in enumerate(lengths)]
 
 
 def concat_chunks(chunks: list[TensorDictBase]) -> TensorDictBase:
-    """Collate chunks along dim 0, padding whole-episode chunks to one width."""
+    """Collate chunks along dim 0, padding whole-episode chunks to one width.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> def chunk(width):  # one padded whole-episode chunk of ``width`` steps
+        ...     mask = torch.ones(1, width, dtype=torch.bool)
+        ...     return TensorDict({"obs": torch.ones(1, width), MASK_KEY: mask}, [1, width])
+        >>> out = concat_chunks([chunk(2), chunk(3)])
+        >>> out.shape, out[MASK_KEY].tolist()
+        (torch.Size([2, 3]), [[True, True, False], [True, True, True]])
+    """
     width = max(chunk.shape[1] for chunk in chunks)
     if any(chunk.shape[1] != width for chunk in chunks):
         chunks = [_pad(chunk, width) for chunk in chunks]
@@ -502,6 +522,15 @@ class SequenceStream(SampleStream):
     settings; a worker process gets its own generator from the DataLoader's
     per-worker seed, so workers draw different sequences, all from the whole
     dataset.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.facades.episodic import RingBufferDataset
+        >>> dataset = RingBufferDataset(capacity=100)
+        >>> dataset.add_episode({"obs": torch.arange(10.0)[:, None], "reward": torch.zeros(10)})
+        >>> stream = dataset.get_loader(4, 5, num_workers=0, seed=0).dataset
+        >>> isinstance(stream, SequenceStream), next(stream.batches(torch.Generator())).shape
+        (True, torch.Size([4, 5]))
     """
 
     def __init__(
