@@ -66,7 +66,7 @@ def storage_index(storage: TransitionStorage) -> EpisodeIndex:
         >>> storage_index(make_replay_buffer(8).storage)
         Traceback (most recent call last):
         ...
-        torchrl_ext.core.episodes.EmptyBufferError: cannot sample: the buffer holds no transition yet; extend it first.
+        torchrl_ext.core.checks.EmptyBufferError: cannot sample: the buffer holds no transition yet; extend it first.
     """
     index = storage.index
     if index is None:
@@ -91,7 +91,7 @@ def check_batch_size(batch_size: int, available: int) -> None:
         >>> check_batch_size(4, 0)
         Traceback (most recent call last):
         ...
-        torchrl_ext.core.episodes.EmptyBufferError: cannot sample: the buffer holds no transition yet; extend it first.
+        torchrl_ext.core.checks.EmptyBufferError: cannot sample: the buffer holds no transition yet; extend it first.
     """
     if available == 0:
         raise EmptyBufferError(EMPTY_BUFFER)
