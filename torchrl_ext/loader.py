@@ -313,18 +313,26 @@ class RestartingIterator(Generic[T]):
         try:
             return next(self._iterator)
         except StopIteration:
-            self._iterator = None
+            self.close()
             raise RuntimeError(
                 f"{self.name}: the sampling stream ended (its worker processes stopped); "
                 "the next call starts it again."
             ) from None
         except BaseException:
-            self._iterator = None  # a worker's error ends a DataLoader iterator
+            self.close()  # a worker's error ends a DataLoader iterator
             raise
 
     def close(self) -> None:
-        """Drop the running iterator (stopping its workers); the next call starts a new one."""
-        self._iterator = None
+        """Stop the running iterator's workers; the next call starts a new one.
+
+        Stopped now, not when the iterator is collected: a caller holding the
+        error holds the failed iterator too (its traceback), and DataLoader would
+        go on reporting its dead workers from its ``SIGCHLD`` handler.
+        """
+        iterator, self._iterator = self._iterator, None
+        shutdown = getattr(iterator, "_shutdown_workers", None)  # DataLoader's multi-process iterator
+        if shutdown is not None:
+            shutdown()
 
 
 def _identity(batch: TensorDictBase) -> TensorDictBase:
