@@ -11,8 +11,14 @@ frame is u8[1, 84, 84] and carries its own identity in its first pixels
 stack is checked. Buffers hold ``--rows`` transitions; batches of 32 and 256,
 ``n_frames=4``, ``n_steps=3`` (gamma 0.99).
 
-Buffers, each built, filled and sampled in its own fresh process (memory is
-the RSS the filled buffer holds, as in the other workloads):
+Each buffer is built and filled in its own fresh process (memory is the RSS
+the filled buffer holds, as in the other workloads), one after the other. The
+processes then stay alive and are timed interleaved: in each round every live
+buffer samples ``ROUND`` batches in turn (the order rotating), so drift of the
+machine falls on all of them alike; samples/s is the median over all timed
+batches. SB3's stacked layout (about 11 GB at 200k transitions) does not fit
+beside the others in 24 GB: it is built, filled and timed alone first, so its
+rate is not interleaved (it is far from the lead either way).
 
 - ``ours``: ``make_replay_buffer(rows, n_frames=4, n_step=3)``: frames stored
   once, stacks gathered by index at sample time;
@@ -43,6 +49,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -366,8 +373,17 @@ ADAPTERS = {"ours": Ours, "ours-d3rlpy": OursD3rlpy, "torchrl": TorchRLCatFrames
 
 
 # ----------------------------------------------------------------------- probes
-def probe(key: str, rows: int, reps: int) -> dict:
-    """Build, fill and time one buffer in this (fresh) process."""
+ROUND = 5  # batches a buffer samples in turn per round of the interleaved timing
+ALONE = ("sb3",)  # timed alone: too large to live beside the others
+
+
+def serve(key: str, rows: int) -> None:
+    """Build and fill one buffer in this (fresh) process, then sample on request.
+
+    Prints its memory as a ``JSON:`` line, then answers each stdin line
+    ``"B count"`` with the seconds of ``count`` timed ``sample(B)`` calls and
+    the exactness counts of what they served (checked untimed).
+    """
     import torch
 
     torch.set_num_threads(1)
@@ -386,38 +402,84 @@ def probe(key: str, rows: int, reps: int) -> dict:
     fill_s = time.perf_counter() - started
     gc.collect()
     settle()
-    out = {"key": key, "mem": rss_bytes() - before, "fill_s": fill_s}
     for batch in BATCHES:
         for _ in range(3):
             impl.sample(batch)  # warm-up
-        times, exact, starts, exact_starts, seen = [], 0, 0, 0, 0
-        for _ in range(reps):
+    print("JSON:" + json.dumps({"key": key, "mem": rss_bytes() - before, "fill_s": fill_s}), flush=True)
+    for line in sys.stdin:
+        batch, count = map(int, line.split())
+        times, counts = [], np.zeros(3, np.int64)
+        for _ in range(count):
             t0 = time.perf_counter()
             stacks = impl.sample(batch)
             times.append(time.perf_counter() - t0)
             stacks = getattr(impl, "channels_first", lambda x: x)(stacks)  # untimed
-            e, s, es = check(stacks.reshape(batch, N_FRAMES, *FRAME[1:]))
-            exact, starts, exact_starts, seen = exact + e, starts + s, exact_starts + es, seen + batch
-        out[f"rate{batch}"] = batch / float(np.median(times))
-        out[f"exact{batch}"] = exact / seen
-        out[f"starts{batch}"] = (exact_starts, starts)
-    return out
+            counts += check(stacks.reshape(batch, N_FRAMES, *FRAME[1:]))
+        print("JSON:" + json.dumps({"times": times, "counts": counts.tolist()}), flush=True)
 
 
-def run_probe(key: str, rows: int, reps: int, d3rlpy1_path: str | None) -> dict:
-    env = dict(os.environ)
-    if key == "d3rlpy-1.0":
-        if not d3rlpy1_path:
-            return {"key": key, "error": "not built (pass --d3rlpy1-path, see the module docs)"}
-        env["PYTHONPATH"] = os.pathsep.join([d3rlpy1_path, env.get("PYTHONPATH", "")])
-    cmd = [sys.executable, os.path.abspath(__file__), "--probe", key, "--rows", str(rows),
-           "--reps", str(reps)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    for line in done.stdout.splitlines():
-        if line.startswith("JSON:"):
-            return json.loads(line[5:])
-    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"key": key, "error": tail[:160]}
+class Probe:
+    """One :func:`serve` process: started, filled, then asked for timed batches."""
+
+    def __init__(self, key: str, rows: int, d3rlpy1_path: str | None) -> None:
+        self.key, self.proc, self.error = key, None, None
+        self.result: dict = {"key": key}
+        self.times: dict[int, list[float]] = {b: [] for b in BATCHES}
+        self.counts = {b: np.zeros(3, np.int64) for b in BATCHES}
+        env = dict(os.environ)
+        if key == "d3rlpy-1.0":
+            if not d3rlpy1_path:
+                self.error = "not built (pass --d3rlpy1-path, see the module docs)"
+                return
+            env["PYTHONPATH"] = os.pathsep.join([d3rlpy1_path, env.get("PYTHONPATH", "")])
+        cmd = [sys.executable, os.path.abspath(__file__), "--serve", key, "--rows", str(rows)]
+        self.stderr = tempfile.TemporaryFile("w+")  # a pipe could fill and stall the process
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True, env=env)
+        self.result.update(self._reply())
+
+    def _reply(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith("JSON:"):
+                return json.loads(line[5:])
+        self.proc.wait()
+        self.stderr.seek(0)
+        tail = (self.stderr.read().strip().splitlines() or ["no output"])[-1]
+        self.error = tail[:160]
+        return {}
+
+    def time(self, batch: int, count: int) -> None:
+        if self.error:
+            return
+        self.proc.stdin.write(f"{batch} {count}\n")
+        self.proc.stdin.flush()
+        reply = self._reply()
+        if reply:
+            self.times[batch] += reply["times"]
+            self.counts[batch] += reply["counts"]
+
+    def close(self) -> dict:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait()
+        if self.error:
+            return {"key": self.key, "error": self.error}
+        out = dict(self.result)
+        for b in BATCHES:
+            exact, starts, exact_starts = self.counts[b].tolist()
+            out[f"rate{b}"] = b / float(np.median(self.times[b]))
+            out[f"exact{b}"] = exact / max(len(self.times[b]) * b, 1)
+            out[f"starts{b}"] = (exact_starts, starts)
+        return out
+
+
+def time_interleaved(probes: list[Probe], reps: int) -> None:
+    """``reps`` timed batches of each size per probe, ``ROUND`` at a time, in rotating order."""
+    for r in range(-(-reps // ROUND)):
+        for b in BATCHES:
+            k = r % len(probes)
+            for p in probes[k:] + probes[:k]:
+                p.time(b, ROUND)
 
 
 def report(results: list[dict], rows: int) -> str:
@@ -448,25 +510,38 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--only", nargs="+", choices=KEYS, default=list(KEYS))
     ap.add_argument("--d3rlpy1-path", default=os.environ.get("D3RLPY1_PATH"))
-    ap.add_argument("--probe", choices=KEYS, help=argparse.SUPPRESS)
+    ap.add_argument("--serve", choices=KEYS, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "frames.md"))
     ap.add_argument("--append", action="store_true")
     a = ap.parse_args()
     rows = a.rows or (20_000 if a.quick else 200_000)
     reps = a.reps or (20 if a.quick else 100)
-    if a.probe:
-        print("JSON:" + json.dumps(probe(a.probe, rows, reps)), flush=True)
+    if a.serve:
+        serve(a.serve, rows)
         return
-    results = []
-    for key in a.only:
+    results = {}
+    for key in [k for k in a.only if k in ALONE]:
+        log(f"{key}: {rows:,} transitions, timed alone")
+        probe = Probe(key, rows, a.d3rlpy1_path)
+        time_interleaved([probe], reps)
+        results[key] = probe.close()
+        log(f"{key}: {results[key]}")
+    probes = []
+    for key in [k for k in a.only if k not in ALONE]:
         log(f"{key}: {rows:,} transitions")
-        results.append(run_probe(key, rows, reps, a.d3rlpy1_path))
-        log(f"{key}: {results[-1]}")
+        probes.append(Probe(key, rows, a.d3rlpy1_path))
+        log(f"{key}: {probes[-1].result} {probes[-1].error or ''}")
+    log(f"timing {len(probes)} buffers interleaved")
+    time_interleaved(probes, reps)
+    results.update((p.key, p.close()) for p in probes)
+    results = [results[k] for k in a.only]
     out = (f"\n## W5 frame stacks: u8{list(FRAME)}, {ENVS} envs, {EPISODE}-step episodes, "
            f"{rows:,} transitions, n_frames={N_FRAMES}, n_steps={N_STEPS}\n\n{machine_line()}\n\n"
            + report(results, rows)
-           + "\n\nEach buffer in its own fresh process (torch.set_num_threads(1)); samples/s: "
-             f"median of {reps} timed batches; memory: RSS held by the filled buffer; stacked "
+           + "\n\nEach buffer in its own process (torch.set_num_threads(1)), timed interleaved "
+             f"with the others ({ROUND} batches each in turn; sb3 alone, before them: its stacked "
+             f"layout does not fit beside them); samples/s: median of {reps} timed batches; "
+             "memory: RSS held by the filled buffer; stacked "
              "layout: observation and next observation stored as 4-frame stacks; torchrl: no "
              "n-step (slices of 4 frames, CatFrames); sb3: VecFrameStack's zero padding at starts; "
              "cpprb: stacks returned channels-last ([B, 84, 84, 4]), as it stores them (the "

@@ -90,11 +90,14 @@ class PytorchrlSteps:
         self.num_envs = 0
         self.specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None = None
         self.keys: frozenset[str] = frozenset()
-        # (name, stored key, shape, dtype) of every entry of the first insert, when
-        # each was one array: a step laid out the same is validated in one pass
-        self._layout: tuple[tuple[str, tuple[str, ...], tuple[int, ...], np.dtype], ...] | None = None
+        # (name, shape, dtype, staging view of each step) of every entry of the first
+        # insert, when each was one array: a step laid out the same is checked and
+        # staged in one pass
+        self._layout: tuple[tuple[str, tuple[int, ...], np.dtype, list[np.ndarray]], ...] | None = None
         self.warned = False
+        # staging blocks [N, chunk, ...] by stored key (env-major: the writer's layout)
         self._stage: dict[tuple[str, ...], np.ndarray] = {}
+        self._derived = np.zeros(chunk, bool)  # step i's boundary is left to the autoreset rule
         self.staged = 0
         # episode cuts: per env, an episode counter, whether the last step left its
         # episode open, and that step's next observation entries
@@ -105,12 +108,9 @@ class PytorchrlSteps:
     # ------------------------------------------------------------- validation
     def step(self, sample: Any, where: str) -> dict[tuple[str, ...], np.ndarray]:
         """One step's entries ``[N, ...]`` by stored key, with ``("next", "boundary")``."""
-        leaves = self._known_step(sample, where)
-        if leaves is None:
-            present = self._present(sample, where)
-            leaves = self._collect(sample, present)
-            self._check(leaves, where, present, ())
-            self._remember_layout(sample, leaves, present)
+        present = self._present(sample, where)
+        leaves = self._collect(sample, present)
+        self._check(leaves, where, present, ())
         n = self.num_envs
         boundary = np.zeros((n, 1), bool)
         if BOUNDARY_KEY in leaves:  # resolved data: authoritative
@@ -147,19 +147,21 @@ class PytorchrlSteps:
         leaves[BOUNDARY_KEY] = boundary
         return leaves
 
-    def _known_step(self, sample: Any, where: str) -> dict[tuple[str, ...], np.ndarray] | None:
-        """The entries of a step laid out exactly like the first insert's, else ``None``.
+    def stage_known(self, sample: Any, where: str) -> bool | None:
+        """Check and stage a step laid out exactly like the first insert's; ``None`` if it is not.
 
         Same names (``EnvironmentInformation`` aside), each one array or tensor of
-        the first insert's shape and dtype: nothing else to check but discrete
-        actions. Anything else (``None`` included) goes through the full checks,
-        which name what is wrong.
+        the first insert's shape and dtype: each is copied straight into its
+        staging block, and only discrete actions and SAME_STEP final observations
+        are looked at further. Anything else (``None`` included) goes through
+        :meth:`step`, whose checks name what is wrong. Returns whether ``chunk``
+        steps are held.
         """
         layout = self._layout
-        if layout is None or not isinstance(sample, dict) or len(sample) - (INFO in sample) != len(layout):
+        if layout is None or type(sample) is not dict or len(sample) - (INFO in sample) != len(layout):
             return None
-        leaves = {}
-        for name, key, shape, dtype in layout:
+        i = self.staged
+        for name, shape, dtype, views in layout:
             value = sample.get(name)
             if type(value) is not np.ndarray:
                 if not isinstance(value, torch.Tensor):
@@ -167,19 +169,39 @@ class PytorchrlSteps:
                 value = _array(value)
             if value.shape != shape or value.dtype != dtype:
                 return None
-            leaves[key] = value
+            views[i][...] = value
+        stage = self._stage
         if self.num_actions is not None:
-            self._check_actions(leaves[STORED[ACT]], where)
-        return leaves
+            self._check_actions(stage[STORED[ACT]][:, i], where)
+        if self.mode is AutoresetMode.SAME_STEP:
+            boundary = stage[BOUNDARY_KEY][:, i, 0]
+            boundary[:] = False
+            done = stage[STORED[DONE2]][:, i, 0] != 0
+            if done.any():
+                staged = {k: v[:, i] for k, v in stage.items()}  # views: final observations go in place
+                boundary[:] = self._final_observations(sample, staged, done, where, in_place=True)
+        else:
+            self._derived[i] = True
+        self.staged = i + 1
+        return self.staged == self.chunk
 
-    def _remember_layout(self, sample: Mapping[str, Any], leaves: dict, present: set[str]) -> None:
-        if self._layout is not None or BOUNDARY in present:
+    def _allocate(self, sample: Any, leaves: dict[tuple[str, ...], np.ndarray], present: set[str]) -> None:
+        """The staging blocks, and the fast layout when every entry of the first step was one array."""
+        n, chunk = self.num_envs, self.chunk
+        self._stage = {k: np.empty((n, chunk, *v.shape[1:]), v.dtype) for k, v in leaves.items()}
+        if BOUNDARY in present or not all(
+            isinstance(sample[name], (np.ndarray, torch.Tensor)) for name in present
+        ):
             return
-        if all(isinstance(sample[name], (np.ndarray, torch.Tensor)) for name in present):
-            self._layout = tuple(
-                (name, STORED[name], leaves[STORED[name]].shape, leaves[STORED[name]].dtype)
-                for name in present
-            )
+        layout = []
+        for name in present:
+            block = self._stage[STORED[name]]
+            value = sample[name]
+            shape = tuple(value.shape)
+            if len(shape) == 1:  # a flag given as [N]: staged [N, chunk, 1]
+                block = block[..., 0]
+            layout.append((name, shape, _array(value).dtype, [block[:, i] for i in range(chunk)]))
+        self._layout = tuple(layout)
 
     def _present(self, sample: Any, where: str) -> set[str]:
         if not isinstance(sample, Mapping):
@@ -280,9 +302,13 @@ class PytorchrlSteps:
             )
 
     def _final_observations(
-        self, sample: Mapping[str, Any], leaves: dict, done: np.ndarray, where: str
+        self, sample: Mapping[str, Any], leaves: dict, done: np.ndarray, where: str, in_place: bool = False
     ) -> np.ndarray:
-        """SAME_STEP: put ``final_obs`` in the next observation of done envs; ``[N]`` unknown ones."""
+        """SAME_STEP: put ``final_obs`` in the next observation of done envs; ``[N]`` unknown ones.
+
+        ``in_place``: ``leaves`` are staging views, written to; else they may be
+        the caller's arrays, copied before the first write.
+        """
         info = sample.get(INFO)
         final = has = None
         if isinstance(info, Mapping):
@@ -300,7 +326,7 @@ class PytorchrlSteps:
                         f"{where}: {INFO}['final_obs'][{i}] gives {entry_name(key)} shape "
                         f"{value.shape}, expected {want}."
                     )
-                if key not in copied:  # the arrays may be the caller's
+                if not in_place and key not in copied:
                     leaves[key] = leaves[key].copy()
                     copied.add(key)
                 leaves[key][i] = value
@@ -319,24 +345,33 @@ class PytorchrlSteps:
             )
 
     # ---------------------------------------------------------------- staging
-    def stage(self, leaves: dict[tuple[str, ...], np.ndarray]) -> bool:
-        """Copy one step into the staging blocks; True when ``chunk`` steps are held."""
+    def stage(self, sample: Any, leaves: dict[tuple[str, ...], np.ndarray]) -> bool:
+        """Copy one checked step (from :meth:`step`) into the staging blocks; True when ``chunk`` steps are held."""
         if not self._stage:
-            self._stage = {k: np.empty((self.chunk, *v.shape), v.dtype) for k, v in leaves.items()}
+            self._allocate(sample, leaves, self._present(sample, ""))
         i = self.staged
         for key, value in leaves.items():
-            self._stage[key][i] = value
+            self._stage[key][:, i] = value
+        self._derived[i] = False
         self.staged = i + 1
         return self.staged == self.chunk
 
     def take(self) -> dict[tuple[str, ...], np.ndarray]:
-        """The staged steps ``[T, N, ...]`` (views, valid until the next :meth:`stage`)."""
+        """The staged steps ``[N, T, ...]`` (views, valid until the next :meth:`stage`)."""
         T, self.staged = self.staged, 0
-        return {k: v[:T] for k, v in self._stage.items()}
+        leaves = {k: v[:, :T] for k, v in self._stage.items()}
+        derived = self._derived[:T]
+        if self.mode is not AutoresetMode.SAME_STEP and derived.any():
+            boundary = leaves[BOUNDARY_KEY]
+            if self.mode is AutoresetMode.NEXT_STEP:  # a Done step is the reset step
+                boundary[:, derived] = leaves[STORED[DONE]][:, derived] != 0
+            else:
+                boundary[:, derived] = False
+        return leaves
 
     # ------------------------------------------------------------------ batch
     def batch(self, leaves: dict[tuple[str, ...], np.ndarray]) -> TensorDict:
-        """``[T, N, ...]`` steps as the writer's ``[N, T]`` TorchRL TensorDict.
+        """``[N, T, ...]`` steps as the writer's ``[N, T]`` TorchRL TensorDict.
 
         Adds ``("next", "done")`` (bool, from ``"NextDone"``), a zero reward when a
         reward function replaces it, and trajectory ids that start a new episode
@@ -344,28 +379,30 @@ class PytorchrlSteps:
         while that episode was still open (unrelated slices one after the other):
         rows keep each observation once, so such steps must not be joined.
         """
-        done = leaves[STORED[DONE2]] != 0  # [T, N, 1]
-        ends = (done | leaves[BOUNDARY_KEY])[..., 0]  # [T, N]
-        T, n = ends.shape
+        done = leaves[STORED[DONE2]] != 0  # [N, T, 1]
+        ends = (done | leaves[BOUNDARY_KEY])[..., 0]  # [N, T]
+        n, T = ends.shape
         if not self._traj.size:
             self._traj, self._open = np.zeros(n, np.int64), np.zeros(n, bool)
-        jump = np.zeros((T, n), bool)
+        jump = np.zeros((n, T), bool)
         for key, nxt in leaves.items():
             if key[:2] != STORED[OBS2]:
                 continue
             obs = leaves[key[1:]]
-            last = self._last_next.get(key, obs[0])  # [N, ...]
-            prev = np.concatenate([last[None], nxt[:-1]])  # [T, N, ...]
-            jump |= (obs != prev).reshape(T, n, -1).any(-1)
-            self._last_next[key] = nxt[-1].copy()
-        was_open = np.concatenate([self._open[None], ~ends[:-1]])  # [T, N]
-        traj = self._traj + np.cumsum(was_open & jump, 0)  # [T, N]
-        self._traj, self._open = traj[-1], ~ends[-1]
+            last = self._last_next.get(key)
+            if last is not None:
+                jump[:, 0] |= (obs[:, 0] != last).reshape(n, -1).any(-1)
+            if T > 1:
+                jump[:, 1:] |= (obs[:, 1:] != nxt[:, :-1]).reshape(n, T - 1, -1).any(-1)
+            self._last_next[key] = nxt[:, -1].copy()
+        went_on = np.empty((n, T), bool)  # the episode was open before the step
+        went_on[:, 0] = self._open
+        np.logical_not(ends[:, :-1], out=went_on[:, 1:])
+        traj = self._traj[:, None] + np.cumsum(went_on & jump, 1)  # [N, T]
+        self._traj, self._open = traj[:, -1].copy(), ~ends[:, -1]
         entries = dict(leaves)
         entries[DONE_KEY] = done
         entries[TRAJ_KEY] = traj
         if STORED[REW] not in entries:  # a reward function is known; the writer wants an entry
-            entries[STORED[REW]] = np.zeros((T, n, 1), np.float32)
-        return GymVectorAdapter.to_tensordict(
-            {k: v.swapaxes(0, 1) for k, v in entries.items()}, [n, T]
-        )
+            entries[STORED[REW]] = np.zeros((n, T, 1), np.float32)
+        return GymVectorAdapter.to_tensordict(entries, [n, T])

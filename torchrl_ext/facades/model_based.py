@@ -191,7 +191,7 @@ class MBReplayBuffer:
         )
         self._rows = torch.empty(0, 0, dtype=torch.int64)  # [max_size, N] storage row of each step
         self._boundary = np.empty((0, 0), bool)  # [max_size, N] not a real transition
-        self._staged_at: list[int] = []  # time positions of the staged steps
+        self._staged_from = 0  # time position of the first staged step (the rest follow it)
 
     def init_tensors(self, sample: dict[str, Any]) -> None:
         """Fix the key set, shapes, dtypes and ``N`` from ``sample`` and allocate the buffer.
@@ -223,13 +223,14 @@ class MBReplayBuffer:
 
     def _flush(self) -> None:
         if self._steps.staged:
-            self._write(self._steps.take(), self._staged_at)
-            self._staged_at = []
+            self._write(self._steps.take(), self._staged_from)
 
-    def _write(self, leaves: dict[tuple[str, ...], np.ndarray], positions: list[int]) -> None:
+    def _write(self, leaves: dict[tuple[str, ...], np.ndarray], start: int) -> None:
+        """Write ``[N, T, ...]`` steps held at time positions ``start, start + 1, ...`` (wrapping)."""
         rows = self.rb.extend(self._steps.batch(leaves))  # [N, T]
+        positions = (start + torch.arange(rows.shape[1])) % self.max_size
         self._rows[positions] = rows.T
-        self._boundary[positions] = leaves[BOUNDARY_KEY][..., 0]
+        self._boundary[positions.numpy()] = leaves[BOUNDARY_KEY][..., 0].T
 
     def _advance(self, steps: int) -> None:
         self.step = (self.step + steps) % self.max_size
@@ -247,12 +248,20 @@ class MBReplayBuffer:
                 differs from the first insert's.
             ValueError / TypeError: an entry's shape / dtype differs from the first insert's.
         """
-        leaves = self._steps.step(sample, "MBReplayBuffer.insert_transition")
-        if self.rb is None:
-            self._build()
-        self._staged_at.append(self.step)
-        self._advance(1)
-        if self._steps.stage(leaves):
+        steps = self._steps
+        if not steps.staged:
+            self._staged_from = self.step
+        full = steps.stage_known(sample, "MBReplayBuffer.insert_transition")
+        if full is None:  # the first insert, or laid out unlike it: the checks that name the fault
+            leaves = steps.step(sample, "MBReplayBuffer.insert_transition")
+            if self.rb is None:
+                self._build()
+            full = steps.stage(sample, leaves)
+        step = self.step + 1
+        self.step = 0 if step == self.max_size else step
+        if self.size < self.max_size:
+            self.size += 1
+        if full:
             self._flush()
 
     def insert_single_tensor_slice(
@@ -325,8 +334,7 @@ class MBReplayBuffer:
             self._build()
         self._flush()
         T = next(iter(lengths.values()))
-        positions = [(self.step + t) % self.max_size for t in range(T)]
-        self._write(leaves, positions)
+        self._write({k: v.swapaxes(0, 1) for k, v in leaves.items()}, self.step)
         self._advance(T)
 
     # ------------------------------------------------------------------ reads

@@ -22,7 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyMemmapStorage
 
 from torchrl_ext.core.schema import RowSchema
-from torchrl_ext.storages._memory import move_together, reserve
+from torchrl_ext.storages._memory import gather_rows, move_together, reserve
 
 __all__ = ["PackedRows"]
 
@@ -203,7 +203,7 @@ class PackedRows:
     def take(self, rows: torch.Tensor) -> TensorDictBase:
         """The bytes of physical ``rows`` (``[k]``), as ``{"rows": [k, row bytes]}`` (checkpoints)."""
         (at,) = self._on_device(rows)
-        return TensorDict({"rows": self._rows.index_select(0, at)}, [rows.numel()])
+        return TensorDict({"rows": gather_rows(self._rows, at)}, [rows.numel()])
 
     def put(self, rows: torch.Tensor, data: torch.Tensor) -> None:
         """Write the bytes ``data`` (``[k, row bytes]``, any device) to physical ``rows`` (checkpoints)."""
@@ -241,9 +241,10 @@ class PackedRows:
         if obs_words is not None:
             obs = _bytes(self.obs, leaves, n, ("next",), self._obs_bytes)
             obs_words.index_copy_(0, next_rows, obs.view(torch.int64).to(self.device))
-            if start is not None and first_rows is not None:
-                first = _bytes(self.obs, leaves, n, (), self._obs_bytes)
-                first = first[start.to(_leaves_device(leaves))]
+            if start is not None and first_rows is not None:  # packed at the starts only
+                at = start.to(_leaves_device(leaves)).nonzero().squeeze(1)
+                starts = {c.key: leaves[c.key].index_select(0, at) for c in self.obs}
+                first = _bytes(self.obs, starts, at.numel(), (), self._obs_bytes)
                 obs_words.index_copy_(0, first_rows, first.view(torch.int64).to(self.device))
 
     def same_observation(
@@ -262,7 +263,7 @@ class PackedRows:
         if not self.obs:
             return np.ones(rows.size, dtype=bool)
         (at,) = self._on_device(torch.from_numpy(rows))
-        stored = self._rows.index_select(0, at)  # [k, row bytes]
+        stored = gather_rows(self._rows, at)  # [k, row bytes]
         where = torch.from_numpy(positions).to(_leaves_device(leaves))
         picked = {c.key: leaves[c.key].index_select(0, where) for c in self.obs}
         incoming = _bytes(self.obs, picked, rows.size, (), self._obs_bytes).to(self.device)
@@ -287,11 +288,11 @@ class PackedRows:
         root: dict[str, Any] = {}
         rows, next_rows = self._on_device(rows, next_rows)
         if next_rows is None:
-            first = self._rows[:, self._step_lo :].index_select(0, rows)
+            first = gather_rows(self._rows[:, self._step_lo :], rows)
             _put_all(root, (), self._cut_step, first)
             return _tree(root, batch, self.device)
         # only the observation span is read at the next rows
-        first, after = self._rows.index_select(0, rows), self._obs_span.index_select(0, next_rows)
+        first, after = gather_rows(self._rows, rows), gather_rows(self._obs_span, next_rows)
         _put_all(root, (), self._cut_row, first)  # step keys of next-only entries start with "next"
         _put_all(root, ("next",), self._cut_obs, after)
         return _tree(root, batch, self.device)
@@ -303,7 +304,7 @@ class PackedRows:
         if not self.obs:
             return _tree(root, batch, self.device)
         (rows,) = self._on_device(rows)
-        span = self._obs_span.index_select(0, rows.reshape(-1))
+        span = gather_rows(self._obs_span, rows.reshape(-1))
         for c, value in zip(self.obs, self._cut_obs.pieces(span)):
             _put(root, c.key, value.view(*batch, *c.shape))
         return _tree(root, batch, self.device)
@@ -318,7 +319,7 @@ class PackedRows:
         """
         B, L1 = rows.shape
         (rows,) = self._on_device(rows)
-        block = self._rows.index_select(0, rows.reshape(-1)).view(B, L1, self.row_bytes)
+        block = gather_rows(self._rows, rows.reshape(-1)).view(B, L1, self.row_bytes)
         root: dict[str, Any] = {}
         _put_all(root, (), self._cut_row, block[:, :-1])
         _put_all(root, ("next",), self._cut_obs, block[:, 1:, : self._obs_bytes])
@@ -370,13 +371,13 @@ class PackedRows:
         )
         step_lo = self._step_lo
         base = 0 if after_rows is not None else step_lo  # first: whole rows, or step spans
-        first = self._rows[:, base:].index_select(0, rows)
+        first = gather_rows(self._rows[:, base:], rows)
         # the padded step span: its width is a multiple of every itemsize
         if W == 1:  # one-step windows: the window is the first row, its next row "after"
             steps = last = first[:, step_lo - base :]
         else:
-            steps = self._rows[:, step_lo:].index_select(0, window_rows.reshape(-1))
-            last = self._rows[:, step_lo:].index_select(0, last_rows)
+            steps = gather_rows(self._rows[:, step_lo:], window_rows.reshape(-1))
+            last = gather_rows(self._rows[:, step_lo:], last_rows)
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         window: dict[str, Any] = {}
@@ -391,18 +392,18 @@ class PackedRows:
                 _put(nxt, c.key[1:], value)
                 _put(window, c.key[1:], values.reshape(B, W, *c.shape))
         if after_rows is not None:
-            after = self._obs_span.index_select(0, after_rows)
+            after = gather_rows(self._obs_span, after_rows)
             _put_all(nxt, (), self._cut_obs, after)
         if goal_rows is not None:
             if window_next_rows is None:
                 raise ValueError("PackedRows.gather_windows: goal_rows need window_next_rows.")
             her: dict[str, Any] = {}
-            _put_all(her, (), self._cut_obs, self._obs_span.index_select(0, goal_rows))
+            _put_all(her, (), self._cut_obs, gather_rows(self._obs_span, goal_rows))
             # each window step's next observation: [B * W, observation bytes]
             if W == 1 and after_rows is not None:
                 seen = after
             else:
-                seen = self._obs_span.index_select(0, window_next_rows.reshape(-1))
+                seen = gather_rows(self._obs_span, window_next_rows.reshape(-1))
             for c, value in zip(self.obs, self._cut_obs.pieces(seen)):
                 _put(window, c.key, value.reshape(B, W, *c.shape))
             if relabel is not None:
