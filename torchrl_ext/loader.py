@@ -310,6 +310,14 @@ class RestartingIterator(Generic[T]):
     def __next__(self) -> T:
         if self._iterator is None:
             self._iterator = iter(self.start())
+        else:
+            dead = _dead_workers(self._iterator)
+            if dead:  # reported, if at all, from DataLoader's SIGCHLD handler, wherever that ran
+                self.close()
+                raise RuntimeError(
+                    f"{self.name}: DataLoader worker(s) (pid(s) {', '.join(map(str, dead))}) "
+                    "exited unexpectedly; the next call starts new workers."
+                )
         try:
             return next(self._iterator)
         except StopIteration:
@@ -333,6 +341,19 @@ class RestartingIterator(Generic[T]):
         shutdown = getattr(iterator, "_shutdown_workers", None)  # DataLoader's multi-process iterator
         if shutdown is not None:
             shutdown()
+
+
+def _dead_workers(iterator: Any) -> list[int]:
+    """Pids of the running workers of a multi-process DataLoader iterator that have died.
+
+    A worker killed by a signal is reported by DataLoader's ``SIGCHLD`` handler,
+    which raises wherever the main thread then is: often outside the iterator,
+    which then still holds the dead workers (and the batches they had sent) and
+    would report them only after waiting for a batch that never comes.
+    """
+    workers = getattr(iterator, "_workers", None) or ()
+    running = getattr(iterator, "_workers_status", None) or [True] * len(workers)
+    return [w.pid for w, on in zip(workers, running) if on and not w.is_alive()]
 
 
 def _identity(batch: TensorDictBase) -> TensorDictBase:

@@ -18,13 +18,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from test_concurrent_writers import NUM_ENVS, SyntheticEnvs, broken, broken_windows
 from torchrl_ext import make_her_replay_buffer, make_loader, make_replay_buffer
@@ -32,6 +33,7 @@ from torchrl_ext.facades.episodic import EpisodeReplayBuffer, RingBufferDataset
 from torchrl_ext.facades.nstep import NStepReplayStorage
 from torchrl_ext.samplers import SequenceSampler
 from torchrl_ext.samplers.uniform import EmptyBufferError
+from torchrl_ext.storages.pool import EpisodePool
 
 GAMMA = 0.5
 CAPACITY = 256  # 64 rows a stream: the ring turns over every few bursts
@@ -215,5 +217,42 @@ def test_sampling_too_early_with_workers_recovers_episode_replay_buffer():
     with pytest.raises(RuntimeError, match="the longest stored episode has 5"):
         buffer.sample()
     dataset.add_episode({"obs": torch.arange(20.0)[:, None], "reward": torch.zeros(20)})
-    assert buffer.sample().batch_size == (4, 8)  # no reset(): the workers start now
-    # (not killed here: a worker killed while it holds the pool's lock leaves it held)
+    workers = workers_started_by(buffer.sample)  # no reset(): the workers start now
+    assert buffer.sample().batch_size == (4, 8)
+    error = kill_workers_and_sample(workers, buffer.sample)
+    assert "DataLoader worker" in str(error) or "sampling stream ended" in str(error)
+    # the killed workers held nothing: writes and new workers go on
+    dataset.add_episode({"obs": torch.arange(30.0)[:, None], "reward": torch.zeros(30)})
+    assert recovers(buffer.sample).batch_size == (4, 8)
+
+
+def _sample_forever(pool: EpisodePool) -> None:
+    generator = torch.Generator().manual_seed(os.getpid())
+    while True:
+        pool.sample(64, 16, generator=generator)
+
+
+def test_worker_killed_mid_sample_leaves_the_episode_pool_writable():
+    """``kill -9`` of readers in the middle of their samples, then writes must go on.
+
+    The readers sample without pause, so each kill lands inside a sample; the
+    pool's readers take no lock (before, a reader killed holding the pool's
+    lock left every later write and sample waiting forever).
+    """
+    pool = EpisodePool(4096, TensorDict({"obs": torch.zeros(64)}, []))
+    for length in (300, 500, 700):
+        pool.append(TensorDict({"obs": torch.rand(length, 64)}, [length]))
+    fork = multiprocessing.get_context("fork")
+    for _ in range(5):
+        reader = fork.Process(target=_sample_forever, args=(pool,), daemon=True)
+        reader.start()
+        time.sleep(0.3)
+        os.kill(reader.pid, signal.SIGKILL)
+        reader.join(1)  # (another test's DataLoader SIGCHLD handler may have reaped it first)
+    writes = []
+    writer = threading.Thread(target=lambda: writes.append(pool.append(
+        TensorDict({"obs": torch.ones(200, 64)}, [200]))), daemon=True)
+    writer.start()
+    writer.join(10)
+    assert writes, "append blocked after readers were killed mid-sample"
+    assert pool.sample(8, 16, generator=torch.Generator().manual_seed(0)).batch_size == (8, 16)

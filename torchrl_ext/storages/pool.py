@@ -1,7 +1,11 @@
 """Whole episodes of arbitrary entries in a pool of rows, evictable in any order."""
 from __future__ import annotations
 
+import itertools
 import multiprocessing
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -15,6 +19,11 @@ from torchrl_ext.storages._memory import reserve
 __all__ = ["EpisodePool"]
 
 _COUNTERS = ("free_top", "slot_top", "row_high", "slot_high", "table_head")
+_TORN_TIMEOUT_S = 60.0  # a reader gives up after meeting writes under way this long
+
+
+class _Torn(Exception):
+    """A read met a write of the pool under way: read again."""
 
 
 class EpisodePool(NumpyViews):
@@ -42,11 +51,15 @@ class EpisodePool(NumpyViews):
 
     Memory grows with the rows used, not the capacity (on CPU the rows are
     reserved and committed as written; a checkpoint holds the rows below the
-    high-water mark). Everything is in tensors, in shared memory on CPU, with
-    a lock, so
+    high-water mark). Everything is in tensors, in shared memory on CPU, so
     DataLoader workers (fork or spawn) sample the whole pool, including
-    episodes stored after they started; a row is never read while it is
-    being replaced.
+    episodes stored after they started. Writers (:meth:`append`,
+    :meth:`evict`, :meth:`clear`) hold :attr:`lock` and make ``version`` odd
+    while they change anything; readers (:meth:`sample`) take no lock: they
+    read ``version`` before and after drawing and gathering, and read again
+    when a write came in between (a seqlock), so a row is never served while
+    it is being replaced, and a reader killed mid-sample (``kill -9`` of a
+    worker) leaves nothing held.
 
     Args:
         capacity (int): number of rows (steps).
@@ -99,13 +112,26 @@ class EpisodePool(NumpyViews):
         self.length = torch.zeros(C, dtype=torch.int64)  # 0: free slot
         self.table = torch.zeros(2 * C, dtype=torch.int64)
         self.counters = torch.tensor([C, C, 0, 0, 0], dtype=torch.int64)
+        self.version = torch.zeros(1, dtype=torch.int64)  # odd while a write is under way
         if self.device.type == "cpu":  # the rows are in shared memory already
-            for name in self._INDEX:
+            for name in self._VIEWED:
                 getattr(self, name).share_memory_()
-        self.lock = multiprocessing.get_context("spawn").RLock()
+        self.lock = multiprocessing.get_context("spawn").RLock()  # writers only
         self._bind()
 
-    _VIEWED = _INDEX = ("row_slot", "row_step", "free", "slot_free", "offset", "length", "table", "counters")
+    _INDEX = ("row_slot", "row_step", "free", "slot_free", "offset", "length", "table", "counters")
+    _VIEWED = (*_INDEX, "version")
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the writers' lock, ``version`` odd for the write (see the class notes)."""
+        with self.lock:
+            version = self._np["version"]
+            version[0] += 1
+            try:
+                yield
+            finally:
+                version[0] += 1
 
     def _stored(self, dtype: torch.dtype) -> torch.dtype:
         return torch.float16 if self.half_precision and dtype == torch.float32 else dtype
@@ -152,7 +178,7 @@ class EpisodePool(NumpyViews):
                 f"EpisodePool.append: an episode needs batch size [length >= 1], got "
                 f"{list(episode.batch_size)}."
             )
-        with self.lock:
+        with self._writing():
             top = self._counter("free_top")
             if L > top:
                 raise ValueError(
@@ -185,7 +211,7 @@ class EpisodePool(NumpyViews):
 
     def evict(self, slot: int) -> None:
         """Free the rows and the slot of the episode in ``slot``."""
-        with self.lock:
+        with self._writing():
             v = self._np
             n = int(v["length"][slot]) if 0 <= slot < self.capacity else 0
             if n == 0:
@@ -216,7 +242,7 @@ class EpisodePool(NumpyViews):
 
     def clear(self) -> None:
         """Forget every episode."""
-        with self.lock:
+        with self._writing():
             C = self.capacity
             self.row_slot.fill_(-1)
             self.length.zero_()
@@ -271,8 +297,7 @@ class EpisodePool(NumpyViews):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``count`` windows of ``width`` steps, uniform over valid windows.
 
-        Call under :attr:`lock`. :func:`~torchrl_ext.core.draw_windows`
-        over this pool: O(batch) rejection sampling of rows, exact counting per
+        :func:`~torchrl_ext.core.draw_windows` over this pool: O(batch) rejection sampling of rows, exact counting per
         episode when valid windows are rare.
 
         Returns:
@@ -285,13 +310,14 @@ class EpisodePool(NumpyViews):
         return draw_windows(self, count, width, pad, generator, max_rounds)
 
     def draw_episodes(
-        self, count: int, generator: torch.Generator | None
+        self, count: int, generator: torch.Generator | None, version: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``count`` stored episodes, uniform over episodes: ``(slot, length)``.
 
-        Call under :attr:`lock`. Slots are drawn in ``[0, highest used slot]``
-        and redrawn while empty; evicted slots are reused first, so they are
-        mostly full.
+        Slots are drawn in ``[0, highest used slot]`` and redrawn while empty;
+        evicted slots are reused first, so they are mostly full. ``version``:
+        the pool's ``version`` when the caller started reading; the redraws
+        stop once a write changed it (the caller reads again).
         """
         v = self._np
         high = self._counter("slot_high")
@@ -300,6 +326,8 @@ class EpisodePool(NumpyViews):
         slot = np.empty(count, dtype=np.int64)
         todo = np.arange(count)
         while todo.size:
+            if version is not None and int(v["version"][0]) != version:
+                raise _Torn
             s = torch.randint(high, (todo.size,), generator=generator).numpy()
             ok = v["length"][s] > 0
             slot[todo[ok]] = s[ok]
@@ -346,14 +374,32 @@ class EpisodePool(NumpyViews):
         Raises:
             ValueError: nothing to sample (no episode, or none long enough).
         """
-        with self.lock:
-            if sequence_length is None:
-                slot, real = self.draw_episodes(count, generator)
-                step, width = np.zeros_like(slot), int(real.max())
+        version = self._np["version"]
+        deadline = time.monotonic() + _TORN_TIMEOUT_S
+        for attempt in itertools.count():
+            seen = int(version[0])
+            try:
+                if seen & 1:  # a write is under way
+                    raise _Torn
+                if sequence_length is None:
+                    slot, real = self.draw_episodes(count, generator, seen)
+                    step, width = np.zeros_like(slot), int(real.max())
+                else:
+                    width = int(sequence_length)
+                    slot, step, real = self.draw_windows(count, width, pad, generator, max_rounds)
+                out = self.gather(self.window_rows(slot, step, real, width))
+            except (_Torn, IndexError, ValueError, RuntimeError):
+                if int(version[0]) == seen and not seen & 1:
+                    raise  # nothing was written meanwhile: a real error
             else:
-                width = int(sequence_length)
-                slot, step, real = self.draw_windows(count, width, pad, generator, max_rounds)
-            out = self.gather(self.window_rows(slot, step, real, width))
+                if int(version[0]) == seen:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"EpisodePool.sample: every read for {_TORN_TIMEOUT_S:.0f} s met a write "
+                    "under way (a writer died mid-write, or writes never pause)."
+                )
+            time.sleep(0 if attempt < 100 else 1e-3)
         if sequence_length is None or pad:
             mask = torch.from_numpy(np.arange(width) < real[:, None])
             out.set(mask_key, mask.to(self.device))
@@ -369,7 +415,7 @@ class EpisodePool(NumpyViews):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` in place (shared memory stays shared)."""
-        with self.lock:
+        with self._writing():
             self.rows[: state["rows"].shape[0]] = state["rows"].to(self.device)
             for name in self._INDEX:
                 getattr(self, name).copy_(state[name])
