@@ -67,3 +67,43 @@ def test_page_keeps_every_table_and_charts_the_headline_ones(docs_page, tmp_path
     assert (tmp_path / "w1_sample.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w1_sample.png"]
     assert "| ours | 10,000 | 157.1 |" in lines
+
+
+NAMED = """## W6 model-based epochs (1,000 transitions)
+
+| buffer | epoch, 1 model (ms) | vs floor |
+|---|---|---|
+| ours | 159 | 1.36x |
+| mbrl | 435 | 3.73x |
+
+Insert one step
+
+| buffer | µs / step |
+|---|---|
+| ours | 11.3 |
+
+## W5 frame stacks: u8[1, 84, 84]
+
+| buffer | samples/s B=32 | samples/s B=256 |
+|---|---|---|
+| ours | 29,875 | 57,713 |
+| cpprb | 46,805 | not installed |
+
+Each buffer in its own process.
+"""
+
+
+def test_unnumbered_sections_chart_their_first_table(docs_page, tmp_path):
+    w6, w5 = docs_page.parse_tables(NAMED)
+    assert (w6.number, w6.title) == (None, "W6 model-based epochs (1,000 transitions)")
+    assert [row[0] for row in w6.rows] == ["ours", "mbrl"]  # the insert table is not parsed
+    assert docs_page.chart_of(w5) == (
+        "samples/s B=256", "samples/s at batch 256", "w5_frames.png", True)
+    lines = docs_page.page(NAMED, tmp_path).splitlines()
+    # each chart right after its section's first table, none after the second
+    w6_chart = lines.index("![W6 model-based epochs (1,000 transitions)](w6_epochs.png)")
+    assert lines[w6_chart - 2] == "| mbrl | 435 | 3.73x |"
+    assert lines[w6_chart + 2] == "Insert one step"
+    w5_chart = lines.index("![W5 frame stacks: u8[1, 84, 84]](w5_frames.png)")
+    assert lines[w5_chart - 2] == "| cpprb | 46,805 | not installed |"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w5_frames.png", "w6_epochs.png"]
