@@ -56,9 +56,9 @@ class StepBatcher:
         if self._specs is None or specs != self._specs:
             self.flush()
             self.rb.extend(self.adapter.to_tensordict(entries, [self.adapter.num_envs]))
-            self._specs = specs  # reached only if the buffer took the step
+            self._specs, self._slabs = specs, {}  # reached only if the buffer took the step
             return
-        if not self._held:  # fresh slabs per chunk: a written chunk is never rewritten
+        if not self._slabs:  # reused chunk after chunk: each write copies them into the storage
             self._slabs = {
                 k: np.empty((v.shape[0], self.chunk, *v.shape[1:]), v.dtype)
                 for k, v in entries.items()
@@ -73,9 +73,8 @@ class StepBatcher:
         """Write the held steps as one ``[num_envs, T]`` batch."""
         if not self._held:
             return
-        held, slabs = self._held, self._slabs
-        self._held, self._slabs = 0, {}
-        steps = {k: v[:, :held] for k, v in slabs.items()}
+        held, self._held = self._held, 0
+        steps = {k: v[:, :held] for k, v in self._slabs.items()}
         self.rb.extend(self.adapter.to_tensordict(steps, [self.adapter.num_envs, held]))
 
     def clear(self) -> None:
