@@ -1,4 +1,4 @@
-"""Image observations kept compressed in memory, one zstd frame per stored row.
+"""Image observations kept compressed in memory, one blob (zstd frame, lz4 block) per stored row.
 
 :class:`~torchrl_ext.storages.TransitionStorage` ``(..., compress={"pixels": "zstd"})``
 keeps the named observation entries out of the packed rows: each row's frame is
@@ -10,11 +10,19 @@ once per batch however many windows share it.
 
 Why per frame (measured on ALE frames, 84x84, 1000 steps of a random policy):
 zstd level 1 gave blobs of 0.02 to 0.15 of the raw frame (Pong, Breakout,
-MsPacman), decoding in 5 to 25 us; lz4 0.03 to 0.25, decoding about twice as
-fast (zstd's negative levels gained ~10% in speed for 5-40% larger blobs).
+MsPacman), decoding in 3.5 to 15 us; lz4 at LZ4 HC level 3 0.03 to 0.19,
+decoding in 1 to 3.5 us (zstd's negative levels gained ~10% in speed for 5-40%
+larger blobs; lz4's fast mode gave 0.25 on MsPacman, and decoded slower).
 Chunks of 4 frames compress 2-3x better, but frames are sampled at random and
 each read would decode its 3 neighbours too; per-frame blobs already stay
 under a quarter of the raw bytes.
+
+Reads decode each distinct row once, straight into the batch (lz4's
+``LZ4_decompress_safe`` called through ``ctypes``; python-zstandard's output
+copied in once). With lz4 the Python work left per frame (one ``ctypes`` call
+with two ``byref`` pointers, about 0.3 us) is a fifth to a quarter of the
+decode; before, a ``bytes`` object per frame and its copy into the batch cost as
+much as the decode.
 
 Layout of an arena (the blobs are of variable size; readers are other processes):
 a *pool* file mapped shared (``/dev/shm`` for ``backend="tensor"``, the scratch
@@ -58,9 +66,10 @@ _PAGE = 4096
 class FrameCodec(StrEnum):
     """Codecs of :class:`FrameArena`, one blob per frame.
 
-    * ``ZSTD`` (``"zstd"``): the ``zstandard`` package, level 1: the smaller blobs.
-    * ``LZ4`` (``"lz4"``): the ``lz4`` package (block format): decodes about
-      twice as fast, blobs up to twice as large.
+    * ``ZSTD`` (``"zstd"``): the ``zstandard`` package, level 1: the smaller
+      blobs (0.02-0.15x of an ALE frame), 3.5-15 us a frame to decode.
+    * ``LZ4`` (``"lz4"``): the ``lz4`` package (block format, LZ4 HC level 3):
+      blobs 0.03-0.19x, decoded 3-4x faster: the codec to sample fast.
 
     Examples:
         >>> FrameCodec("lz4") is FrameCodec.LZ4, [c.value for c in FrameCodec]
@@ -82,9 +91,10 @@ def _module(name: str) -> Any:
         ) from err
 
 
-#: LZ4 HC level of lz4 blobs: on ALE frames, 0.17-0.19x of the raw frame where the fast
-#: mode gives 0.25x, and 20-35% faster to decode (fewer, longer matches), for 3-4x the
-#: compression time (13 to 70 us a frame); a higher level gains under 5% for 2-10x more
+#: LZ4 HC level of lz4 blobs. On ALE frames (MsPacman, the busiest measured) it gives
+#: 0.17-0.19x of the raw frame where lz4's fast mode gives 0.25x, decoded 30-37% faster
+#: (fewer, longer matches; as fast on sparse Breakout frames), for 4-8x the compression
+#: time (14 to 70 us a frame); level 9 decodes under 10% faster for 5x more again
 _LZ4_LEVEL = 3
 
 
@@ -93,9 +103,9 @@ def _coders(codec: FrameCodec, frame_bytes: int) -> tuple[Any, Any]:
 
     ``decode`` has the contract of lz4's ``LZ4_decompress_safe``: it reads the
     ``size`` bytes at pointer ``src``, writes at most ``capacity`` bytes at
-    pointer ``dst`` (``ctypes.byref`` pointers) and returns how many it wrote, or a negative number on a
-    blob it cannot read (torn under a DataLoader worker: see :meth:`FrameArena._decode`). Decoding straight into the batch spares
-    a ``bytes`` object and a copy per frame, which cost as much as lz4's decode.
+    pointer ``dst`` (both ``ctypes.byref`` pointers) and returns how many it
+    wrote, or a negative number on a blob it cannot read (one torn under a
+    DataLoader worker: see :meth:`FrameArena._decode`).
     """
     if codec is FrameCodec.ZSTD:
         zstd = _module("zstandard")
