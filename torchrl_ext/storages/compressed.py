@@ -98,7 +98,7 @@ def _module(name: str) -> Any:
 _LZ4_LEVEL = 3
 
 
-def _coders(codec: FrameCodec, frame_bytes: int) -> tuple[Any, Any]:
+def _coders(codec: FrameCodec) -> tuple[Any, Any]:
     """``(compress, decode)``: ``compress(frame) -> blob`` and ``decode(src, dst, size, capacity)``.
 
     ``decode`` has the contract of lz4's ``LZ4_decompress_safe``: it reads the
@@ -162,7 +162,7 @@ def check_compress(compress: Any) -> dict[tuple[str, ...], FrameCodec]:
                 f"{[c.value for c in FrameCodec]}."
             )
         out[as_key(key)] = FrameCodec(codec)
-        _coders(out[as_key(key)], 1)  # a missing package fails here, not at the first write
+        _coders(out[as_key(key)])  # a missing package fails here, not at the first write
     return out
 
 
@@ -230,7 +230,7 @@ class FrameArena:
 
     def _coders(self) -> tuple[Any, Any]:
         if self._codec is None:  # codec objects are not picklable: made per process
-            self._codec = _coders(self.codec, self.frame_bytes)
+            self._codec = _coders(self.codec)
         return self._codec
 
     @property
@@ -295,7 +295,7 @@ class FrameArena:
         return out.view(self.spec.dtype).view(*rows.shape, *self.spec.shape)
 
     def _decode(self, rows: np.ndarray, out: np.ndarray, positions: np.ndarray) -> None:
-        """Decode the frames of ``rows`` into ``out[positions]`` (``[k]``, C-contiguous ``[n, frame bytes]``)."""
+        """Decode the frames of ``rows`` into ``out[positions]`` (``[k]``; ``out`` C-contiguous)."""
         raw, decode = self.frame_bytes, self._coders()[1]
         at, size = self._offset[rows], self._length[rows].astype(np.int64)
         # a DataLoader worker reads offset and length while the main process may
