@@ -11,12 +11,15 @@ import pickle
 
 import ale_py
 import gymnasium as gym
+import lz4.block
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tensordict import TensorDict
 from torch.utils.data import DataLoader, IterableDataset
 
 from torchrl_ext import make_replay_buffer
@@ -141,6 +144,32 @@ def test_a_frame_that_does_not_compress_is_stored_raw(codec):
     arena.write(noise, torch.tensor([0, 3]))
     assert arena.state()["lengths"].tolist() == [84 * 84, 0, 0, 84 * 84]
     assert torch.equal(arena.read(torch.tensor([3, 0])), noise.flip(0))
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_blobs_written_at_another_level_still_read(codec):
+    """Blobs are plain lz4 blocks / zstd frames: checkpoints of lz4's fast mode (before HC) still read."""
+    frames = torch.arange(2 * 84 * 84).remainder(7).to(torch.uint8).view(2, 1, 84, 84)
+    arena = FrameArena(codec, LeafSpec(torch.Size([1, 84, 84]), torch.uint8), 4, 2, None)
+    encode = (zstandard.ZstdCompressor(level=19).compress if codec == "zstd"
+              else lambda f: lz4.block.compress(f, store_size=False))
+    blobs = [encode(f.numpy().tobytes()) for f in frames]
+    lengths = torch.tensor([len(blobs[0]), 0, 0, len(blobs[1])], dtype=torch.int32)
+    blob_bytes = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8)
+    arena.load_state(TensorDict({"lengths": lengths, "blobs": blob_bytes}, []))
+    assert torch.equal(arena.read(torch.tensor([[3, 0], [0, 0]])), frames[torch.tensor([[1, 0], [0, 0]])])
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_a_blob_that_does_not_decode_is_an_error_naming_its_rows(codec):
+    arena = FrameArena(codec, LeafSpec(torch.Size([1, 8, 8]), torch.uint8), 4, 2, None)
+    arena.write(torch.zeros(2, 1, 8, 8, dtype=torch.uint8), torch.tensor([0, 3]))
+    state = arena.state()
+    state["blobs"][:] = 255  # neither an lz4 block nor a zstd frame
+    arena.load_state(state)
+    with pytest.raises(RuntimeError, match=rf"FrameArena.read: the {codec} blobs of rows \[0, 3\] do not "
+                       r"decode to 64-byte frames: the frame pool is corrupt"):
+        arena.read(torch.tensor([3, 0, 3]))
 
 
 @pytest.mark.parametrize("kind", ["frames-nstep", "sequence", "hindsight"])

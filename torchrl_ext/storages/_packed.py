@@ -457,11 +457,6 @@ def _bytes(
     return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
 
 
-def _batch_rows(n: int, width: int, dtype: torch.dtype) -> torch.Tensor:
-    """An empty ``[n, width]`` batch block (the loader sends a worker's batch as one buffer)."""
-    return torch.empty(n, width, dtype=dtype)
-
-
 def _put_all(tree: dict[str, Any], prefix: tuple[str, ...], cut: _Cut, block: torch.Tensor) -> None:
     """Every column of ``cut`` from ``block`` into ``tree``, under ``prefix``."""
     for c, value in zip(cut.columns, cut.pieces(block)):

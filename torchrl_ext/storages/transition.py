@@ -69,10 +69,11 @@ class TransitionStorage(TensorStorage):
             through host memory (the episode index stays on the CPU; each
             batch moves its row indices to the device once). Defaults to CPU.
         compress (dict, optional): observation entries to keep compressed in
-            memory, and their codec: ``{"pixels": "zstd"}``. Each frame is
+            memory, and their codec: ``{"pixels": "lz4"}`` (decodes 3-4x
+            faster) or ``{"pixels": "zstd"}`` (smaller). Each frame is
             compressed once when written and decoded, bit-exact, when sampled
             (see :mod:`torchrl_ext.storages.compressed`). Needs the
-            ``compress`` extra (``zstandard``).
+            ``compress`` extra (``zstandard``, ``lz4``).
 
     Examples:
         >>> import torch
