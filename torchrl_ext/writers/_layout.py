@@ -2,9 +2,35 @@
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
+
+from torchrl_ext.core.schema import as_key
 
 __all__: list[str] = []
+
+
+def _entries(data: TensorDictBase) -> dict[tuple[str, ...], torch.Tensor]:
+    """Every tensor leaf of ``data`` by tuple key, as ``items(include_nested=True, leaves_only=True)``.
+
+    Plain nested ``TensorDict``s (what collectors and facades write) are walked
+    level by level, about three times cheaper than the nested iterator on a
+    vector-env step; anything else (lazy stacks, non-tensor data, tensorclasses)
+    goes through that iterator. Same keys, same order.
+    """
+    out: dict[tuple[str, ...], torch.Tensor] = {}
+    if _walk(data, (), out):
+        return out
+    return {as_key(k): v for k, v in data.items(include_nested=True, leaves_only=True)}
+
+
+def _walk(td: TensorDictBase, prefix: tuple[str, ...], out: dict[tuple[str, ...], torch.Tensor]) -> bool:
+    """Add the leaves of ``td`` to ``out`` (depth first); False at a value that is not a tensor or plain TensorDict."""
+    for key, value in td.items():
+        if isinstance(value, torch.Tensor):
+            out[prefix + (key,)] = value
+        elif type(value) is not TensorDict or not _walk(value, prefix + (key,), out):
+            return False
+    return True
 
 
 def _select_steps(

@@ -15,7 +15,7 @@ from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.writers import Writer
 
 from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
-from torchrl_ext.writers._layout import _Layout, _select_steps
+from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
@@ -166,7 +166,7 @@ class TransitionWriter(Writer):
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"{where}: expected a TensorDict, got {type(data).__name__}.")
         storage: TransitionStorage = self._storage
-        leaves = {as_key(k): v for k, v in data.items(include_nested=True, leaves_only=True)}
+        leaves = _entries(data)
         mask = leaves.pop(self.mask_key, None)
         writer = self._writer_of(leaves.pop(self.writer_key, None), where)
         batch = tuple(data.shape)
@@ -521,11 +521,13 @@ class TransitionWriter(Writer):
         )
 
     def _done(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray:
-        flags = [leaves[key] for key in self.done_keys if key in leaves]  # >= 1: first write
+        # the flags only come to the host (rows stay where they are); OR-ed by
+        # numpy, a fraction of a torch op's cost on a step's few flags
+        flags = [leaves[key].cpu().numpy() for key in self.done_keys if key in leaves]  # >= 1
         done = flags[0]
         for flag in flags[1:]:
             done = done | flag
-        return done.reshape(shape).cpu().numpy()  # the flags only: rows stay where they are
+        return done.reshape(shape)
 
     def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
         value = leaves.get(self.traj_key)
