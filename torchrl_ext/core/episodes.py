@@ -428,29 +428,35 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
     def _plan_one_step(
         self, streams: np.ndarray, done: np.ndarray, traj: np.ndarray | None
     ) -> WritePlan:
-        # plan() for T == 1 (a vector-env step), with [K] arrays: the hot path.
+        # plan() for T == 1 (a vector-env step), with [K] arrays: the hot path
+        # (each numpy op here is a sizeable part of a step's write).
         v = self._np
         was_open = v["is_open"][streams]
         start = ~was_open
         if traj is not None:
             start |= traj != v["stream_traj"][streams]
-        # open stream: the step goes to the pending row (written - 1), unless a new
-        # trajectory starts, which leaves that row as the old episode's last.
-        tau = v["written"][streams] - (was_open & ~start)
+            # open stream: the step goes to the pending row (written - 1), unless a new
+            # trajectory starts, which leaves that row as the old episode's last.
+            tau = v["written"][streams] - (was_open & ~start)
+        else:
+            tau = v["written"][streams] - was_open
         episode = v["episode_count"][streams] - 1 + start
         slot = streams * self.episode_capacity + episode % self.episode_capacity
-        first = np.where(start, tau, v["episode_start_flat"][slot])
+        # an opened episode has length 1; a continued one runs from its start
+        lengths = np.where(start, 1, tau + 1 - v["episode_start_flat"][slot])
+        base = streams * self.stream_capacity
+        rows = base + tau % self.stream_capacity
         return WritePlan(
             index=self,
             streams=streams,
-            rows=(streams * self.stream_capacity + tau % self.stream_capacity)[:, None],
-            next_rows=(streams * self.stream_capacity + (tau + 1) % self.stream_capacity)[:, None],
+            rows=rows[:, None],
+            next_rows=(base + (tau + 1) % self.stream_capacity)[:, None],
             start=start[:, None],
             episode=episode[:, None],
             start_slots=slot[start],
             start_tau=tau[start],
             length_slots=slot,
-            lengths=tau - first + 1,
+            lengths=lengths,
             written=tau + 2,
             is_open=~done,
             traj=traj,

@@ -37,11 +37,10 @@ class _Column:
     shape: torch.Size
     lo: int  # byte range in the row
     hi: int
-
-    @property
-    def width(self) -> int:
-        """Elements per row."""
-        return prod(self.shape)
+    width: int  # elements per row
+    # a same-size integer dtype to see the entry as on the host, where numpy has
+    # no such dtype (bfloat16...); None: numpy has it
+    host_dtype: torch.dtype | None = None
 
 
 def _place(keys, schema: RowSchema, offset: int) -> tuple[list[_Column], int]:
@@ -49,9 +48,24 @@ def _place(keys, schema: RowSchema, offset: int) -> tuple[list[_Column], int]:
     columns = []
     for key, spec in specs:
         nbytes = prod(spec.shape) * spec.dtype.itemsize
-        columns.append(_Column(key, spec.dtype, spec.shape, offset, offset + nbytes))
+        columns.append(_Column(key, spec.dtype, spec.shape, offset, offset + nbytes,
+                               prod(spec.shape), _host_dtype(spec.dtype)))
         offset += nbytes
     return columns, -(-offset // _ALIGN) * _ALIGN
+
+
+# dtypes a CPU tensor's .numpy() keeps; others (bfloat16, float8...) are reinterpreted
+_NUMPY_DTYPES = frozenset({
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+    torch.float32, torch.float64, torch.complex64, torch.complex128,
+})
+
+
+def _host_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """``None`` if numpy has ``dtype``, else the same-size integer dtype to reinterpret it as."""
+    if dtype in _NUMPY_DTYPES:
+        return None
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
 
 
 class _Cut:
@@ -468,16 +482,18 @@ def _bytes(
     accelerator is packed there, into a tensor.
     """
     values = [leaves[prefix + c.key] for c in columns]
-    pad = width - (columns[-1].hi - columns[0].lo)
+    lo = columns[0].lo
     if values[0].device.type == "cpu":
-        parts: list[Any] = [
-            # numpy views of the entries; a strided one is copied to whole rows
-            np.ascontiguousarray(v.numpy(force=True).reshape(n, c.width)).view(np.uint8)
-            for v, c in zip(values, columns)
-        ]
-        if pad:
-            parts.append(np.zeros((n, pad), np.uint8))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, 1)
+        out = np.empty((n, width), np.uint8)
+        for value, c in zip(values, columns):
+            if c.host_dtype is not None:
+                value = value.view(c.host_dtype)
+            host = value.numpy(force=True).reshape(n, c.width)
+            # copied as elements of the entry's dtype, not byte by byte
+            out[:, c.lo - lo : c.hi - lo].view(host.dtype)[...] = host
+        out[:, columns[-1].hi - lo :] = 0
+        return out
+    pad = width - (columns[-1].hi - lo)
     tensors = []
     for value, c in zip(values, columns):
         if value.dim() != 2 or not value.is_contiguous():

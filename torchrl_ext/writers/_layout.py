@@ -1,6 +1,7 @@
 """How an incoming batch maps to streams and time: the writer's view of a TensorDict's batch dims."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
@@ -82,9 +83,12 @@ class _Layout:
             value = value.transpose(0, 1)
         return value.reshape(self.shape[0] * self.shape[1], *value.shape[nb:])
 
-    def restore(self, rows: torch.Tensor) -> torch.Tensor:
+    def restore(self, rows: np.ndarray) -> torch.Tensor:
+        """``[streams, time]`` rows (an array) as a tensor shaped like the batch."""
         if len(self.batch) == 0:
-            return rows[0, 0]
-        if len(self.batch) == 1:
-            return rows[0] if self.time_first else rows[:, 0]
-        return rows.transpose(0, 1) if self.time_first else rows
+            shaped = rows[0, 0, ...]
+        elif len(self.batch) == 1:
+            shaped = rows[0] if self.time_first else rows[:, 0]
+        else:
+            shaped = rows.T if self.time_first else rows
+        return torch.from_numpy(shaped)

@@ -188,7 +188,7 @@ class TransitionWriter(Writer):
             if mask is not None:
                 mask = layout.flatten(mask.reshape(batch)).cpu().numpy().reshape(layout.shape)
             placed = self._write_streams(streams, leaves, layout.shape, mask, where)
-            rows = layout.restore(torch.from_numpy(placed))
+            rows = layout.restore(placed)
         # skipped (masked) steps are -1
         self._write_count += placed.size if mask is None else int((placed >= 0).sum())
         self._mark_update_entities(rows)
