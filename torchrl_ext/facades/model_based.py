@@ -218,6 +218,10 @@ class MBReplayBuffer:
             done_keys=(*DEFAULT_DONE_KEYS, BOUNDARY_KEY),
             seed=self.seed,
         )
+        # PytorchrlSteps.batch already starts a new trajectory wherever a step
+        # does not follow on from its env's last next observation: the
+        # writer's check would compare the same bytes again, at every write
+        self.rb.writer.check_continuation = False
         self._rows = torch.full((self.max_size, n), -1, dtype=torch.int64)
         self._boundary = np.zeros((self.max_size, n), bool)
 

@@ -96,6 +96,12 @@ class TransitionWriter(Writer):
         writer_key (NestedKey): writer-id entry (an integer >= 0, the same for
             the whole batch), read and not stored. Defaults to
             ``("collector", "writer_id")``.
+        check_continuation (bool): refuse a step that continues a trajectory
+            but does not observe its last next observation (see above).
+            A producer that already cuts its trajectories wherever a step does
+            not follow on (:class:`~torchrl_ext.MBReplayBuffer` does) may turn
+            it off: the check compares each continuing stream's observation
+            with its stored row once per write. Defaults to ``True``.
 
     Examples:
         >>> import torch
@@ -126,6 +132,7 @@ class TransitionWriter(Writer):
         traj_key: NestedKey = ("collector", "traj_ids"),
         mask_key: NestedKey = ("collector", "mask"),
         writer_key: NestedKey = ("collector", "writer_id"),
+        check_continuation: bool = True,
     ) -> None:
         super().__init__()
         if num_streams is not None and int(num_streams) < 1:
@@ -136,6 +143,7 @@ class TransitionWriter(Writer):
         self.traj_key = as_key(traj_key)
         self.mask_key = as_key(mask_key)
         self.writer_key = as_key(writer_key)
+        self.check_continuation = bool(check_continuation)
         self._write_count = 0
         self._writers_issued = 0  # ids handed to writer handles: 1, 2, ...
         # writes without a writer_key entry: writer 0 in this process; a copy
@@ -249,6 +257,7 @@ class TransitionWriter(Writer):
         return self._writers_issued
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("check_continuation", True)  # pickled before the option existed
         self.__dict__.update(state)
         if self._home_pid != os.getpid():
             # A copy in another process (a multi-process collector's worker) is a
@@ -394,7 +403,7 @@ class TransitionWriter(Writer):
         chunk = max(1, index.stream_capacity // 2)
         if T <= chunk:
             plan = index.plan(streams, done, traj)
-            if traj is not None:
+            if traj is not None and self.check_continuation:
                 self._check_continuation(plan, leaves, T, where)
             storage.write(plan, leaves)
             return plan.rows
@@ -406,7 +415,7 @@ class TransitionWriter(Writer):
             plan = index.plan(
                 streams, done[:, lo:hi], None if traj is None else traj[:, lo:hi]
             )
-            if traj is not None and not lo:
+            if traj is not None and self.check_continuation and not lo:
                 self._check_continuation(plan, part, hi - lo, where)
             storage.write(plan, part)
             rows[:, lo:hi] = plan.rows
