@@ -401,25 +401,28 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
                 "chunks or raise the storage max_size."
             )
         episode = (v["episode_count"][streams] - 1)[:, None] + start.cumsum(1)
-        stream_kt = np.broadcast_to(streams[:, None], (K, T))
-        slot = self.episode_slot(stream_kt, episode)
-        # first tau of each step's episode: opened in this write, or already known
-        opened = np.maximum.accumulate(np.where(start, tau, -1), axis=1)
-        first = np.where(opened >= 0, opened, v["episode_start_flat"][slot])
         # the last step of each episode in this write sets its length
         last = np.ones((K, T), dtype=bool)
         last[:, :-1] = start[:, 1:]
+        # episode slots and first tau, at the (few) starts and last steps only
+        stream_kt = np.broadcast_to(streams[:, None], (K, T))
+        start_slots = self.episode_slot(stream_kt[start], episode[start])
+        length_slots = self.episode_slot(stream_kt[last], episode[last])
+        # first tau of each last step's episode: opened in this write, or already known
+        opened = np.maximum.accumulate(np.where(start, tau, -1), axis=1)[last]
+        first = np.where(opened >= 0, opened, v["episode_start_flat"][length_slots])
+        base_rows = (streams * self.stream_capacity)[:, None]  # [K, 1] row 0 of each ring
         return WritePlan(
             index=self,
             streams=streams,
-            rows=self.physical_rows(tau, stream_kt),
-            next_rows=self.physical_rows(tau + 1, stream_kt),
+            rows=base_rows + tau % self.stream_capacity,
+            next_rows=base_rows + (tau + 1) % self.stream_capacity,
             start=start,
             episode=episode,
-            start_slots=slot[start],
+            start_slots=start_slots,
             start_tau=tau[start],
-            length_slots=slot[last],
-            lengths=(tau - first + 1)[last],
+            length_slots=length_slots,
+            lengths=tau[last] - first + 1,
             written=tau[:, -1] + 2,
             is_open=~done[:, -1],
             traj=None if traj is None else traj[:, -1],
