@@ -232,9 +232,9 @@ class MBReplayBuffer:
     def _write(self, leaves: dict[tuple[str, ...], np.ndarray], start: int) -> None:
         """Write ``[N, T, ...]`` steps held at time positions ``start, start + 1, ...`` (wrapping)."""
         rows = self.rb.extend(self._steps.batch(leaves))  # [N, T]
-        positions = (start + torch.arange(rows.shape[1])) % self.max_size
-        self._rows[positions] = rows.T
-        self._boundary[positions.numpy()] = leaves[BOUNDARY_KEY][..., 0].T
+        positions = (start + np.arange(rows.shape[1])) % self.max_size
+        self._rows.numpy()[positions] = rows.numpy().T
+        self._boundary[positions] = leaves[BOUNDARY_KEY][..., 0].T
 
     def _advance(self, steps: int) -> None:
         self.step = (self.step + steps) % self.max_size
