@@ -405,9 +405,8 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
         last = np.ones((K, T), dtype=bool)
         last[:, :-1] = start[:, 1:]
         # episode slots and first tau, at the (few) starts and last steps only
-        stream_kt = np.broadcast_to(streams[:, None], (K, T))
-        start_slots = self.episode_slot(stream_kt[start], episode[start])
-        length_slots = self.episode_slot(stream_kt[last], episode[last])
+        start_slots = self.episode_slot(streams[np.nonzero(start)[0]], episode[start])
+        length_slots = self.episode_slot(streams[np.nonzero(last)[0]], episode[last])
         # first tau of each last step's episode: opened in this write, or already known
         opened = np.maximum.accumulate(np.where(start, tau, -1), axis=1)[last]
         first = np.where(opened >= 0, opened, v["episode_start_flat"][length_slots])

@@ -488,7 +488,9 @@ def _bytes(
         for value, c in zip(values, columns):
             if c.host_dtype is not None:
                 value = value.view(c.host_dtype)
-            host = value.numpy(force=True).reshape(n, c.width)
+            if value.requires_grad:  # an action straight from a policy
+                value = value.detach()
+            host = value.numpy().reshape(n, c.width)
             # copied as elements of the entry's dtype, not byte by byte
             out[:, c.lo - lo : c.hi - lo].view(host.dtype)[...] = host
         out[:, columns[-1].hi - lo :] = 0

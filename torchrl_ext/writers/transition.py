@@ -540,7 +540,9 @@ class TransitionWriter(Writer):
 
     def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
         value = leaves.get(self.traj_key)
-        return None if value is None else value.reshape(shape).long().cpu().numpy()
+        if value is None:
+            return None
+        return (value if value.dtype == torch.int64 else value.long()).reshape(shape).cpu().numpy()
 
     # -------------------------------------------------- TorchRL writer contract
     def _mark_update_entities(self, index: torch.Tensor) -> None:
