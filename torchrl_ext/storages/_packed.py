@@ -279,8 +279,8 @@ class PackedRows:
             words = packed if isinstance(packed, np.ndarray) else packed.cpu().numpy()
             host[span][at] = words.view(np.int64)
             return
-        words = torch.as_tensor(packed).view(torch.int64).to(self.device)
-        self._words[span].index_copy_(0, at, words)
+        moved = torch.as_tensor(packed).view(torch.int64).to(self.device)
+        self._words[span].index_copy_(0, at, moved)
 
     def same_observation(
         self,

@@ -193,9 +193,10 @@ class TransitionWriter(Writer):
             streams = self._streams_of(writer, layout.streams, batch, where)
             if not layout.flat:
                 leaves = {k: layout.flatten(v) for k, v in leaves.items()}
-            if mask is not None:
-                mask = layout.flatten(mask.reshape(batch)).cpu().numpy().reshape(layout.shape)
-            placed = self._write_streams(streams, leaves, layout.shape, mask, where)
+            keep = None if mask is None else (
+                layout.flatten(mask.reshape(batch)).cpu().numpy().reshape(layout.shape)
+            )
+            placed = self._write_streams(streams, leaves, layout.shape, keep, where)
             rows = layout.restore(placed)
         # skipped (masked) steps are -1
         self._write_count += placed.size if mask is None else int((placed >= 0).sum())
