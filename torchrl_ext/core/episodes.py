@@ -401,25 +401,27 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
                 "chunks or raise the storage max_size."
             )
         episode = (v["episode_count"][streams] - 1)[:, None] + start.cumsum(1)
-        stream_kt = np.broadcast_to(streams[:, None], (K, T))
-        slot = self.episode_slot(stream_kt, episode)
-        # first tau of each step's episode: opened in this write, or already known
-        opened = np.maximum.accumulate(np.where(start, tau, -1), axis=1)
-        first = np.where(opened >= 0, opened, v["episode_start_flat"][slot])
         # the last step of each episode in this write sets its length
         last = np.ones((K, T), dtype=bool)
         last[:, :-1] = start[:, 1:]
+        # episode slots and first tau, at the (few) starts and last steps only
+        start_slots = self.episode_slot(streams[np.nonzero(start)[0]], episode[start])
+        length_slots = self.episode_slot(streams[np.nonzero(last)[0]], episode[last])
+        # first tau of each last step's episode: opened in this write, or already known
+        opened = np.maximum.accumulate(np.where(start, tau, -1), axis=1)[last]
+        first = np.where(opened >= 0, opened, v["episode_start_flat"][length_slots])
+        base_rows = (streams * self.stream_capacity)[:, None]  # [K, 1] row 0 of each ring
         return WritePlan(
             index=self,
             streams=streams,
-            rows=self.physical_rows(tau, stream_kt),
-            next_rows=self.physical_rows(tau + 1, stream_kt),
+            rows=base_rows + tau % self.stream_capacity,
+            next_rows=base_rows + (tau + 1) % self.stream_capacity,
             start=start,
             episode=episode,
-            start_slots=slot[start],
+            start_slots=start_slots,
             start_tau=tau[start],
-            length_slots=slot[last],
-            lengths=(tau - first + 1)[last],
+            length_slots=length_slots,
+            lengths=tau[last] - first + 1,
             written=tau[:, -1] + 2,
             is_open=~done[:, -1],
             traj=None if traj is None else traj[:, -1],
@@ -428,29 +430,35 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
     def _plan_one_step(
         self, streams: np.ndarray, done: np.ndarray, traj: np.ndarray | None
     ) -> WritePlan:
-        # plan() for T == 1 (a vector-env step), with [K] arrays: the hot path.
+        # plan() for T == 1 (a vector-env step), with [K] arrays: the hot path
+        # (each numpy op here is a sizeable part of a step's write).
         v = self._np
         was_open = v["is_open"][streams]
         start = ~was_open
         if traj is not None:
             start |= traj != v["stream_traj"][streams]
-        # open stream: the step goes to the pending row (written - 1), unless a new
-        # trajectory starts, which leaves that row as the old episode's last.
-        tau = v["written"][streams] - (was_open & ~start)
+            # open stream: the step goes to the pending row (written - 1), unless a new
+            # trajectory starts, which leaves that row as the old episode's last.
+            tau = v["written"][streams] - (was_open & ~start)
+        else:
+            tau = v["written"][streams] - was_open
         episode = v["episode_count"][streams] - 1 + start
         slot = streams * self.episode_capacity + episode % self.episode_capacity
-        first = np.where(start, tau, v["episode_start_flat"][slot])
+        # an opened episode has length 1; a continued one runs from its start
+        lengths = np.where(start, 1, tau + 1 - v["episode_start_flat"][slot])
+        base = streams * self.stream_capacity
+        rows = base + tau % self.stream_capacity
         return WritePlan(
             index=self,
             streams=streams,
-            rows=(streams * self.stream_capacity + tau % self.stream_capacity)[:, None],
-            next_rows=(streams * self.stream_capacity + (tau + 1) % self.stream_capacity)[:, None],
+            rows=rows[:, None],
+            next_rows=(base + (tau + 1) % self.stream_capacity)[:, None],
             start=start[:, None],
             episode=episode[:, None],
             start_slots=slot[start],
             start_tau=tau[start],
             length_slots=slot,
-            lengths=tau - first + 1,
+            lengths=lengths,
             written=tau + 2,
             is_open=~done,
             traj=traj,

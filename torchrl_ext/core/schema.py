@@ -7,7 +7,7 @@ key once (``shared``), plus the ``root_only`` and ``next_only`` entries.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from tensordict.utils import NestedKey
@@ -79,6 +79,11 @@ class RowSchema:
     root_only: tuple[tuple[str, ...], ...]
     next_only: tuple[tuple[str, ...], ...]
     leaves: dict[tuple[str, ...], LeafSpec]
+    # full shape and dtype of each entry for the last batch shape validated (one
+    # slot: [N, T] writes of many lengths must not grow it)
+    _expected: dict[tuple[int, ...], dict[tuple[str, ...], tuple[torch.Size, torch.dtype]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def infer(cls, data: dict[tuple[str, ...], torch.Tensor], batch_dims: int) -> RowSchema:
@@ -121,25 +126,30 @@ class RowSchema:
             ValueError: an entry has another shape.
             TypeError: an entry has another dtype.
         """
-        nb = len(batch)
+        expected = self._expected.get(batch)
+        if expected is None:
+            expected = {k: (torch.Size(batch + tuple(s.shape)), s.dtype) for k, s in self.leaves.items()}
+            self._expected.clear()
+            self._expected[batch] = expected
         for key, value in leaves.items():
-            spec = self.leaves.get(key)
-            if spec is None:
+            want = expected.get(key)
+            if want is None:
                 raise EntryKeyError(
                     f"{where}: unexpected entry {key_str(key)}; the buffer stores "
                     f"{sorted(map(key_str, self.leaves))}. Remove it or start a new buffer "
                     "with it from the first write."
                 )
-            if value.shape[nb:] != spec.shape or value.shape[:nb] != batch:
+            if value.shape != want[0]:
+                spec = self.leaves[key]
                 raise ValueError(
                     f"{where}: {key_str(key)} has shape {tuple(value.shape)}, expected "
                     f"{batch + tuple(spec.shape)} (batch {batch} + {tuple(spec.shape)} "
                     "as in the first write)."
                 )
-            if value.dtype != spec.dtype:
+            if value.dtype != want[1]:
                 raise TypeError(
                     f"{where}: {key_str(key)} has dtype {value.dtype}, expected "
-                    f"{spec.dtype} as in the first write."
+                    f"{want[1]} as in the first write."
                 )
         if len(leaves) != len(self.leaves):
             missing = sorted(key_str(k) for k in self.leaves if k not in leaves)

@@ -365,7 +365,11 @@ class GymVectorAdapter:
             for part in key[:-1]:
                 node = node.setdefault(part, {})
             node[key[-1]] = torch.from_numpy(np.ascontiguousarray(value))
-        return TensorDict(tree, batch_size=batch_size)
+        # unchecked: every entry's leading dims were checked against the batch
+        # by whoever built them (this adapter, the facades), and the writer
+        # checks each full shape again; TensorDict's own checks cost more than
+        # the rest of a one-step write
+        return TensorDict._new_unsafe(tree, batch_size=torch.Size(batch_size))
 
     # ---------------------------------------------------------------- helpers
     def _follows_on(

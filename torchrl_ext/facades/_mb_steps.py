@@ -393,7 +393,9 @@ class PytorchrlSteps:
             if last is not None:
                 jump[:, 0] |= (obs[:, 0] != last).reshape(n, -1).any(-1)
             if T > 1:
-                jump[:, 1:] |= (obs[:, 1:] != nxt[:, :-1]).reshape(n, T - 1, -1).any(-1)
+                differs = obs[:, 1:] != nxt[:, :-1]
+                if differs.any():  # one reduction over the block; per step only if a step jumped
+                    jump[:, 1:] |= differs.reshape(n, T - 1, -1).any(-1)
             self._last_next[key] = nxt[:, -1].copy()
         went_on = np.empty((n, T), bool)  # the episode was open before the step
         went_on[:, 0] = self._open

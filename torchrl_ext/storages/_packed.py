@@ -37,11 +37,10 @@ class _Column:
     shape: torch.Size
     lo: int  # byte range in the row
     hi: int
-
-    @property
-    def width(self) -> int:
-        """Elements per row."""
-        return prod(self.shape)
+    width: int  # elements per row
+    # a same-size integer dtype to see the entry as on the host, where numpy has
+    # no such dtype (bfloat16...); None: numpy has it
+    host_dtype: torch.dtype | None = None
 
 
 def _place(keys, schema: RowSchema, offset: int) -> tuple[list[_Column], int]:
@@ -49,9 +48,24 @@ def _place(keys, schema: RowSchema, offset: int) -> tuple[list[_Column], int]:
     columns = []
     for key, spec in specs:
         nbytes = prod(spec.shape) * spec.dtype.itemsize
-        columns.append(_Column(key, spec.dtype, spec.shape, offset, offset + nbytes))
+        columns.append(_Column(key, spec.dtype, spec.shape, offset, offset + nbytes,
+                               prod(spec.shape), _host_dtype(spec.dtype)))
         offset += nbytes
     return columns, -(-offset // _ALIGN) * _ALIGN
+
+
+# dtypes a CPU tensor's .numpy() keeps; others (bfloat16, float8...) are reinterpreted
+_NUMPY_DTYPES = frozenset({
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+    torch.float32, torch.float64, torch.complex64, torch.complex128,
+})
+
+
+def _host_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """``None`` if numpy has ``dtype``, else the same-size integer dtype to reinterpret it as."""
+    if dtype in _NUMPY_DTYPES:
+        return None
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
 
 
 class _Cut:
@@ -165,6 +179,15 @@ class PackedRows:
         # 8 bytes at a time, not 1 (spans start and end at multiples of 8 bytes)
         self._obs_words = self._obs_span.view(torch.int64) if self.obs else None
         self._step_words = self._rows[:, self._step_lo :].view(torch.int64) if self.step else None
+        self._words = {
+            span: words
+            for span, words in (("obs", self._obs_words), ("step", self._step_words))
+            if words is not None
+        }
+        # rows in host memory are written through numpy views of those words
+        self._host_words: dict[str, np.ndarray] | None = None
+        if self._rows.device.type == "cpu":
+            self._host_words = {span: words.numpy() for span, words in self._words.items()}
         # typed views of whole rows, observation spans and step spans
         self._cut_row = _Cut(self.obs + self.step, 0, self.row_bytes)
         self._cut_obs = _Cut(self.obs, 0, self._obs_bytes)
@@ -176,12 +199,12 @@ class PackedRows:
         return self.step[0].lo if self.step else self.row_bytes
 
     # ----------------------------------------------------------------- growth
-    def _fit(self, *rows: torch.Tensor) -> None:
-        """Grow the buffer to hold physical ``rows`` (CPU tensors), doubling each stream's part."""
+    def _fit(self, *rows: torch.Tensor | np.ndarray) -> None:
+        """Grow the buffer to hold physical ``rows`` (``[k]`` on the CPU), doubling each stream's part."""
         if self.allocated == self.stream_capacity:
             return
         C = self.stream_capacity
-        need = max((int((r % C).max()) + 1 for r in rows if r.numel()), default=0)
+        need = max((int((r % C).max()) + 1 for r in rows if len(r)), default=0)
         if need <= self.allocated:
             return
         S, old, width = self.num_streams, self.allocated, self.row_bytes
@@ -192,13 +215,14 @@ class PackedRows:
         self.buffers = TensorDict({"rows": grown}, [S * size])
         self._bind()
 
-    def _slots(self, rows: torch.Tensor) -> torch.Tensor:
-        """Where physical ``rows`` lie in the buffer: ``s * allocated + slot`` (as is if not grown)."""
+    def _slots(self, rows: Any) -> Any:
+        """Where physical ``rows`` (a tensor or an array) lie in the buffer: ``s * allocated + slot``.
+
+        As is if not grown.
+        """
         if self.allocated == self.stream_capacity:
             return rows
-        return rows + torch.div(rows, self.stream_capacity, rounding_mode="floor") * (
-            self.allocated - self.stream_capacity
-        )
+        return rows + rows // self.stream_capacity * (self.allocated - self.stream_capacity)
 
     def take(self, rows: torch.Tensor) -> TensorDictBase:
         """The bytes of physical ``rows`` (``[k]``), as ``{"rows": [k, row bytes]}`` (checkpoints)."""
@@ -216,9 +240,9 @@ class PackedRows:
     def write(
         self,
         leaves: dict[tuple[str, ...], torch.Tensor],
-        rows: torch.Tensor,
-        next_rows: torch.Tensor,
-        start: torch.Tensor | None,
+        rows: np.ndarray,
+        next_rows: np.ndarray,
+        start: np.ndarray | None,
     ) -> None:
         """Write ``n`` steps.
 
@@ -228,24 +252,35 @@ class PackedRows:
             next_rows: ``[n]`` row of each step's next observation.
             start: ``[n]`` bool, the step opens an episode; ``None`` if none does.
         """
-        n = rows.numel()
+        n = rows.size
         self._fit(rows, next_rows)
-        step_words, obs_words = self._step_words, self._obs_words  # None: no such columns
-        # data from any device: packed where it is, then moved once per span
-        rows, next_rows, first_rows = self._on_device(
-            rows, next_rows, None if start is None else rows[start]
-        )
-        if step_words is not None:
+        first_rows = None if start is None else rows[start]
+        # rows in host memory take numpy row indices; on an accelerator the
+        # indices go there in one transfer
+        if self._host_words is None:
+            at = self._on_device(*(None if r is None else torch.from_numpy(r)
+                                   for r in (rows, next_rows, first_rows)))
+        else:
+            at = tuple(None if r is None else self._slots(r) for r in (rows, next_rows, first_rows))
+        if self.step:
             step = _bytes(self.step, leaves, n, (), self.row_bytes - self._step_lo)
-            step_words.index_copy_(0, rows, step.view(torch.int64).to(self.device))
-        if obs_words is not None:
-            obs = _bytes(self.obs, leaves, n, ("next",), self._obs_bytes)
-            obs_words.index_copy_(0, next_rows, obs.view(torch.int64).to(self.device))
-            if start is not None and first_rows is not None:  # packed at the starts only
-                at = start.to(_leaves_device(leaves)).nonzero().squeeze(1)
-                starts = {c.key: leaves[c.key].index_select(0, at) for c in self.obs}
-                first = _bytes(self.obs, starts, at.numel(), (), self._obs_bytes)
-                obs_words.index_copy_(0, first_rows, first.view(torch.int64).to(self.device))
+            self._store("step", at[0], step)
+        if self.obs:
+            self._store("obs", at[1], _bytes(self.obs, leaves, n, ("next",), self._obs_bytes))
+            if start is not None:  # packed at the starts only
+                starts = {c.key: _pick(leaves[c.key], start) for c in self.obs}
+                first = _bytes(self.obs, starts, int(start.sum()), (), self._obs_bytes)
+                self._store("obs", at[2], first)
+
+    def _store(self, span: str, at: Any, packed: np.ndarray | torch.Tensor) -> None:
+        """Copy ``packed`` (``[k, span bytes]``) into ``span`` of the buffer slots ``at``, as int64 words."""
+        host = self._host_words
+        if host is not None:  # numpy's fancy assignment: a fraction of index_copy_'s call cost
+            words = packed if isinstance(packed, np.ndarray) else packed.cpu().numpy()
+            host[span][at] = words.view(np.int64)
+            return
+        moved = torch.as_tensor(packed).view(torch.int64).to(self.device)
+        self._words[span].index_copy_(0, at, moved)
 
     def same_observation(
         self,
@@ -266,9 +301,9 @@ class PackedRows:
         stored = gather_rows(self._rows, at)  # [k, row bytes]
         where = torch.from_numpy(positions).to(_leaves_device(leaves))
         picked = {c.key: leaves[c.key].index_select(0, where) for c in self.obs}
-        incoming = _bytes(self.obs, picked, rows.size, (), self._obs_bytes).to(self.device)
+        incoming = torch.as_tensor(_bytes(self.obs, picked, rows.size, (), self._obs_bytes))
         width = self.obs[-1].hi
-        return (incoming[:, :width] == stored[:, :width]).all(1).cpu().numpy()
+        return (incoming.to(self.device)[:, :width] == stored[:, :width]).all(1).cpu().numpy()
 
     def _on_device(self, *indices: torch.Tensor | None) -> tuple[Any, ...]:
         """Physical row ``indices`` as buffer slots on the rows' device, in one transfer.
@@ -417,8 +452,8 @@ class PackedRows:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_rows", "_obs_span", "_obs_words", "_step_words", "_cut_row", "_cut_obs",
-                     "_cut_step"):
+        for name in ("_rows", "_obs_span", "_obs_words", "_step_words", "_words", "_host_words", "_cut_row",
+                     "_cut_obs", "_cut_step"):
             state.pop(name)
         return state
 
@@ -438,23 +473,44 @@ def _bytes(
     n: int,
     prefix: tuple[str, ...],
     width: int,
-) -> torch.Tensor:
+) -> np.ndarray | torch.Tensor:
     """The ``[n, width]`` bytes of ``columns`` from ``leaves`` (keys under ``prefix``), where they are.
 
     ``width``: the span's bytes, padded to 8 (zero padding after the columns).
+    Data in CPU memory is packed by numpy (its calls cost a fraction of
+    torch's on the small blocks of a step) into an array; data on an
+    accelerator is packed there, into a tensor.
     """
-    parts = []
-    for c in columns:
-        value = leaves[prefix + c.key]
+    values = [leaves[prefix + c.key] for c in columns]
+    lo = columns[0].lo
+    if values[0].device.type == "cpu":
+        out = np.empty((n, width), np.uint8)
+        for value, c in zip(values, columns):
+            if c.host_dtype is not None:
+                value = value.view(c.host_dtype)
+            if value.requires_grad:  # an action straight from a policy
+                value = value.detach()
+            host = value.numpy().reshape(n, c.width)
+            # copied as elements of the entry's dtype, not byte by byte
+            out[:, c.lo - lo : c.hi - lo].view(host.dtype)[...] = host
+        out[:, columns[-1].hi - lo :] = 0
+        return out
+    pad = width - (columns[-1].hi - lo)
+    tensors = []
+    for value, c in zip(values, columns):
         if value.dim() != 2 or not value.is_contiguous():
             value = value.reshape(n, c.width).contiguous()
         if value.stride(-1) != 1:  # a size-1 dim may carry any stride, e.g. numpy's x[:, None]
             value = value.clone(memory_format=torch.contiguous_format)
-        parts.append(value.view(torch.uint8))
-    pad = width - (columns[-1].hi - columns[0].lo)
+        tensors.append(value.view(torch.uint8))
     if pad:
-        parts.append(torch.zeros(n, pad, dtype=torch.uint8, device=parts[0].device))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+        tensors.append(torch.zeros(n, pad, dtype=torch.uint8, device=tensors[0].device))
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, 1)
+
+
+def _pick(value: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
+    """The ``[k, ...]`` steps of ``value`` where the ``[n]`` host mask ``mask`` is set, on ``value``'s device."""
+    return value.index_select(0, torch.from_numpy(np.flatnonzero(mask)).to(value.device))
 
 
 def _put_all(tree: dict[str, Any], prefix: tuple[str, ...], cut: _Cut, block: torch.Tensor) -> None:

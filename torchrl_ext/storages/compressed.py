@@ -466,16 +466,17 @@ class CompressedRows:
     def write(
         self,
         leaves: dict[tuple[str, ...], torch.Tensor],
-        rows: torch.Tensor,
-        next_rows: torch.Tensor,
-        start: torch.Tensor | None,
+        rows: np.ndarray,
+        next_rows: np.ndarray,
+        start: np.ndarray | None,
     ) -> None:
         """See :meth:`PackedRows.write`; each frame is compressed once."""
         self.packed.write(leaves, rows, next_rows, start)
         for key, arena in self.arenas.items():
             if start is not None:  # the first observation of an episode, at its row
-                arena.write(leaves[key][start], rows[start])
-            arena.write(leaves[("next", *key)], next_rows)
+                first = torch.from_numpy(start)
+                arena.write(leaves[key][first], torch.from_numpy(rows[start]))
+            arena.write(leaves[("next", *key)], torch.from_numpy(next_rows))
 
     def same_observation(
         self, leaves: dict[tuple[str, ...], torch.Tensor], positions: np.ndarray, rows: np.ndarray

@@ -181,10 +181,7 @@ class TransitionStorage(TensorStorage):
         index = self.episode_index
         index.begin_write(plan)
         self.packed.write(
-            leaves,
-            torch.from_numpy(plan.rows.reshape(-1)),
-            torch.from_numpy(plan.next_rows.reshape(-1)),
-            torch.from_numpy(start) if start.any() else None,
+            leaves, plan.rows.reshape(-1), plan.next_rows.reshape(-1), start if start.any() else None
         )
         plan.commit()
         index.end_write()

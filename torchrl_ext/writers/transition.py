@@ -15,7 +15,7 @@ from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.writers import Writer
 
 from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
-from torchrl_ext.writers._layout import _Layout, _select_steps
+from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
@@ -96,6 +96,12 @@ class TransitionWriter(Writer):
         writer_key (NestedKey): writer-id entry (an integer >= 0, the same for
             the whole batch), read and not stored. Defaults to
             ``("collector", "writer_id")``.
+        check_continuation (bool): refuse a step that continues a trajectory
+            but does not observe its last next observation (see above).
+            A producer that already cuts its trajectories wherever a step does
+            not follow on (:class:`~torchrl_ext.MBReplayBuffer` does) may turn
+            it off: the check compares each continuing stream's observation
+            with its stored row once per write. Defaults to ``True``.
 
     Examples:
         >>> import torch
@@ -126,6 +132,7 @@ class TransitionWriter(Writer):
         traj_key: NestedKey = ("collector", "traj_ids"),
         mask_key: NestedKey = ("collector", "mask"),
         writer_key: NestedKey = ("collector", "writer_id"),
+        check_continuation: bool = True,
     ) -> None:
         super().__init__()
         if num_streams is not None and int(num_streams) < 1:
@@ -136,6 +143,7 @@ class TransitionWriter(Writer):
         self.traj_key = as_key(traj_key)
         self.mask_key = as_key(mask_key)
         self.writer_key = as_key(writer_key)
+        self.check_continuation = bool(check_continuation)
         self._write_count = 0
         self._writers_issued = 0  # ids handed to writer handles: 1, 2, ...
         # writes without a writer_key entry: writer 0 in this process; a copy
@@ -166,7 +174,7 @@ class TransitionWriter(Writer):
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"{where}: expected a TensorDict, got {type(data).__name__}.")
         storage: TransitionStorage = self._storage
-        leaves = {as_key(k): v for k, v in data.items(include_nested=True, leaves_only=True)}
+        leaves = _entries(data)
         mask = leaves.pop(self.mask_key, None)
         writer = self._writer_of(leaves.pop(self.writer_key, None), where)
         batch = tuple(data.shape)
@@ -185,10 +193,11 @@ class TransitionWriter(Writer):
             streams = self._streams_of(writer, layout.streams, batch, where)
             if not layout.flat:
                 leaves = {k: layout.flatten(v) for k, v in leaves.items()}
-            if mask is not None:
-                mask = layout.flatten(mask.reshape(batch)).cpu().numpy().reshape(layout.shape)
-            placed = self._write_streams(streams, leaves, layout.shape, mask, where)
-            rows = layout.restore(torch.from_numpy(placed))
+            keep = None if mask is None else (
+                layout.flatten(mask.reshape(batch)).cpu().numpy().reshape(layout.shape)
+            )
+            placed = self._write_streams(streams, leaves, layout.shape, keep, where)
+            rows = layout.restore(placed)
         # skipped (masked) steps are -1
         self._write_count += placed.size if mask is None else int((placed >= 0).sum())
         self._mark_update_entities(rows)
@@ -249,6 +258,7 @@ class TransitionWriter(Writer):
         return self._writers_issued
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("check_continuation", True)  # pickled before the option existed
         self.__dict__.update(state)
         if self._home_pid != os.getpid():
             # A copy in another process (a multi-process collector's worker) is a
@@ -394,7 +404,7 @@ class TransitionWriter(Writer):
         chunk = max(1, index.stream_capacity // 2)
         if T <= chunk:
             plan = index.plan(streams, done, traj)
-            if traj is not None:
+            if traj is not None and self.check_continuation:
                 self._check_continuation(plan, leaves, T, where)
             storage.write(plan, leaves)
             return plan.rows
@@ -406,7 +416,7 @@ class TransitionWriter(Writer):
             plan = index.plan(
                 streams, done[:, lo:hi], None if traj is None else traj[:, lo:hi]
             )
-            if traj is not None and not lo:
+            if traj is not None and self.check_continuation and not lo:
                 self._check_continuation(plan, part, hi - lo, where)
             storage.write(plan, part)
             rows[:, lo:hi] = plan.rows
@@ -521,15 +531,19 @@ class TransitionWriter(Writer):
         )
 
     def _done(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray:
-        flags = [leaves[key] for key in self.done_keys if key in leaves]  # >= 1: first write
+        # the flags only come to the host (rows stay where they are); OR-ed by
+        # numpy, a fraction of a torch op's cost on a step's few flags
+        flags = [leaves[key].cpu().numpy() for key in self.done_keys if key in leaves]  # >= 1
         done = flags[0]
         for flag in flags[1:]:
             done = done | flag
-        return done.reshape(shape).cpu().numpy()  # the flags only: rows stay where they are
+        return done.reshape(shape)
 
     def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
         value = leaves.get(self.traj_key)
-        return None if value is None else value.reshape(shape).long().cpu().numpy()
+        if value is None:
+            return None
+        return (value if value.dtype == torch.int64 else value.long()).reshape(shape).cpu().numpy()
 
     # -------------------------------------------------- TorchRL writer contract
     def _mark_update_entities(self, index: torch.Tensor) -> None:

@@ -1,0 +1,64 @@
+"""What a write accepts: any TensorDict layout, entries of any dtype and strides, bytes kept exactly."""
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import LazyStackedTensorDict, NonTensorData
+
+from conftest import steps
+from torchrl_ext import make_replay_buffer
+
+
+@pytest.mark.parametrize("kind", ["non-tensor entry", "lazy stack"])
+def test_any_tensordict_layout_stores_what_a_plain_one_does(kind):
+    data = steps(torch.arange(6.0).view(3, 2, 1), torch.arange(1.0, 7.0).view(3, 2, 1))
+    variant = data.clone()
+    if kind == "non-tensor entry":  # not a tensor leaf: not stored, as TorchRL's leaves skip it
+        variant["note"] = NonTensorData("x", batch_size=[3, 2])
+    else:
+        variant = LazyStackedTensorDict.lazy_stack(list(data.unbind(0)), 0)
+    plain, other = make_replay_buffer(64, seed=0), make_replay_buffer(64, seed=0)
+    assert torch.equal(plain.extend(data), other.extend(variant))
+    assert (plain.storage[:] == other.storage[:]).all()
+
+
+def test_entries_numpy_lacks_and_strided_entries_round_trip_bit_exactly():
+    """bfloat16 (no numpy dtype), a strided view and an action that requires grad."""
+    rb = make_replay_buffer(64, batch_size=4, seed=0)
+    wide = torch.randn(2, 3, 6)
+    obs = wide[:, :, ::2].bfloat16()  # [2 envs, 3 steps, 3]
+    nxt = torch.cat([obs[:, 1:], torch.randn(2, 1, 3).bfloat16()], 1)
+    action = wide[:, :, 1::3].requires_grad_()  # strided, [2, 3, 2]
+    data = steps(obs, nxt, action=action, reward=torch.randn(2, 3, 1))
+    rows = rb.extend(data)
+    back = rb.storage.get(rows.reshape(-1)).reshape(2, 3)
+    assert back["observation"].dtype == torch.bfloat16
+    for key in ("observation", ("next", "observation"), ("next", "reward"), ("next", "done")):
+        assert torch.equal(back[key], data[key]), key
+    assert torch.equal(back["action"], action.detach())
+    # a [2] vector-env step (continuing the episodes) whose entries are strided views
+    block = torch.randn(2, 3, 6)
+    one = steps(nxt[:, -1], block.bfloat16()[:, 1, ::2], action=block[:, 2, 1::3],
+                reward=block[:, :, 0].T[:2, :1])
+    assert not one["next", "observation"].is_contiguous() and not one["action"].is_contiguous()
+    back = rb.storage.get(rb.extend(one))
+    for key in ("observation", ("next", "observation"), "action", ("next", "reward")):
+        assert torch.equal(back[key], one[key]), key
+
+
+def test_continuation_check_can_be_left_to_the_producer():
+    """A trajectory continued from another observation is refused, unless the
+    writer was told its producer cuts such steps itself (as MBReplayBuffer does)."""
+    def collected(t0):
+        return steps(torch.full((1, 2, 1), t0), torch.full((1, 2, 1), t0 + 1.0),
+                     traj_ids=torch.zeros(1, 2, dtype=torch.int64))
+
+    rb = make_replay_buffer(64, seed=0)
+    rb.extend(collected(0.0))
+    with pytest.raises(ValueError, match="observation differs from that episode's last next"):
+        rb.extend(collected(5.0))
+    rb = make_replay_buffer(64, seed=0)
+    rb.writer.check_continuation = False
+    rb.extend(collected(0.0))
+    rows = rb.extend(collected(5.0))
+    assert rows.shape == (1, 2)
