@@ -45,7 +45,7 @@ class Table:
 
 
 def parse_tables(text: str) -> list[Table]:
-    """The ``## N. title`` sections' first markdown table each."""
+    """The ``## N. title`` sections' first markdown table each (unnumbered sections are skipped)."""
     tables: list[Table] = []
     current: Table | None = None
     for line in text.splitlines():
@@ -53,6 +53,8 @@ def parse_tables(text: str) -> list[Table]:
         if heading:
             current = Table(int(heading.group(1)), heading.group(2), [])
             tables.append(current)
+        elif line.startswith("#"):  # an unnumbered section: its tables are not the last one's
+            current = None
         elif current is not None and line.startswith("|"):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             if not current.header:

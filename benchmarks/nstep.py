@@ -30,6 +30,12 @@ Buffers (all filled with the same episodes, each through its own API):
 
 Also: RSS of a full buffer, ours vs SB3 ``NStepReplayBuffer`` (fresh subprocess per
 buffer, see ``pixels.py``), and ``make_loader`` workers feeding a training loop.
+
+W1-sized n-step (issue 15: n-step at most 1.3x the one-step cost on W1-sized
+observations too): the W1 stream (``workload.py``: obs f32[17], action f32[6], 16
+envs x 1000-step episodes ending truncated), 200,000 rows, n = 3, batch 256; ours
+n-step vs ours one-step vs SB3 ``NStepReplayBuffer`` and SB3 ``ReplayBuffer`` on the
+same data, sampled interleaved in this process (``nstep_w1.py``, also runnable alone).
 """
 from __future__ import annotations
 
@@ -58,6 +64,7 @@ from measure import (  # noqa: E402
     table,
     write_tables,
 )
+from nstep_w1 import w1_nstep, w1_report  # noqa: E402
 
 FRAME = (3, 84, 84)
 ACT = 6
@@ -481,6 +488,9 @@ def run(quick: bool) -> str:
         log(f"memory probe {key} @ {cap:,}")
         mem[key] = mem_probe(key, cap)
 
+    w1 = w1_nstep(quick)
+    settle()
+
     stream = Stream(seed=0)
     impls, status = {}, {}
     for cls in IMPLS.values():
@@ -526,10 +536,10 @@ def run(quick: bool) -> str:
     del rb
     settle()
     elapsed = time.perf_counter() - t_start
-    return report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed)
+    return report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed, w1)
 
 
-def report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed) -> str:
+def report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed, w1) -> str:
     labels = {c.key: c.label for c in IMPLS.values()} | {"floor": Floor.label}
     L = [
         f"# W2 n-step benchmark ({'quick' if quick else 'full'})", "",
@@ -574,6 +584,7 @@ def report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed)
           "(`t[idx]` on uint8 frames takes a slow torch advanced-indexing path, ~9 ms/batch here). "
           "Write s = time in the buffer's write calls for the whole fill (SB3: one `add` per vector step; "
           "cpprb: `add` per env and episode segment).", ""]
+    L += w1_report(*w1)
 
     raw = cap * RAW_BYTES
     om = mem.get("ours", {}).get("held_bytes")
