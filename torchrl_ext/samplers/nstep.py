@@ -179,9 +179,11 @@ class NStepSampler(RefiningSampler):
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         rows, info = self.base.sample(storage, batch_size)
-        rows = plain_rows(rows, self)
-        steps = window_steps(storage_index(storage), rows, self.n)
-        return SampleIndex.wrap(torch.stack([rows, steps], -1), StepWindows()), info
+        rows = plain_rows(rows, self).numpy()
+        index = np.empty((rows.shape[0], 2), dtype=np.int64)  # [B, 2] (row, k), built in place
+        index[:, 0] = rows
+        index[:, 1] = storage_index(storage).window_lengths(rows, self.n)
+        return SampleIndex.wrap(torch.from_numpy(index), StepWindows()), info
 
     def state_dict(self) -> dict[str, Any]:
         return {"n": self.n, "base": self.base.state_dict()}

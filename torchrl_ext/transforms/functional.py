@@ -78,9 +78,8 @@ def nstep_return(
         powers = discount_powers(gamma, W, dtype=rewards.dtype, device=rewards.device)  # [W + 1]
     # [B, W] @ [W]: steps past the window weigh 0
     ret = torch.where(mask, rewards, 0.0).matmul(powers[:W]).unsqueeze(-1)
-    k = mask.sum(-1)  # [B] steps in the window
+    discount = powers.take(mask.sum(-1, keepdim=True))  # [B, 1] gamma ** k, k steps in the window
     # a terminated window does not bootstrap
-    discount = powers.index_select(0, k).unsqueeze(-1)
     return ret, discount.masked_fill_(terminated.reshape(-1, 1), 0.0)
 
 
