@@ -566,7 +566,8 @@ def report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed,
                      "-" if key == "ours" else (f"{ours_rate / rate:.2f}x" if ours_rate else "n/a"), chk,
                      f"{fills[key]:.1f}" if key in fills and key != "floor" else ""])
     o1 = samp.get("ours1")
-    cost = f"{o['median'] / o1['median']:.2f}x" if o and o1 else "n/a"
+    cost = (f"{o['median'] / o1['median']:.2f}x (minimums: {o['min'] / o1['min']:.2f}x)"
+            if o and o1 else "n/a")
     L += [f"## 6. N-step sampling (W2 pixels, batch {BATCH} from a full buffer)", "",
           table(["impl", "samples/s", "us/batch (median)", "us/batch p25-p75", "ours/peer (rate; >1 = ours faster)",
                  "exact n-step targets", "write s"], rows), "",

@@ -130,6 +130,7 @@ def _window_slots(
     window_slot = slot[:, None] + np.minimum(offsets, steps[:, None] - 1)
     return stream_base, slot, window_slot, mask
 
+
 class NStepSampler(RefiningSampler):
     """Windows of up to ``n`` steps, starting at transitions drawn by ``base``.
 
