@@ -161,10 +161,11 @@ class PackedRows:
         self._rows = self.buffers.get("rows")
         # the padded observation span: its width is a multiple of every itemsize
         self._obs_span = self._rows[:, : self._obs_bytes]
+        self._step_span = self._rows[:, self._step_lo :]  # the padded step span, likewise
         # writes copy whole padded spans as int64 words: the copy kernel then moves
         # 8 bytes at a time, not 1 (spans start and end at multiples of 8 bytes)
         self._obs_words = self._obs_span.view(torch.int64) if self.obs else None
-        self._step_words = self._rows[:, self._step_lo :].view(torch.int64) if self.step else None
+        self._step_words = self._step_span.view(torch.int64) if self.step else None
         # typed views of whole rows, observation spans and step spans
         self._cut_row = _Cut(self.obs + self.step, 0, self.row_bytes)
         self._cut_obs = _Cut(self.obs, 0, self._obs_bytes)
@@ -288,7 +289,7 @@ class PackedRows:
         root: dict[str, Any] = {}
         rows, next_rows = self._on_device(rows, next_rows)
         if next_rows is None:
-            first = gather_rows(self._rows[:, self._step_lo :], rows)
+            first = gather_rows(self._step_span, rows)
             _put_all(root, (), self._cut_step, first)
             return _tree(root, batch, self.device)
         # only the observation span is read at the next rows
@@ -375,7 +376,7 @@ class PackedRows:
             rows, window_rows, after_rows, goal_rows, window_next_rows
         )
         # [B, W, step bytes]: step 0 holds the root-only entries, column W - 1 the last step's
-        steps = gather_rows(self._rows[:, self._step_lo :], window_rows.reshape(-1)).view(B, W, -1)
+        steps = gather_rows(self._step_span, window_rows.reshape(-1)).view(B, W, -1)
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         window: dict[str, Any] = {}
@@ -413,8 +414,8 @@ class PackedRows:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_rows", "_obs_span", "_obs_words", "_step_words", "_cut_row", "_cut_obs",
-                     "_cut_step"):
+        for name in ("_rows", "_obs_span", "_step_span", "_obs_words", "_step_words", "_cut_row",
+                     "_cut_obs", "_cut_step"):
             state.pop(name)
         return state
 
