@@ -29,6 +29,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from measure import interleaved, logger, machine_line, status_of, table  # noqa: E402
+from workload import ACT_DIM, EP_LEN, N_ENVS, OBS_DIM, EpisodeStream, to_td  # noqa: E402
 
 N = 3
 GAMMA = 0.99
@@ -36,19 +37,17 @@ BATCH = 256
 log = logger("nstep-w1")
 
 W1_ROWS = 200_000  # enough to reach past the caches; cheap to fill
-W1_EPISODES = W1_ROWS // (16 * 1000) + 1  # 1000-step chunks of 16 envs: full, and wrapped
+W1_EPISODES = W1_ROWS // (N_ENVS * EP_LEN) + 1  # one-episode chunks: full, and wrapped
 
 
 def _w1_ours(n_step: int | None):
-    from workload import EpisodeStream, to_td
-
     from torchrl_ext import make_replay_buffer
 
     kw = {} if n_step is None else {"n_step": n_step, "gamma": GAMMA}
     rb = make_replay_buffer(W1_ROWS, batch_size=BATCH, seed=0, **kw)
     stream = EpisodeStream(seed=0)
     for _ in range(W1_EPISODES):
-        rb.extend(to_td(stream.chunk(1000)))
+        rb.extend(to_td(stream.chunk(EP_LEN)))
     return rb.sample
 
 
@@ -57,7 +56,6 @@ def _w1_sb3(n_step: int | None):
 
     from gymnasium import spaces
     from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
-    from workload import ACT_DIM, OBS_DIM, EpisodeStream
 
     stream = EpisodeStream(seed=0)
     obs_space = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
@@ -71,7 +69,7 @@ def _w1_sb3(n_step: int | None):
     np.random.seed(0)
     no_info = [{} for _ in range(stream.n_envs)]
     for _ in range(W1_EPISODES):
-        c = {k: v.numpy() for k, v in stream.chunk(1000).items()}
+        c = {k: v.numpy() for k, v in stream.chunk(EP_LEN).items()}
         for t in range(c["obs"].shape[1]):
             done = c["done"][:, t, 0]  # W1 episodes end by time limit
             infos = [{"TimeLimit.truncated": True}] * len(done) if done.any() else no_info
