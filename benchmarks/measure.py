@@ -59,7 +59,7 @@ def settle() -> None:
 
 def quantiles(xs: list[float]) -> dict[str, float]:
     q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
-    return {"median": statistics.median(xs), "p25": q[0], "p75": q[2], "n": len(xs)}
+    return {"median": statistics.median(xs), "p25": q[0], "p75": q[2], "min": min(xs), "n": len(xs)}
 
 
 def interleaved(fns: dict, reps: int, inner: int, warmup: int = 5) -> dict[str, dict]:

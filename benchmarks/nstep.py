@@ -30,6 +30,12 @@ Buffers (all filled with the same episodes, each through its own API):
 
 Also: RSS of a full buffer, ours vs SB3 ``NStepReplayBuffer`` (fresh subprocess per
 buffer, see ``pixels.py``), and ``make_loader`` workers feeding a training loop.
+
+W1-sized n-step (issue 15: n-step at most 1.3x the one-step cost on W1-sized
+observations too): the W1 stream (``workload.py``: obs f32[17], action f32[6], 16
+envs x 1000-step episodes ending truncated), 200,000 rows, n = 3, batch 256; ours
+n-step vs ours one-step vs SB3 ``NStepReplayBuffer`` and SB3 ``ReplayBuffer`` on the
+same data, sampled interleaved in this process (``nstep_w1.py``, also runnable alone).
 """
 from __future__ import annotations
 
@@ -58,6 +64,7 @@ from measure import (  # noqa: E402
     table,
     write_tables,
 )
+from nstep_w1 import w1_nstep, w1_report  # noqa: E402
 
 FRAME = (3, 84, 84)
 ACT = 6
@@ -481,6 +488,9 @@ def run(quick: bool) -> str:
         log(f"memory probe {key} @ {cap:,}")
         mem[key] = mem_probe(key, cap)
 
+    w1 = w1_nstep(quick)
+    settle()
+
     stream = Stream(seed=0)
     impls, status = {}, {}
     for cls in IMPLS.values():
@@ -509,6 +519,10 @@ def run(quick: bool) -> str:
 
     log(f"sampling: {reps} interleaved blocks x {inner} batches")
     samp = interleaved({k: i.sample for k, i in impls.items()}, reps, inner)
+    # issue 15's ratio: our two buffers alone, interleaved (the peers' 10 ms batches
+    # between blocks above make each block's cache state, and so its time, bimodal)
+    pair = {k: impls[k].sample for k in ("ours", "ours1") if k in impls}
+    pair_times = interleaved(pair, 2 * reps, inner) if len(pair) == 2 else {}
 
     # loader: only ours stays alive (fork a small process)
     rb = impls["ours"].rb if "ours" in impls else None
@@ -526,10 +540,12 @@ def run(quick: bool) -> str:
     del rb
     settle()
     elapsed = time.perf_counter() - t_start
-    return report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed)
+    return report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed, w1,
+                  pair_times)
 
 
-def report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed) -> str:
+def report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed, w1,
+           pair) -> str:
     labels = {c.key: c.label for c in IMPLS.values()} | {"floor": Floor.label}
     L = [
         f"# W2 n-step benchmark ({'quick' if quick else 'full'})", "",
@@ -555,8 +571,9 @@ def report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed)
                      f"{s['p25'] * 1e6:,.0f}-{s['p75'] * 1e6:,.0f}",
                      "-" if key == "ours" else (f"{ours_rate / rate:.2f}x" if ours_rate else "n/a"), chk,
                      f"{fills[key]:.1f}" if key in fills and key != "floor" else ""])
-    o1 = samp.get("ours1")
-    cost = f"{o['median'] / o1['median']:.2f}x" if o and o1 else "n/a"
+    n1, o1 = pair.get("ours"), pair.get("ours1")
+    cost = (f"{n1['median'] / o1['median']:.2f}x (minimums: {n1['min'] / o1['min']:.2f}x; "
+            f"the two alone, {n1['n']} interleaved blocks)" if n1 and o1 else "n/a")
     L += [f"## 6. N-step sampling (W2 pixels, batch {BATCH} from a full buffer)", "",
           table(["impl", "samples/s", "us/batch (median)", "us/batch p25-p75", "ours/peer (rate; >1 = ours faster)",
                  "exact n-step targets", "write s"], rows), "",
@@ -574,6 +591,7 @@ def report(quick, cap, steps, status, samp, checks, fills, mem, loader, elapsed)
           "(`t[idx]` on uint8 frames takes a slow torch advanced-indexing path, ~9 ms/batch here). "
           "Write s = time in the buffer's write calls for the whole fill (SB3: one `add` per vector step; "
           "cpprb: `add` per env and episode segment).", ""]
+    L += w1_report(*w1)
 
     raw = cap * RAW_BYTES
     om = mem.get("ours", {}).get("held_bytes")

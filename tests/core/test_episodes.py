@@ -190,6 +190,19 @@ def reference_episodes(rows, capacity):
     return out
 
 
+@given(workloads(), st.integers(1, 5))
+def test_window_lengths_match_the_episode_tables(workload, n):
+    # window_lengths reads the transition flags after each row; the episode
+    # tables (locate) say the same: min(n, steps of the episode from the row on)
+    rb, _ = run(*workload)
+    index = rb.storage.index
+    rows = rb.storage.live_transition_rows().numpy()
+    if not rows.size:
+        return
+    _, step, _, length = index.locate(*index.row_coordinates(rows))
+    assert (index.window_lengths(rows, n) == np.minimum(length - step, n)).all()
+
+
 @given(workloads(), st.integers(0, 2**31))
 def test_index_queries_match_reference(workload, seed):
     rb, ref = run(*workload)

@@ -204,6 +204,33 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
         """
         return self._np["row_is_step"][rows]
 
+    def window_lengths(self, rows: np.ndarray, n: int) -> np.ndarray:
+        """``min(n, steps of its episode from the row on)`` for live transitions ``rows`` (``[B]``).
+
+        An episode's steps are consecutive transition rows of its stream,
+        followed by its final (or, while it runs, pending) observation row,
+        which is not a transition: a window grows while the next row is one.
+        This reads the ``n - 1`` transition flags after each row, next to the
+        flag the draw just read, instead of locating the row's episode.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> index.plan(np.array([0]), np.array([[False, False, True, False]]), None).commit()
+            >>> index.window_lengths(np.array([0, 1, 2, 4]), 3).tolist()  # episode of 3, then 1 step
+            [3, 2, 1, 1]
+        """
+        rows = np.asarray(rows)
+        C = self.stream_capacity
+        base = rows - rows % C  # [B] first row of each row's stream
+        is_step = self._np["row_is_step"]
+        length = np.ones(rows.shape, dtype=np.int64)
+        inside = np.ones(rows.shape, dtype=bool)  # every step so far is a transition
+        for k in range(1, n):
+            inside &= is_step[base + (rows - base + k) % C]
+            length += inside
+        return length
+
     def draw_transitions(
         self, count: int, generator: torch.Generator | None
     ) -> tuple[np.ndarray, np.ndarray]:

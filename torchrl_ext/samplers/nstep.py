@@ -38,9 +38,7 @@ def window_steps(index: EpisodeIndex, rows: torch.Tensor, n: int) -> torch.Tenso
         >>> sorted(window_steps(rb.storage.index, rows, 3).tolist())  # windows stop at the episode end
         [1, 2]
     """
-    tau, stream = index.row_coordinates(rows.numpy())
-    _, step, _, length = index.locate(tau, stream)
-    return torch.from_numpy(np.minimum(length - step, n))
+    return torch.from_numpy(index.window_lengths(rows.numpy(), n))
 
 
 @dataclass(frozen=True)
@@ -71,31 +69,28 @@ class StepWindows:
     def read(
         self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
     ) -> TensorDictBase:
-        columns = index.as_subclass(torch.Tensor)
-        rows, steps = columns[:, 0].contiguous(), columns[:, 1].contiguous()
-        rows_np, steps_np = rows.numpy(), steps.numpy()
+        columns = index.as_subclass(torch.Tensor).numpy()
+        rows, steps = columns[:, 0], columns[:, 1]
         capacity = storage_index(storage).stream_capacity
-        stream_base, slot, window_slot, mask = _window_slots(rows_np, steps_np, capacity)
-        window_rows = stream_base[:, None] + window_slot % capacity
-        last_rows = stream_base + (slot + steps_np - 1) % capacity
+        stream_base, slot, window_slot, mask = _window_slots(rows, steps, capacity)
+        window_rows = stream_base[:, None] + window_slot % capacity  # [B, W]
         after_rows = None  # the row of the next observation, when it is read here
         if observations:
-            after_rows = torch.from_numpy(stream_base + (slot + steps_np) % capacity)
+            after_rows = torch.from_numpy(stream_base + (slot + steps) % capacity)
         goals = window_next = relabel = None
         if columns.shape[1] > 2:
-            goal_rows = columns[:, 2].contiguous()
+            goal_rows = torch.from_numpy(columns[:, 2])
             relabel = goal_rows >= 0
-            goals = torch.where(relabel, goal_rows, rows)  # real rows: any valid row
+            goals = torch.where(relabel, goal_rows, torch.from_numpy(rows))  # real rows: any valid row
             window_next = torch.from_numpy(stream_base[:, None] + (window_slot + 1) % capacity)
         return storage.packed.gather_windows(
-            rows,
+            torch.from_numpy(rows),
             torch.from_numpy(window_rows),
-            torch.from_numpy(last_rows),
             after_rows,
             goals,
             window_next,
             mask=torch.from_numpy(mask),
-            lengths=steps,
+            lengths=torch.from_numpy(steps),
             relabel=relabel,
         )
 
@@ -123,15 +118,18 @@ def _window_slots(
 
     A window runs forward in its stream's ring: step ``k`` of it is at slot
     ``(slot + k) % capacity``, so no logical time is needed. ``window_slot``
-    (``[B, W]``, ``W = max(steps)``, not yet wrapped) repeats the first slot
-    as padding, which ``mask`` hides.
+    (``[B, W]``, ``W = max(steps)``, not yet wrapped) repeats the window's
+    last slot as padding, which ``mask`` hides: column ``W - 1`` is then
+    every window's last step (see
+    :meth:`~torchrl_ext.storages._packed.PackedRows.gather_windows`).
     """
     stream_base = rows - rows % capacity  # [B] first row of the stream
     slot = rows - stream_base
     offsets = np.arange(int(steps.max()))
     mask = offsets < steps[:, None]  # [B, W]
-    window_slot = slot[:, None] + np.where(mask, offsets, 0)
+    window_slot = slot[:, None] + np.minimum(offsets, steps[:, None] - 1)
     return stream_base, slot, window_slot, mask
+
 
 class NStepSampler(RefiningSampler):
     """Windows of up to ``n`` steps, starting at transitions drawn by ``base``.
@@ -182,9 +180,11 @@ class NStepSampler(RefiningSampler):
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         rows, info = self.base.sample(storage, batch_size)
-        rows = plain_rows(rows, self)
-        steps = window_steps(storage_index(storage), rows, self.n)
-        return SampleIndex.wrap(torch.stack([rows, steps], -1), StepWindows()), info
+        rows = plain_rows(rows, self).numpy()
+        index = np.empty((rows.shape[0], 2), dtype=np.int64)  # [B, 2] (row, k), built in place
+        index[:, 0] = rows
+        index[:, 1] = storage_index(storage).window_lengths(rows, self.n)
+        return SampleIndex.wrap(torch.from_numpy(index), StepWindows()), info
 
     def state_dict(self) -> dict[str, Any]:
         return {"n": self.n, "base": self.base.state_dict()}

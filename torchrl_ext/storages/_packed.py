@@ -175,10 +175,11 @@ class PackedRows:
         self._rows = self.buffers.get("rows")
         # the padded observation span: its width is a multiple of every itemsize
         self._obs_span = self._rows[:, : self._obs_bytes]
+        self._step_span = self._rows[:, self._step_lo :]  # the padded step span, likewise
         # writes copy whole padded spans as int64 words: the copy kernel then moves
         # 8 bytes at a time, not 1 (spans start and end at multiples of 8 bytes)
         self._obs_words = self._obs_span.view(torch.int64) if self.obs else None
-        self._step_words = self._rows[:, self._step_lo :].view(torch.int64) if self.step else None
+        self._step_words = self._step_span.view(torch.int64) if self.step else None
         self._words = {
             span: words
             for span, words in (("obs", self._obs_words), ("step", self._step_words))
@@ -323,7 +324,7 @@ class PackedRows:
         root: dict[str, Any] = {}
         rows, next_rows = self._on_device(rows, next_rows)
         if next_rows is None:
-            first = gather_rows(self._rows[:, self._step_lo :], rows)
+            first = gather_rows(self._step_span, rows)
             _put_all(root, (), self._cut_step, first)
             return _tree(root, batch, self.device)
         # only the observation span is read at the next rows
@@ -364,7 +365,6 @@ class PackedRows:
         self,
         rows: torch.Tensor,
         window_rows: torch.Tensor,
-        last_rows: torch.Tensor,
         after_rows: torch.Tensor | None,
         goal_rows: torch.Tensor | None = None,
         window_next_rows: torch.Tensor | None = None,
@@ -375,72 +375,69 @@ class PackedRows:
     ) -> TensorDictBase:
         """Windows of steps: ``[B]`` transitions from ``rows`` to ``after_rows``.
 
+        Two gathers whatever the window: the step spans of every window step,
+        and the observation spans of every other row read (first, after,
+        goal and window-next rows, in one index).
+
         Args:
-            rows: ``[B]`` first row of each window (its observation and action).
-            window_rows: ``[B, W]`` rows of the window's steps (padding repeats a
-                valid row; the caller masks it).
-            last_rows: ``[B]`` row of each window's last step.
+            rows: ``[B]`` first row of each window (its observation).
+            window_rows: ``[B, W]`` rows of the window's steps, the first row
+                first; padding repeats the window's last row (the caller masks
+                it), so column ``W - 1`` is each window's last step.
             after_rows: ``[B]`` row after each window's last step (its observation
                 is the window's next observation); ``None``: without the
                 observation entries (root and next), for a caller that reads
-                them itself (then only step spans are gathered at ``rows``).
+                them itself (then only step spans are gathered).
             mask: ``[B, W]`` bool, the step is inside its window (``("n_step", "mask")``).
             lengths: ``[B]`` steps of each window (``"steps_to_next_obs"``, ``[B, 1]``).
             relabel: ``[B]`` bool, with ``goal_rows``: the row gets the goal
                 (``("her", "relabel")``).
 
         Returns:
-            a ``[B]`` TensorDict: observation and root-only entries at ``rows``,
-            ``("next", obs)`` at ``after_rows``, the next-only entries (done
-            flags...) of the last step under ``"next"``, and under ``"n_step"`` a
-            ``[B, W]`` TensorDict of the next-only entries of every window step.
-            With ``goal_rows`` and ``window_next_rows`` (``[B, W]``, hindsight),
+            a ``[B]`` TensorDict: observation entries at ``rows``, root-only
+            entries (action...) of the first step, ``("next", obs)`` at
+            ``after_rows``, the next-only entries (done flags...) of the last
+            step under ``"next"``, and under ``"n_step"`` a ``[B, W]``
+            TensorDict of the next-only entries of every window step. With
+            ``goal_rows`` and ``window_next_rows`` (``[B, W]``, hindsight),
             also the observation entries at the goal rows under ``"her"``, and
             each window step's next observation entries in ``"n_step"`` (so
             rewards can be recomputed for a new goal).
         """
         B, W = window_rows.shape
-        batch = torch.Size([B])
-        rows, window_rows, last_rows, after_rows, goal_rows, window_next_rows = self._on_device(
-            rows, window_rows, last_rows, after_rows, goal_rows, window_next_rows
+        if goal_rows is not None and window_next_rows is None:
+            raise ValueError("PackedRows.gather_windows: goal_rows need window_next_rows.")
+        rows, window_rows, after_rows, goal_rows, window_next_rows = self._on_device(
+            rows, window_rows, after_rows, goal_rows, window_next_rows
         )
-        step_lo = self._step_lo
-        base = 0 if after_rows is not None else step_lo  # first: whole rows, or step spans
-        first = gather_rows(self._rows[:, base:], rows)
-        # the padded step span: its width is a multiple of every itemsize
-        if W == 1:  # one-step windows: the window is the first row, its next row "after"
-            steps = last = first[:, step_lo - base :]
-        else:
-            steps = gather_rows(self._rows[:, step_lo:], window_rows.reshape(-1))
-            last = gather_rows(self._rows[:, step_lo:], last_rows)
+        # [B, W, step bytes]: step 0 holds the root-only entries, column W - 1 the last step's
+        steps = gather_rows(self._step_span, window_rows.reshape(-1)).view(B, W, -1)
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         window: dict[str, Any] = {}
-        first_cut = self._cut_row if after_rows is not None else self._cut_step
-        for c, value in zip(first_cut.columns, first_cut.pieces(first)):
-            if c.key[0] != "next":  # observation and root-only entries: at the first step
-                _put(root, c.key, value)
-        last_values = self._cut_step.pieces(last)
-        step_values = last_values if W == 1 else self._cut_step.pieces(steps)
-        for c, value, values in zip(self.step, last_values, step_values):
+        for c, values in zip(self.step, self._cut_step.pieces(steps)):
             if c.key[0] == "next":  # next-only entry: at the last step, and the whole window
-                _put(nxt, c.key[1:], value)
-                _put(window, c.key[1:], values.reshape(B, W, *c.shape))
-        if after_rows is not None:
-            after = gather_rows(self._obs_span, after_rows)
-            _put_all(nxt, (), self._cut_obs, after)
-        if goal_rows is not None:
-            if window_next_rows is None:
-                raise ValueError("PackedRows.gather_windows: goal_rows need window_next_rows.")
-            her: dict[str, Any] = {}
-            _put_all(her, (), self._cut_obs, gather_rows(self._obs_span, goal_rows))
-            # each window step's next observation: [B * W, observation bytes]
-            if W == 1 and after_rows is not None:
-                seen = after
+                _put(nxt, c.key[1:], values.select(1, W - 1))
+                _put(window, c.key[1:], values)
             else:
-                seen = gather_rows(self._obs_span, window_next_rows.reshape(-1))
-            for c, value in zip(self.obs, self._cut_obs.pieces(seen)):
-                _put(window, c.key, value.reshape(B, W, *c.shape))
+                _put(root, c.key, values.select(1, 0))
+        # observation spans, one gather: [rows; after] [2B], then [goals; window next] [B + B * W]
+        parts = [] if after_rows is None else [rows, after_rows]
+        if goal_rows is not None and window_next_rows is not None:
+            parts += [goal_rows, window_next_rows.reshape(-1)]
+        her: dict[str, Any] = {}
+        if parts and self.obs:
+            block = gather_rows(self._obs_span, torch.cat(parts))
+            at = 0  # where the goal rows start in the block
+            for c, value in zip(self.obs, self._cut_obs.pieces(block)):
+                if after_rows is not None:
+                    _put(root, c.key, value[:B])
+                    _put(nxt, c.key, value[B : 2 * B])
+                    at = 2 * B
+                if goal_rows is not None:
+                    _put(her, c.key, value[at : at + B])
+                    _put(window, c.key, value[at + B :].view(B, W, *c.shape))
+        if goal_rows is not None:
             if relabel is not None:
                 her["relabel"] = relabel
             root["her"] = her
@@ -448,11 +445,12 @@ class PackedRows:
         root["steps_to_next_obs"] = lengths.reshape(B, 1)
         root["next"] = nxt
         root["n_step"] = _tree(window, torch.Size([B, W]), self.device)
-        return _tree(root, batch, self.device)
+        return _tree(root, torch.Size([B]), self.device)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for name in ("_rows", "_obs_span", "_obs_words", "_step_words", "_words", "_host_words", "_cut_row",
+        for name in ("_rows", "_obs_span", "_step_span", "_obs_words", "_step_words", "_words",
+                     "_host_words", "_cut_row",
                      "_cut_obs", "_cut_step"):
             state.pop(name)
         return state

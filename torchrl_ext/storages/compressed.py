@@ -525,7 +525,6 @@ class CompressedRows:
         self,
         rows: torch.Tensor,
         window_rows: torch.Tensor,
-        last_rows: torch.Tensor,
         after_rows: torch.Tensor | None,
         goal_rows: torch.Tensor | None = None,
         window_next_rows: torch.Tensor | None = None,
@@ -536,7 +535,7 @@ class CompressedRows:
     ) -> TensorDictBase:
         """See :meth:`PackedRows.gather_windows`."""
         out = self.packed.gather_windows(
-            rows, window_rows, last_rows, after_rows, goal_rows, window_next_rows,
+            rows, window_rows, after_rows, goal_rows, window_next_rows,
             mask=mask, lengths=lengths, relabel=relabel,
         )
         if after_rows is not None:

@@ -1,5 +1,10 @@
 """Transforms: pure math on sampled batches (the formulas in :mod:`.functional`)."""
-from torchrl_ext.transforms.functional import call_reward_fn, nstep_return, stack_frames
+from torchrl_ext.transforms.functional import (
+    call_reward_fn,
+    discount_powers,
+    nstep_return,
+    stack_frames,
+)
 from torchrl_ext.transforms.hindsight import HindsightTransform
 from torchrl_ext.transforms.model_pair import ModelPairTransform, encode_actions, model_pairs
 from torchrl_ext.transforms.nstep import NStepTransform
@@ -11,6 +16,7 @@ __all__ = [
     "NStepTransform",
     "StandardScaler",
     "call_reward_fn",
+    "discount_powers",
     "encode_actions",
     "model_pairs",
     "nstep_return",

@@ -5,7 +5,21 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["call_reward_fn", "nstep_return", "stack_frames"]
+__all__ = ["call_reward_fn", "discount_powers", "nstep_return", "stack_frames"]
+
+
+def discount_powers(
+    gamma: float, n: int, *, dtype: torch.dtype = torch.float32, device: torch.device | None = None
+) -> torch.Tensor:
+    """``[gamma**0, ..., gamma**n]``, ``[n + 1]``: the weights :func:`nstep_return` reads.
+
+    Each power is computed in double precision, then cast to ``dtype``.
+
+    Examples:
+        >>> discount_powers(0.5, 3).tolist()
+        [1.0, 0.5, 0.25, 0.125]
+    """
+    return torch.tensor([gamma**i for i in range(n + 1)], dtype=dtype, device=device)
 
 
 def nstep_return(
@@ -13,6 +27,8 @@ def nstep_return(
     mask: torch.Tensor,
     terminated: torch.Tensor,
     gamma: float,
+    *,
+    powers: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """n-step return and bootstrap discount of windows cut at episode ends.
 
@@ -32,15 +48,22 @@ def nstep_return(
         rewards (torch.Tensor): ``[B, W]`` (or ``[B, W, 1]``) rewards of each window step.
         mask (torch.Tensor): ``[B, W]`` bool, the step is inside its window; the
             set entries of a row are a prefix (``k`` leading steps, ``k >= 1``).
+            Rewards of the other steps are ignored, whatever they hold.
         terminated (torch.Tensor): ``[B]`` (or ``[B, 1]``) bool, the window's last
             step terminated its episode.
         gamma (float): discount factor.
+
+    Keyword Args:
+        powers (torch.Tensor, optional): :func:`discount_powers` of ``gamma``
+            with at least ``W + 1`` entries, in the dtype of the returns and on
+            their device; for a caller that samples again and again (built
+            here if ``None``).
 
     Returns:
         ``(return, discount)``, both ``[B, 1]`` with the dtype of ``rewards``.
 
     Examples:
-        >>> r = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+        >>> r = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 7.0]])  # 7.0: past the window
         >>> mask = torch.tensor([[True, True, True], [True, True, False]])
         >>> ret, disc = nstep_return(r, mask, torch.tensor([False, True]), gamma=0.5)
         >>> ret.view(-1).tolist(), disc.view(-1).tolist()
@@ -51,14 +74,13 @@ def nstep_return(
     if not rewards.is_floating_point():  # integer rewards: returns in the default dtype
         rewards = rewards.to(torch.get_default_dtype())
     W = rewards.shape[-1]
-    powers = torch.tensor([gamma**i for i in range(W + 1)], dtype=rewards.dtype,
-                          device=rewards.device)  # [W + 1]
+    if powers is None:
+        powers = discount_powers(gamma, W, dtype=rewards.dtype, device=rewards.device)  # [W + 1]
     # [B, W] @ [W]: steps past the window weigh 0
-    ret = (rewards * mask).matmul(powers[:W]).unsqueeze(-1)
-    k = mask.sum(-1, keepdim=True)  # [B, 1] steps in the window
+    ret = torch.where(mask, rewards, 0.0).matmul(powers[:W]).unsqueeze(-1)
+    discount = powers.take(mask.sum(-1, keepdim=True))  # [B, 1] gamma ** k, k steps in the window
     # a terminated window does not bootstrap
-    return ret, powers[k].masked_fill_(terminated.reshape(-1, 1), 0.0)
-
+    return ret, discount.masked_fill_(terminated.reshape(-1, 1), 0.0)
 
 
 def call_reward_fn(

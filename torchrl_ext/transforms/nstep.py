@@ -7,7 +7,7 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
-from torchrl_ext.transforms.functional import nstep_return
+from torchrl_ext.transforms.functional import discount_powers, nstep_return
 
 __all__ = ["NStepTransform"]
 
@@ -85,9 +85,12 @@ class NStepTransform(Transform):
         self.reward_key = as_key(reward_key)
         self.terminated_key = as_key(terminated_key)
         self.discount_key = None if discount_key is None else as_key(discount_key)
+        # discount_powers of the last batch's gamma, dtype and device (rebuilt when one changes)
+        self._powers: torch.Tensor | None = None
+        self._powers_gamma = self.gamma
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        window = tensordict.get("n_step", None)
+        window = tensordict.pop("n_step", None)  # the windows are dropped from the batch
         if window is None:
             raise EntryKeyError(
                 "NStepTransform: the batch has no 'n_step' windows; sample with "
@@ -107,12 +110,32 @@ class NStepTransform(Transform):
             )
         mask = window.get("mask")
         rewards = window.get(self.reward_key[1:])  # [B, W, *reward_shape]
-        ret, discount = nstep_return(rewards, mask, terminated, self.gamma)
+        powers = self._discount_powers(mask.shape[1], rewards)
+        ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers)
         tensordict.set(self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))
         if self.discount_key is not None:
             tensordict.set(self.discount_key, discount)
-        del tensordict["n_step"]
         return tensordict
+
+    def _discount_powers(self, width: int, rewards: torch.Tensor) -> torch.Tensor:
+        """:func:`discount_powers` for windows of ``width`` steps, kept between samples.
+
+        Building them costs as much as the rest of the return (a tensor from a
+        Python list); they change only with ``gamma``, the returns' dtype and
+        device, or a wider window.
+        """
+        dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+        powers = self._powers
+        if (
+            powers is None
+            or powers.numel() < width + 1
+            or powers.dtype != dtype
+            or powers.device != rewards.device
+            or self._powers_gamma != self.gamma
+        ):
+            powers = discount_powers(self.gamma, width, dtype=dtype, device=rewards.device)
+            self._powers, self._powers_gamma = powers, self.gamma
+        return powers
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         return tensordict
