@@ -524,7 +524,7 @@ def report(quick, big, cap, reps, inner, slow_reps, status, alone, pair, pair_er
                  "ours/peer (rate; >1 = ours faster)", "us per sample alone (median)", "p25-p75",
                  "ours/peer (sample alone)", f"sequence check ({CHECK_BATCHES * BATCH:,} sampled)", "fill s"],
                 rows), "",
-          f"**ours vs TorchRL SliceSampler(traj_key), extend+sample: {verdict} the rate** (target >= 10x).", "",
+          f"**ours vs TorchRL SliceSampler(traj_key), extend+sample: {verdict} the rate** (target >= 15x, issue 15).", "",
           f"extend+sample = one vector-env step (`[{ENVS}]` TensorDict; facades: `add_step` of a `[{ENVS}]` step "
           f"dict) then one batch of {BATCH} sequences x {SEQ} steps; steps continue the stream, pre-built outside "
           f"the timed region, never repeated. Median over {op['n'] if op else 'n/a'} interleaved blocks of "
