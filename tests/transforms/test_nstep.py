@@ -13,7 +13,7 @@ from reference import nstep_reference
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.nstep import StepWindows, window_steps
-from torchrl_ext.transforms import NStepTransform, nstep_return
+from torchrl_ext.transforms import NStepTransform, discount_powers, nstep_return
 
 
 def windows(rb, n, gamma):
@@ -177,3 +177,17 @@ def test_update_tensordict_priority_without_entry_or_priorities_is_a_no_op():
     rb.update_tensordict_priority(batch)  # no "td_error" entry
     batch.set("td_error", torch.ones(2))
     rb.update_tensordict_priority(batch)  # a uniform sampler keeps no priorities
+
+
+def test_discount_powers_match_nstep_return_and_refuse_bad_widths():
+    powers = discount_powers(0.9, 3, dtype=torch.float64)
+    assert powers.tolist() == [1.0, 0.9, 0.9**2, 0.9**3]
+    r = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, False]])
+    term = torch.tensor([False])
+    assert [t.tolist() for t in nstep_return(r, mask, term, 0.9, powers=powers)] == [
+        t.tolist() for t in nstep_return(r, mask, term, 0.9)]
+    with pytest.raises(ValueError, match=r"discount_powers: n=-1, expected an int >= 0\."):
+        discount_powers(0.9, -1)
+    with pytest.raises(TypeError, match=r"discount_powers: n=2.0 \(float\), expected an int >= 0\."):
+        discount_powers(0.9, 2.0)

@@ -62,3 +62,12 @@ def test_continuation_check_can_be_left_to_the_producer():
     rb.extend(collected(0.0))
     rows = rb.extend(collected(5.0))
     assert rows.shape == (1, 2)
+
+
+def test_continuation_check_option_is_a_bool():
+    from torchrl_ext import TransitionWriter
+
+    with pytest.raises(TypeError, match=r"TransitionWriter: check_continuation='no' \(str\), "
+                                        r"expected True or False\."):
+        TransitionWriter(check_continuation="no")
+    assert TransitionWriter(check_continuation=False).check_continuation is False

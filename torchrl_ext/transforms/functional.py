@@ -5,6 +5,8 @@ from typing import Any, Callable
 
 import torch
 
+from torchrl_ext.core.checks import check_count
+
 __all__ = ["call_reward_fn", "discount_powers", "nstep_return", "stack_frames"]
 
 
@@ -15,10 +17,14 @@ def discount_powers(
 
     Each power is computed in double precision, then cast to ``dtype``.
 
+    Raises:
+        TypeError / ValueError: ``n`` is not an int >= 0.
+
     Examples:
         >>> discount_powers(0.5, 3).tolist()
         [1.0, 0.5, 0.25, 0.125]
     """
+    n = check_count("discount_powers", "n", n, minimum=0)
     return torch.tensor([gamma**i for i in range(n + 1)], dtype=dtype, device=device)
 
 

@@ -143,7 +143,12 @@ class TransitionWriter(Writer):
         self.traj_key = as_key(traj_key)
         self.mask_key = as_key(mask_key)
         self.writer_key = as_key(writer_key)
-        self.check_continuation = bool(check_continuation)
+        if not isinstance(check_continuation, bool):
+            raise TypeError(
+                f"TransitionWriter: check_continuation={check_continuation!r} "
+                f"({type(check_continuation).__name__}), expected True or False."
+            )
+        self.check_continuation = check_continuation
         self._write_count = 0
         self._writers_issued = 0  # ids handed to writer handles: 1, 2, ...
         # writes without a writer_key entry: writer 0 in this process; a copy
@@ -541,9 +546,7 @@ class TransitionWriter(Writer):
 
     def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
         value = leaves.get(self.traj_key)
-        if value is None:
-            return None
-        return (value if value.dtype == torch.int64 else value.long()).reshape(shape).cpu().numpy()
+        return None if value is None else value.reshape(shape).long().cpu().numpy()  # long(): no copy if int64
 
     # -------------------------------------------------- TorchRL writer contract
     def _mark_update_entities(self, index: torch.Tensor) -> None:
