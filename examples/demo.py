@@ -210,8 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         ("checkpoint", "rb.dumps(dir), make_replay_buffer(...).loads(dir), same next sample"),
         ("more", "examples/nstep_dqn_cartpole.py (n-step DQN), examples/her_bit_flipping.py (HER)"),
     ]
-    for label, text in notes:
-        print(f"{label:<14}{text}")
+    show_rows(notes)
     sequence_section()
     model_based_section()
     frames_section()
@@ -235,6 +234,11 @@ def sequence_section() -> None:
         ("", f"only, held-out episodes ({result['seconds']:.1f} s; full run: "
              "examples/sequence_replay.py)"),
     ]
+    show_rows(rows)
+
+
+def show_rows(rows: list[tuple[str, str]]) -> None:
+    """A section's results, one labelled line each."""
     for label, text in rows:
         print(f"{label:<14}{text}")
 
@@ -258,6 +262,9 @@ def model_based_section() -> None:
         ("M1", f"held-out MSE {clean:.2e} trained on real transitions, {jumps:.2e} with "
                "pytorchrl's final -> reset jumps kept"),
     ]
+    show_rows(rows)
+
+
 def frames_section(num_envs: int = 4, steps: int = 3_000, n_frames: int = 4) -> None:
     """Frame stacks and export through d3rlpy's BatchReplayBuffer API."""
     print()
@@ -304,8 +311,7 @@ def frames_section(num_envs: int = 4, steps: int = 3_000, n_frames: int = 4) -> 
                                "(running episodes end with a timeout, not terminal)"))
     except ImportError as error:
         rows.append(("d3rlpy", f"skipped: {error}"))
-    for label, text in rows:
-        print(f"{label:<14}{text}")
+    show_rows(rows)
 
 
 if __name__ == "__main__":

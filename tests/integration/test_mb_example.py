@@ -40,3 +40,18 @@ def test_reset_jumps_only_touch_done_steps(example):
     out = example.with_reset_jumps(data)
     # env 1 ended at t = 0: its next observation becomes its observation at t = 1
     assert out["NextObservation"][:, :, 0].tolist() == [[0.5, 3.0], [2.5, 3.5], [4.5, 5.5]]
+
+
+def test_demo_prints_the_model_based_summary():
+    """`make demo`'s model-based section prints its results, not only its heading."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", "import demo; demo.model_based_section()"],
+        capture_output=True, text=True, timeout=300, check=False,
+        cwd=EXAMPLE.parent,  # demo.py imports its neighbours
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    labels = [line.split()[0] for line in result.stdout.strip().splitlines() if line[:1].strip()]
+    assert labels == ["model-based:", "model", "planner", "M1"], result.stdout
