@@ -97,6 +97,16 @@ def assert_same(a, b):
         assert torch.equal(a[key], b[key]), key
 
 
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_repeated_rows_of_a_batch_are_the_frames_written(atari, codec):
+    """Rows read many times in one batch (decoded once, then copied) at episode starts, ends and
+    across the ring seam (capacity 48 over 2 streams of 24 rows, 130 steps written)."""
+    plain, packed = (fill(rb, atari, 130) for rb in pair("uniform", 48, codec=codec))
+    rows = plain.storage.live_transition_rows()
+    index = torch.cat([rows, rows.flip(0), rows[:1].expand(9)])  # [2 * live + 9], each row 2-11 times
+    assert_same(plain.storage.get(index), packed.storage.get(index))
+
+
 @settings(max_examples=40)
 @given(kind=st.sampled_from(sorted(SAMPLERS)), codec=st.sampled_from(["zstd", "lz4"]),
        capacity=st.integers(40, 300), count=st.integers(20, 130), seed=st.integers(0, 2**16))
@@ -146,13 +156,20 @@ def test_a_frame_that_does_not_compress_is_stored_raw(codec):
     assert torch.equal(arena.read(torch.tensor([3, 0])), noise.flip(0))
 
 
-@pytest.mark.parametrize("codec", ["zstd", "lz4"])
-def test_blobs_written_at_another_level_still_read(codec):
-    """Blobs are plain lz4 blocks / zstd frames: checkpoints of lz4's fast mode (before HC) still read."""
+OTHER_LEVELS = {
+    "zstd": zstandard.ZstdCompressor(level=19).compress,
+    # checkpoints written before HC (fast mode) and before HC level 6 (level 3)
+    "lz4-fast": lambda f: lz4.block.compress(f, store_size=False),
+    "lz4-hc3": lambda f: lz4.block.compress(f, store_size=False, mode="high_compression", compression=3),
+}
+
+
+@pytest.mark.parametrize("encoder", sorted(OTHER_LEVELS))
+def test_blobs_written_at_another_level_still_read(encoder):
+    """Blobs are plain lz4 blocks / zstd frames: checkpoints written at other levels still read."""
+    codec, encode = encoder.split("-")[0], OTHER_LEVELS[encoder]
     frames = torch.arange(2 * 84 * 84).remainder(7).to(torch.uint8).view(2, 1, 84, 84)
     arena = FrameArena(codec, LeafSpec(torch.Size([1, 84, 84]), torch.uint8), 4, 2, None)
-    encode = (zstandard.ZstdCompressor(level=19).compress if codec == "zstd"
-              else lambda f: lz4.block.compress(f, store_size=False))
     blobs = [encode(f.numpy().tobytes()) for f in frames]
     lengths = torch.tensor([len(blobs[0]), 0, 0, len(blobs[1])], dtype=torch.int32)
     blob_bytes = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8)

@@ -10,7 +10,7 @@ once per batch however many windows share it.
 
 Why per frame (measured on ALE frames, 84x84, 1000 steps of a random policy):
 zstd level 1 gave blobs of 0.02 to 0.15 of the raw frame (Pong, Breakout,
-MsPacman), decoding in 3.5 to 15 us; lz4 at LZ4 HC level 3 0.03 to 0.19,
+MsPacman), decoding in 3.5 to 15 us; lz4 at LZ4 HC level 6 0.03 to 0.17,
 decoding in 1 to 3.5 us (zstd's negative levels gained ~10% in speed for 5-40%
 larger blobs; lz4's fast mode gave 0.25 on MsPacman, and decoded slower).
 Chunks of 4 frames compress 2-3x better, but frames are sampled at random and
@@ -68,8 +68,10 @@ class FrameCodec(StrEnum):
 
     * ``ZSTD`` (``"zstd"``): the ``zstandard`` package, level 1: the smaller
       blobs (0.02-0.15x of an ALE frame), 3.5-15 us a frame to decode.
-    * ``LZ4`` (``"lz4"``): the ``lz4`` package (block format, LZ4 HC level 3):
-      blobs 0.03-0.19x, decoded 3-4x faster: the codec to sample fast.
+    * ``LZ4`` (``"lz4"``): the ``lz4`` package (block format, LZ4 HC level 6):
+      blobs 0.03-0.17x, decoded 3-4x faster. The recommended codec: a batch
+      of 256 samples at 0.43-0.82x of the uncompressed rate (zstd: 0.1-0.3x),
+      at under a fifth of the memory.
 
     Examples:
         >>> FrameCodec("lz4") is FrameCodec.LZ4, [c.value for c in FrameCodec]
@@ -91,11 +93,15 @@ def _module(name: str) -> Any:
         ) from err
 
 
-#: LZ4 HC level of lz4 blobs. On ALE frames (MsPacman, the busiest measured) it gives
-#: 0.17-0.19x of the raw frame where lz4's fast mode gives 0.25x, decoded 30-37% faster
-#: (fewer, longer matches; as fast on sparse Breakout frames), for 4-8x the compression
-#: time (14 to 70 us a frame); level 9 decodes under 10% faster for 5x more again
-_LZ4_LEVEL = 3
+#: LZ4 HC level of lz4 blobs. On ALE frames (MsPacman, the busiest measured) HC gives
+#: 0.16-0.19x of the raw frame where lz4's fast mode gives 0.25x, decoded 30-37% faster
+#: (fewer, longer matches; as fast on sparse Breakout frames). Measured on MsPacman
+#: 84x84 (grayscale / RGB): level 3 0.178x / 0.174x, level 6 0.163x / 0.159x and a
+#: sample 3-5% faster (decoding is most of a compressed sample), level 9 0.160x /
+#: 0.156x and 5-8% faster. Encoding a frame costs about 27 / 54 / 130 us (grayscale)
+#: and 80 / 145 / 400 us (RGB) at levels 3 / 6 / 9: level 9's would slow a writer
+#: more than its sample gain is worth. Blobs of any level (and of fast mode) read the same
+_LZ4_LEVEL = 6
 
 
 def _coders(codec: FrameCodec) -> tuple[Any, Any]:
