@@ -18,7 +18,8 @@ operation once), so SB3's ``add`` is measured beside ours under the same load:
 - ``SB3 ReplayBuffer.add`` (W1 spaces, ``n_envs=16``) and ``SB3 DictReplayBuffer.add``
   (the HER spaces): the peers.
 
-Every add cycles 2,000 pre-built distinct steps. Prints, per tree, the median
+Every add cycles 2,000 pre-built distinct steps; blocks of 1024 adds (the facades
+write held steps every 64 or 1024 adds: each block holds its share of writes). Prints, per tree, the median
 over rounds of each operation's median and minimum microseconds per call, and
 each facade's ratio to SB3's ``add`` in the same child (on a shared machine,
 trust the ratios and the minimums).
@@ -123,12 +124,12 @@ def child() -> None:
     ops["Episode add_step"] = episode_add
 
     for fn in ops.values():  # past the first writes, the first flushes and an episode end
-        for _ in range(1200):
+        for _ in range(2100):
             fn()
     times: dict[str, list] = {k: [] for k in ops}
-    for _ in range(30):
+    for _ in range(12):  # blocks of 1024 adds: each holds the same number of chunk writes
         for label, fn in ops.items():
-            times[label].append(timed(fn, 3, 64, warmup=0))
+            times[label].append(timed(fn, 1, 1024, warmup=0))
     out = {k: (statistics.median(m for m, _ in v), min(m for _, m in v)) for k, v in times.items()}
     print(json.dumps(out))
 

@@ -102,6 +102,24 @@ class SpaceInput:
             self.shapes.append((num_envs, 1))
         self.integral = self.dtype is not None and self.dtype.kind in "iub"
 
+    @property
+    def passes_exact(self) -> bool:
+        """A numpy array of exactly the space's shape and dtype (per entry) is returned as is, unchecked.
+
+        False where values are checked too (``Discrete`` ranges): a caller
+        that skips this check for inputs laid out as before must still call it.
+
+        Examples:
+            >>> import gymnasium as gym
+            >>> SpaceInput("add", "obs", gym.spaces.Box(0, 1, (3,)), 2).passes_exact
+            True
+            >>> SpaceInput("add", "actions", gym.spaces.Discrete(3), 2).passes_exact
+            False
+        """
+        if self.children is not None:
+            return all(child.passes_exact for child in self.children.values())
+        return not self.discrete
+
     def __call__(self, value: Any) -> Any:
         """``value`` checked and converted (a dict of arrays for a ``Dict`` space)."""
         if self.children is not None:
@@ -162,6 +180,10 @@ class SpaceInput:
     def _check_range(self, array: np.ndarray) -> None:
         space: Any = self.space  # a Discrete space
         lo, hi = int(space.start), int(space.start) + int(space.n)
+        if array.dtype.kind == "i" and not lo and array.size:
+            # one reduction: negative values are huge as unsigned
+            if array.view(f"u{array.dtype.itemsize}").max() < hi:
+                return
         if array.size and (array.min() < lo or array.max() >= hi):
             raise ValueError(
                 f"{self.owner}: {self.name} holds values in [{int(array.min())}, "

@@ -280,7 +280,8 @@ class NStepReplayStorage:
             if recover(self.snapshot_dir / "buffer").exists():
                 self._reopen(self.snapshot_dir / "buffer")
         # workers see added steps once written: at most min(ADD_CHUNK, fetch_every) held
-        self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every))
+        self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every),
+                                    inputs=(self._observations, self._actions, self._next_observations))
         # rows on an accelerator are sampled in this process
         self._workers = self.num_workers if self.rb.storage.device.type == "cpu" else 0
         # the workers' batches: restarted after a failure (sampling too early, a worker killed)
@@ -316,11 +317,10 @@ class NStepReplayStorage:
                 autoreset mode (the message names the entry and the fix).
             KeyError: dict observations whose keys are not the ``Dict`` space's.
         """
-        # observations and actions are checked against, and cast to, the spaces;
-        # the adapter converts the rest
+        # observations and actions are checked against, and cast to, the spaces (by
+        # the batcher, unless laid out as the steps before); the adapter converts the rest
         self._batcher.add(  # written in chunks, flushed before any read
-            self._observations(observations), self._actions(actions),
-            rewards, terminateds, truncateds, infos, self._next_observations(next_observations),
+            observations, actions, rewards, terminateds, truncateds, infos, next_observations
         )
 
     @property
