@@ -18,6 +18,8 @@ operation once), so SB3's ``add`` is measured beside ours under the same load:
 - ``SB3 ReplayBuffer.add`` (W1 spaces, ``n_envs=16``) and ``SB3 DictReplayBuffer.add``
   (the HER spaces): the peers.
 
+Every buffer holds 32,000 transitions (2,000 steps of each env) and is full when
+timed, so the cost includes overwriting and evicting (as ``run.py``'s write cost).
 Every add cycles 2,000 pre-built distinct steps; blocks of 1024 adds (the facades
 write held steps every 64 or 1024 adds: each block holds its share of writes). Prints, per tree, the median
 over rounds of each operation's median and minimum microseconds per call, and
@@ -37,6 +39,8 @@ sys.path.insert(0, HERE)
 from ab import alternate, timed  # noqa: E402
 
 N, OBS, ACT, STEPS = 16, 17, 6, 2000
+#: every buffer holds 2,000 steps of each env: full (overwriting, evicting) once timed
+CAP = 32_000
 
 
 def child() -> None:
@@ -58,7 +62,7 @@ def child() -> None:
     trunc[999::1000] = True
     flags = np.zeros(N, bool)
     box = gym.spaces.Box(-np.inf, np.inf, (OBS,), np.float32)
-    nstep = NStepReplayStorage(box, gym.spaces.Box(-1, 1, (ACT,), np.float32), storage_size=200_000,
+    nstep = NStepReplayStorage(box, gym.spaces.Box(-1, 1, (ACT,), np.float32), storage_size=CAP,
                                num_envs=N, batch_size=256, num_workers=0, n_step=3, seed=0)
 
     def w1_steps():
@@ -75,7 +79,7 @@ def child() -> None:
 
     from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
 
-    sb3 = ReplayBuffer(200_000, box, gym.spaces.Box(-1, 1, (ACT,), np.float32), device="cpu",
+    sb3 = ReplayBuffer(CAP, box, gym.spaces.Box(-1, 1, (ACT,), np.float32), device="cpu",
                        n_envs=N, optimize_memory_usage=False)
     run_info, end_info = [{} for _ in range(N)], [{"TimeLimit.truncated": True} for _ in range(N)]
     dones = trunc.astype(np.float32)
@@ -93,7 +97,7 @@ def child() -> None:
     hrew = -np.ones(N, np.float32)
     hdone = np.zeros((STEPS, N), bool)
     hdone[49::50] = True
-    her = HerReplayStorage(space, gym.spaces.Discrete(8), storage_size=200_000, num_envs=N,
+    her = HerReplayStorage(space, gym.spaces.Discrete(8), storage_size=CAP, num_envs=N,
                            batch_size=256, seed=0)
     it_her = w1_steps()
 
@@ -102,7 +106,7 @@ def child() -> None:
         her.add(hchain[t], hact[t], hrew, hdone[t], flags, {}, hchain[t + 1])
     ops["HER add"] = her_add
 
-    sb3d = DictReplayBuffer(200_000, space, gym.spaces.Discrete(8), device="cpu", n_envs=N)
+    sb3d = DictReplayBuffer(CAP, space, gym.spaces.Discrete(8), device="cpu", n_envs=N)
     it_sb3d = w1_steps()
 
     def sb3d_add():
@@ -110,7 +114,7 @@ def child() -> None:
         sb3d.add(hchain[t], hchain[t + 1], hact[t], hrew, hdone[t].astype(np.float32), run_info)
     ops["SB3 DictReplayBuffer.add"] = sb3d_add
 
-    episodic = EpisodeReplayBuffer(RingBufferDataset(200_000), batch_size=8, sequence_length=4, seed=0)
+    episodic = EpisodeReplayBuffer(RingBufferDataset(CAP), batch_size=8, sequence_length=4, seed=0)
     was_done = np.zeros((STEPS, N), bool)
     was_done[1:] = trunc[:-1]
     was_done_t = torch.from_numpy(was_done)

@@ -52,16 +52,17 @@ def follow_on(obs: np.ndarray, nxt: np.ndarray, last: np.ndarray | None) -> np.n
 
 def _rows_equal(a: np.ndarray, b: np.ndarray, lead: int) -> np.ndarray:
     """``a == b`` over all but the ``lead`` leading dims (bytes where ``==`` says no)."""
-    rows = a.shape[:lead]
-    eq = (a == b).reshape(*rows, -1).all(-1)
-    if eq.all():  # the usual case stops here
-        return eq
+    same = np.ones(a.shape[:lead], dtype=bool)
+    eq = a == b  # a fresh C-ordered array: row r holds elements r * width .. (r + 1) * width - 1
+    if not eq.size or eq.all():  # the usual case stops here (no reduction per row: slow)
+        return same
+    same.reshape(-1)[np.flatnonzero(~eq.reshape(-1)) // (eq.size // same.size)] = False
     # bytes, so that NaN == NaN and nothing is cast; only the rows == turned down
-    where = np.nonzero(~eq)
+    where = np.nonzero(~same)
     x, y = a[where], b[where]  # [k, ...] copies, contiguous
     k = x.shape[0]
-    eq[where] = (x.reshape(k, -1).view(np.uint8) == y.reshape(k, -1).view(np.uint8)).all(-1)
-    return eq
+    same[where] = (x.reshape(k, -1).view(np.uint8) == y.reshape(k, -1).view(np.uint8)).all(-1)
+    return same
 
 
 def reset_steps(candidate: np.ndarray) -> np.ndarray:

@@ -78,8 +78,6 @@ class StepBatcher:
         self.chunk = max(1, int(chunk))
         self.held_max = self.chunk  #: steps held before a write: chunk, fewer for large steps
         self._inputs = dict(zip((_OBS, _ACTION, _NEXT), inputs))
-        # checks that are more than a shape and dtype match (a Discrete range): run on every step
-        self._value_checks = [(pos, check) for pos, check in self._inputs.items() if not check.passes_exact]
         self._held = 0
         # [num_envs, chunk, ...] by TorchRL key, in GymVectorAdapter.convert's order, then
         # the extra entries; reused chunk after chunk (each write copies them into the storage).
@@ -89,8 +87,9 @@ class StepBatcher:
         self._specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] = {}
         # way 1: per input array (position, shape, dtype, its slab's view at each held step),
         # per dict input (position, size, the same per entry) and per [num_envs] column
-        self._arrays: list[tuple[int, tuple, np.dtype, list[np.ndarray]]] | None = None
-        self._dicts: list[tuple[int, int, list[tuple[str, tuple, np.dtype, list[np.ndarray]]]]] = []
+        # (and the facade's check of values, or None)
+        self._arrays: list[tuple] | None = None
+        self._dicts: list[tuple[int, int, list[tuple]]] = []
         self._columns: list[tuple[int, list[np.ndarray]]] = []
         self._column_shape = (adapter.num_envs,)
         self._legacy = adapter.autoreset_mode is AutoresetMode.LEGACY
@@ -114,25 +113,26 @@ class StepBatcher:
         if arrays is None or (extra is not None or self._extra_keys) and (
                 (tuple(extra) if extra else ()) != self._extra_keys):
             return False
-        if self._value_checks:
-            step = list(step)  # type: ignore[assignment]
-            for pos, check in self._value_checks:
-                step[pos] = check(step[pos])  # type: ignore[index]
         i = self._held
-        for pos, shape, dtype, views in arrays:
+        for pos, shape, dtype, views, check in arrays:
             value = step[pos]
             if type(value) is not np.ndarray or value.shape != shape or (
                     value.dtype is not dtype and value.dtype != dtype):
                 return False
+            if check is not None:
+                check(value)  # the facade's check of values (a Discrete range)
             views[i][...] = value
         for pos, size, entries in self._dicts:
             value = step[pos]
             if type(value) is not dict or len(value) != size:
                 return False
-            for name, shape, dtype, views in entries:
+            for name, shape, dtype, views, check in entries:
                 item = value.get(name)
-                if type(item) is not np.ndarray or item.shape != shape or item.dtype != dtype:
+                if type(item) is not np.ndarray or item.shape != shape or (
+                        item.dtype is not dtype and item.dtype != dtype):
                     return False
+                if check is not None:
+                    check(item)
                 views[i][...] = item
         legacy = False
         for pos, views in self._columns:
@@ -162,7 +162,7 @@ class StepBatcher:
         raw.update(extra or {})
         specs = self._specs
         if raw.keys() != specs.keys() or any((v.shape, v.dtype) != specs[k] for k, v in raw.items()):
-            self._write_now(args, extra, raw)
+            self._write_now(step, args, extra, raw)
             return False
         i = self._held
         for key, value in raw.items():
@@ -174,7 +174,7 @@ class StepBatcher:
         """Held step ``i``'s episode ends: LEGACY truncation, final observations, mode checks."""
         slabs = self._slabs
         term, trunc = slabs[TERMINATED][:, i], slabs[TRUNCATED][:, i]
-        if not (term.any() or trunc.any()):
+        if not (np.count_nonzero(term) or np.count_nonzero(trunc)):  # cheaper than any() on a step
             return
         if legacy:  # ``terminated`` held the dones
             truncated = self.adapter.legacy_truncation(infos, term)
@@ -183,7 +183,9 @@ class StepBatcher:
         done = term | trunc
         self.adapter.finish_step({k: v[:, i] for k, v in slabs.items()}, infos, done, owned=True)
 
-    def _write_now(self, args: list, extra: dict | None, raw: dict[tuple[str, ...], np.ndarray]) -> None:
+    def _write_now(
+        self, step: tuple, args: list, extra: dict | None, raw: dict[tuple[str, ...], np.ndarray]
+    ) -> None:
         """Way 3: write the held steps, then this one on its own; lay the slabs out for steps like it."""
         self.flush()
         entries = self.adapter.resolve(*args)
@@ -193,10 +195,12 @@ class StepBatcher:
         if extra:
             entries.update(extra)
         self.rb.extend(self.adapter.to_tensordict(entries, [self.adapter.num_envs]))
-        self._lay_out(args, raw, extra)  # reached only if the buffer took the step
+        self._lay_out(step, args, raw, extra)  # reached only if the buffer took the step
 
-    def _lay_out(self, args: list, raw: dict[tuple[str, ...], np.ndarray], extra: dict | None) -> None:
-        """Slabs (and way 1's views) for steps laid out as ``args`` (converted) and ``raw``."""
+    def _lay_out(
+        self, step: tuple, args: list, raw: dict[tuple[str, ...], np.ndarray], extra: dict | None
+    ) -> None:
+        """Slabs, and way 1's views, for steps laid out as ``step`` (as given), ``args`` (converted), ``raw``."""
         n = self.adapter.num_envs
         # as many steps as SLAB_BYTES hold (pixels), at most chunk
         step_bytes = sum(v.nbytes for v in raw.values())
@@ -208,19 +212,35 @@ class StepBatcher:
         arrays, dicts = [], []
         key_of = self.adapter.observation_key
         for pos, prefix in ((_OBS, ()), (_ACTION, None), (_NEXT, ("next",))):
-            value = args[pos]
+            value, given, check = args[pos], step[pos], self._inputs.get(pos)
             if isinstance(value, np.ndarray):
                 key = ("action",) if prefix is None else (*prefix, key_of)
-                arrays.append((pos, value.shape, value.dtype, _steps(self._slabs[key])))
-            elif prefix is not None and type(value) is dict and all(
+                arrays.append((pos, *self._entry(value, given, key, check and check.value_check())))
+            elif prefix is not None and type(value) is dict and type(given) is dict and all(
                     type(v) is np.ndarray for v in value.values()):
                 dicts.append((pos, len(value), [
-                    (name, v.shape, v.dtype, _steps(self._slabs[(*prefix, name)])) for name, v in value.items()
+                    (name, *self._entry(v, given.get(name), (*prefix, name),
+                                        check and check.value_check(name)))
+                    for name, v in value.items()
                 ]))
             else:  # nested dicts...: way 2
                 self._arrays = None
                 return
         self._arrays, self._dicts = arrays, dicts
+
+    def _entry(self, value: np.ndarray, given: Any, key: tuple[str, ...], check: Any) -> tuple:
+        """``(shape, dtype, views, check)`` of one input entry of way 1.
+
+        Without a check of values, the input must be laid out as it was
+        converted (the facade's check then returns it as is). A checked entry
+        (a ``Discrete`` action) is taken as given when only its shape differs
+        from the converted one (``[num_envs]`` for ``[num_envs, 1]``).
+        """
+        views = _steps(self._slabs[key])
+        if check is not None and isinstance(given, np.ndarray) and given.shape != value.shape and (
+                given.dtype == value.dtype and given.size == value.size):
+            return given.shape, given.dtype, [v.reshape(given.shape) for v in views], check
+        return value.shape, value.dtype, views, check
 
     # ---------------------------------------------------------------- writing
     def flush(self) -> None:

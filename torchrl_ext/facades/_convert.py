@@ -1,7 +1,7 @@
 """Facade inputs (numpy or torch, per env) to the numpy arrays the adapter resolves."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -102,23 +102,27 @@ class SpaceInput:
             self.shapes.append((num_envs, 1))
         self.integral = self.dtype is not None and self.dtype.kind in "iub"
 
-    @property
-    def passes_exact(self) -> bool:
-        """A numpy array of exactly the space's shape and dtype (per entry) is returned as is, unchecked.
+    def value_check(self, name: str | None = None) -> Callable[[np.ndarray], None] | None:
+        """What :meth:`__call__` still checks in an array of exactly the space's shape and dtype.
 
-        False where values are checked too (``Discrete`` ranges): a caller
-        that skips this check for inputs laid out as before must still call it.
+        A ``Discrete`` space's range (raising its ``ValueError``); ``None``
+        where the shape and dtype say everything (the array is returned as
+        is). ``name``: that entry of a ``Dict`` space.
 
         Examples:
-            >>> import gymnasium as gym
-            >>> SpaceInput("add", "obs", gym.spaces.Box(0, 1, (3,)), 2).passes_exact
+            >>> import gymnasium as gym, numpy as np
+            >>> SpaceInput("add", "obs", gym.spaces.Box(0, 1, (3,)), 2).value_check() is None
             True
-            >>> SpaceInput("add", "actions", gym.spaces.Discrete(3), 2).passes_exact
-            False
+            >>> check = SpaceInput("add", "actions", gym.spaces.Discrete(3), 2).value_check()
+            >>> check(np.array([0, 3]))
+            Traceback (most recent call last):
+            ...
+            ValueError: add: actions holds values in [0, 3], outside Discrete(3) (values 0 .. 2).
         """
-        if self.children is not None:
-            return all(child.passes_exact for child in self.children.values())
-        return not self.discrete
+        node = self if name is None else (self.children or {}).get(name)
+        if node is None or node.children is not None or not node.discrete:
+            return None
+        return node._check_range
 
     def __call__(self, value: Any) -> Any:
         """``value`` checked and converted (a dict of arrays for a ``Dict`` space)."""
@@ -180,14 +184,17 @@ class SpaceInput:
     def _check_range(self, array: np.ndarray) -> None:
         space: Any = self.space  # a Discrete space
         lo, hi = int(space.start), int(space.start) + int(space.n)
-        if array.dtype.kind == "i" and not lo and array.size:
-            # one reduction: negative values are huge as unsigned
-            if array.view(f"u{array.dtype.itemsize}").max() < hi:
-                return
-        if array.size and (array.min() < lo or array.max() >= hi):
+        if not array.size:
+            return
+        if array.size <= 256:  # a step's actions: Python's min / max beat numpy's reduction setup
+            values = array.reshape(-1).tolist()
+            low, high = min(values), max(values)
+        else:
+            low, high = array.min(), array.max()
+        if low < lo or high >= hi:
             raise ValueError(
-                f"{self.owner}: {self.name} holds values in [{int(array.min())}, "
-                f"{int(array.max())}], outside {space} (values {lo} .. {hi - 1})."
+                f"{self.owner}: {self.name} holds values in [{int(low)}, "
+                f"{int(high)}], outside {space} (values {lo} .. {hi - 1})."
             )
 
 
