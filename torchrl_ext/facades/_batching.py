@@ -1,12 +1,19 @@
 """Facade writes in ``[num_envs, T]`` chunks: a step is copied into slabs, resolved a chunk at a time."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from torchrl.data import TensorDictReplayBuffer
 
-from torchrl_ext.envs.gym import REWARD, TERMINATED, TRUNCATED, AutoresetMode, GymVectorAdapter
+from torchrl_ext.envs.gym import (
+    REWARD,
+    TERMINATED,
+    TRUNCATED,
+    AutoresetMode,
+    GymVectorAdapter,
+)
 from torchrl_ext.facades._convert import SpaceInput
 
 __all__ = ["ADD_CHUNK", "SLAB_BYTES", "StepBatcher"]

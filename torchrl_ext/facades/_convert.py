@@ -1,7 +1,8 @@
 """Facade inputs (numpy or torch, per env) to the numpy arrays the adapter resolves."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

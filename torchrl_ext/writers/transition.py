@@ -315,7 +315,7 @@ class TransitionWriter(Writer):
     ) -> np.ndarray:
         # leaves are [K * T, ...] with env k at rows k*T .. k*T+T-1, in time order,
         # written to streams[k]; steps where mask is False are skipped.
-        K, T = shape
+        T = shape[1]
         done, traj = self._done(leaves, shape), self._traj(leaves, shape)
         if mask is None or mask.all():
             return self._write_block(streams, done, traj, leaves, where)
