@@ -137,13 +137,18 @@ def alternate(script: str, old: str, new: str, rounds: int) -> dict[str, list[di
     return runs
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def trees_from_argv(script: str, doc: str | None, rounds: int = 5) -> dict[str, list[dict]]:
+    """``OLD_TREE NEW_TREE [--rounds N]`` from the command line, then :func:`alternate` over them."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("old")
     ap.add_argument("new")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=rounds)
     a = ap.parse_args()
-    runs = alternate(__file__, a.old, a.new, a.rounds)
+    return alternate(script, a.old, a.new, a.rounds)
+
+
+def main() -> None:
+    runs = trees_from_argv(__file__, __doc__)
     print("| operation | old median (us) | new median (us) | new / old | old min | new min | new / old |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for op in runs["old"][0]:

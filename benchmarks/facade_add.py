@@ -28,7 +28,6 @@ trust the ratios and the minimums).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -36,7 +35,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from ab import alternate, timed  # noqa: E402
+from ab import timed, trees_from_argv  # noqa: E402
 
 N, OBS, ACT, STEPS = 16, 17, 6, 2000
 #: every buffer holds 2,000 steps of each env: full (overwriting, evicting) once timed
@@ -143,12 +142,7 @@ PEER = {"NStep add": "SB3 ReplayBuffer.add", "HER add": "SB3 DictReplayBuffer.ad
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("old")
-    ap.add_argument("new")
-    ap.add_argument("--rounds", type=int, default=5)
-    a = ap.parse_args()
-    runs = alternate(__file__, a.old, a.new, a.rounds)
+    runs = trees_from_argv(__file__, __doc__)
 
     def med(tree: str, op: str, i: int) -> float:
         return statistics.median(x[op][i] for x in runs[tree])

@@ -209,9 +209,12 @@ class HerReplayStorage:
         info_keys (sequence of str, optional): info entries stored with
             ``copy_info_dict`` even if the first :meth:`add` lacks them (stored
             as float32 scalars per env, zeros where absent).
-        check_finite (bool): :meth:`add` raises on a NaN or infinite reward,
-            observation or action, naming the entry, env and step. Defaults to
-            ``True``.
+        check_finite (bool): raise on a NaN or infinite reward, observation
+            or action, naming the entry, env and step. Steps are checked a
+            chunk at a time, as they are written: by the :meth:`add` that
+            fills the chunk, or the next read (``sample``, ``len``); the steps
+            before the bad one are stored, it and those added after it in its
+            chunk are not. Defaults to ``True``.
         native (bool): return :class:`HerReplayBatch` in stored dtypes instead
             of the original's float32 :class:`HerReplayTuple`. Defaults to ``False``.
 
@@ -347,8 +350,9 @@ class HerReplayStorage:
         Raises:
             ValueError: an input does not match its space (shape, e.g. a goal of
                 another shape; a non-integral action for an integer space), does
-                not have ``num_envs`` rows, is not finite (``check_finite``), or
-                the infos contradict the autoreset mode.
+                not have ``num_envs`` rows, is not finite (``check_finite``:
+                raised when its chunk is written), or the infos contradict the
+                autoreset mode.
             KeyError: observations or next observations whose keys are not the
                 ``Dict`` space's (e.g. no goal entries).
         """

@@ -178,9 +178,12 @@ class NStepReplayStorage:
         snapshot_dir (str or Path, optional): directory for ``save_snapshot``.
             Nothing is ever written to the current directory.
         seed (int, optional): seeds sampling.
-        check_finite (bool): :meth:`add` raises on a NaN or infinite reward,
-            observation or action, naming the entry, env and step. Defaults to
-            ``True``.
+        check_finite (bool): raise on a NaN or infinite reward, observation
+            or action, naming the entry, env and step. Steps are checked a
+            chunk at a time, as they are written: by the :meth:`add` that
+            fills the chunk, or the next read (``sample``, ``len``); the steps
+            before the bad one are stored, it and those added after it in its
+            chunk are not. Defaults to ``True``.
         native (bool): batches in stored dtypes (:class:`NStepReplayBatch`,
             TensorDicts from ``replay_iter``) instead of the original's float32
             :class:`NStepReplayTuple`. Defaults to ``False``.
@@ -313,8 +316,9 @@ class NStepReplayStorage:
         Raises:
             ValueError: an input does not match its space (shape; a non-integral
                 value for an integer space), does not have ``num_envs`` rows, is
-                not finite (``check_finite``), or the infos contradict the
-                autoreset mode (the message names the entry and the fix).
+                not finite (``check_finite``: raised when its chunk is written),
+                or the infos contradict the autoreset mode (the message names
+                the entry and the fix).
             KeyError: dict observations whose keys are not the ``Dict`` space's.
         """
         # observations and actions are checked against, and cast to, the spaces (by
