@@ -248,3 +248,18 @@ def test_episode_buffer_stores_episodes_longer_than_its_blocks_and_checkpoints_r
     assert restored.dataset.episode_lengths[-2:] == rb.dataset.episode_lengths[-2:] == [300, 300 % 7]
     assert torch.equal(restored.dataset.episode(rb.num_episodes - 2)["x"][:, 0],
                        torch.arange(300, dtype=torch.float32))
+
+
+def test_legacy_infos_are_checked_at_each_staged_add():
+    """LEGACY ``truncated=None``: infos must be one dict per env, at every add (done or not)."""
+    import gymnasium as gym
+
+    store = NStepReplayStorage(gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(2),
+                               storage_size=100, num_envs=2, num_workers=0, autoreset_mode="legacy")
+    obs, flags = np.zeros((2, 2), np.float32), np.zeros(2, bool)
+    store.add(obs, np.array([0, 1]), np.ones(2), flags, None, [{}, {}], obs)
+    store.add(obs, np.array([0, 1]), np.ones(2), flags, None, [{}, {}], obs)  # held
+    with pytest.raises(ValueError, match=r"LEGACY mode needs infos as a list of 2 dicts \(one per "
+                                         r"env\), got dict of length 0"):
+        store.add(obs, np.array([0, 1]), np.ones(2), flags, None, {}, obs)
+    assert len(store) == 4

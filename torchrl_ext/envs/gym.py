@@ -321,12 +321,16 @@ class GymVectorAdapter:
         return raw
 
     def legacy_truncation(self, infos: Any, done: np.ndarray) -> np.ndarray:
-        """``[num_envs]`` bool: LEGACY done envs whose ``infos[i]["TimeLimit.truncated"]`` is set."""
-        if not done.any():
+        """``[num_envs]`` bool: LEGACY done envs whose ``infos[i]["TimeLimit.truncated"]`` is set.
+
+        Raises:
+            ValueError: ``infos`` is not a list of ``num_envs`` dicts (also
+                without a done env: the step's data is not an SB3 VecEnv's).
+        """
+        infos = self._infos(infos)
+        if not np.count_nonzero(done):
             return np.zeros(self.num_envs, dtype=bool)
-        return done & np.array(
-            [bool(info.get("TimeLimit.truncated", False)) for info in self._infos(infos)]
-        )
+        return done & np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
 
     def finish_step(
         self,

@@ -181,12 +181,12 @@ class StepBatcher:
         """Held step ``i``'s episode ends: LEGACY truncation, final observations, mode checks."""
         slabs = self._slabs
         term, trunc = slabs[TERMINATED][:, i], slabs[TRUNCATED][:, i]
-        if not (np.count_nonzero(term) or np.count_nonzero(trunc)):  # cheaper than any() on a step
-            return
-        if legacy:  # ``terminated`` held the dones
+        if legacy:  # ``terminated`` held the dones (the infos are checked at every step)
             truncated = self.adapter.legacy_truncation(infos, term)
             trunc[...] = truncated
             term &= ~truncated
+        if not (np.count_nonzero(term) or np.count_nonzero(trunc)):  # cheaper than any() on a step
+            return
         done = term | trunc
         self.adapter.finish_step({k: v[:, i] for k, v in slabs.items()}, infos, done, owned=True)
 
