@@ -204,17 +204,17 @@ class EpisodeReplayBuffer:
         self, done: Any, is_first: Any, is_last: Any, terminated: Any, truncated: Any
     ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
         """``(opens, ends, extra fields)``: where episodes start and end at this step (``None``: nowhere)."""
+        if is_first is None and is_last is None and terminated is None and truncated is None:
+            was = self._flags("done", done)
+            if was.ndim == 0:  # single env: done ends the episode at this step
+                return np.array(False), was, {}
+            return was, None, {}  # vector env: done = was done (no step ends an episode)
         explicit = {
             name: self._flags(name, value)
             for name, value in (("is_first", is_first), ("is_last", is_last),
                                 ("terminated", terminated), ("truncated", truncated))
             if value is not None
         }
-        if not explicit:
-            was = self._flags("done", done)
-            if was.ndim == 0:  # single env: done ends the episode at this step
-                return np.array(False), was, {}
-            return was, None, {}  # vector env: done = was done (no step ends an episode)
         if not (done is False or done is None):
             raise ValueError(
                 "add_step: pass done (the seed's convention) or the flags is_first / "
@@ -276,7 +276,7 @@ class EpisodeReplayBuffer:
                 f"add_step: {name}={flag!r}, expected a bool, a 0-d or a [num_envs] bool tensor."
             )
         if isinstance(flag, torch.Tensor) and flag.dtype == torch.bool and flag.ndim <= 1:
-            return flag.detach().cpu().numpy()  # the usual flag, as is
+            return flag.numpy() if flag.is_cpu else flag.cpu().numpy()  # the usual flag, as is
         if type(flag) is np.ndarray and flag.dtype == bool and flag.ndim <= 1:
             return flag
         flag = torch.as_tensor(flag)
@@ -313,7 +313,7 @@ class EpisodeReplayBuffer:
             if kind is torch.Tensor or isinstance(value, torch.Tensor):
                 if value.requires_grad:
                     value = value.detach()
-                if value.device.type == "cpu" and value.dtype in _NUMPY_DTYPES:
+                if value.is_cpu and value.dtype in _NUMPY_DTYPES:
                     value = value.numpy()  # a view: copied into the running episode
             elif type(value) is not np.ndarray or value.dtype.kind not in "biufc":
                 try:

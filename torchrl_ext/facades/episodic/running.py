@@ -59,8 +59,9 @@ class RunningEpisodes:
             key: torch.empty((self.num_envs, capacity, *shape), dtype=dtype, device=device)
             for key, (shape, dtype, device) in self.spec.items()
         }
-        # numpy views of blocks in CPU memory, for the per-step copies (None: torch copies)
-        self._host = {key: _host_view(block) for key, block in self._blocks.items()}
+        # per block in CPU memory, the numpy view of each column, for the per-step
+        # copies (made once per allocation); None: torch copies
+        self._columns = {key: _columns(block) for key, block in self._blocks.items()}
 
     def append(self, values: dict[str, Any]) -> None:
         """Copy one step of every env (``[num_envs, ...]`` per field, checked against ``spec``)."""
@@ -68,9 +69,9 @@ class RunningEpisodes:
             self._make_room()
         t = self.t
         for key, value in values.items():
-            host = self._host[key]
-            if host is not None and type(value) is np.ndarray:
-                host[:, t] = value
+            columns = self._columns[key]
+            if columns is not None and type(value) is np.ndarray:
+                columns[t][...] = value
             else:
                 self._blocks[key][:, t] = torch.as_tensor(value)
         self.t = t + 1
@@ -116,11 +117,12 @@ class RunningEpisodes:
         self.t = kept
 
 
-def _host_view(block: torch.Tensor) -> np.ndarray | None:
-    """A numpy view of a CPU block, ``None`` on an accelerator or for dtypes numpy lacks (bfloat16)."""
+def _columns(block: torch.Tensor) -> list[np.ndarray] | None:
+    """Numpy views of a CPU block's columns, ``None`` on an accelerator or for dtypes numpy lacks (bfloat16)."""
     if block.device.type != "cpu":
         return None
     try:
-        return block.numpy()
+        host = block.numpy()
     except TypeError:
         return None
+    return [host[:, t] for t in range(host.shape[1])]
