@@ -209,12 +209,8 @@ class HerReplayStorage:
         info_keys (sequence of str, optional): info entries stored with
             ``copy_info_dict`` even if the first :meth:`add` lacks them (stored
             as float32 scalars per env, zeros where absent).
-        check_finite (bool): raise on a NaN or infinite reward, observation
-            or action, naming the entry, env and step. Steps are checked a
-            chunk at a time, as they are written: by the :meth:`add` that
-            fills the chunk, or the next read (``sample``, ``len``); the steps
-            before the bad one are stored, it and those added after it in its
-            chunk are not. Defaults to ``True``.
+        check_finite (bool): refuse NaN and infinite values, as
+            :class:`~torchrl_ext.NStepReplayStorage` does. Defaults to ``True``.
         native (bool): return :class:`HerReplayBatch` in stored dtypes instead
             of the original's float32 :class:`HerReplayTuple`. Defaults to ``False``.
 

@@ -179,11 +179,10 @@ class NStepReplayStorage:
             Nothing is ever written to the current directory.
         seed (int, optional): seeds sampling.
         check_finite (bool): raise on a NaN or infinite reward, observation
-            or action, naming the entry, env and step. Steps are checked a
-            chunk at a time, as they are written: by the :meth:`add` that
-            fills the chunk, or the next read (``sample``, ``len``); the steps
-            before the bad one are stored, it and those added after it in its
-            chunk are not. Defaults to ``True``.
+            or action, naming the entry, env and step, when the chunk of added
+            steps holding it is written (by the :meth:`add` that fills it, or
+            the next read); the steps before it are stored, it and the rest of
+            its chunk are not. Defaults to ``True``.
         native (bool): batches in stored dtypes (:class:`NStepReplayBatch`,
             TensorDicts from ``replay_iter``) instead of the original's float32
             :class:`NStepReplayTuple`. Defaults to ``False``.
