@@ -16,12 +16,13 @@ Only public APIs present in both trees are used:
 - W4 sample: ``make_replay_buffer(64_000, batch_size=64, sampler=SequenceSampler(50))``.
 - W4 rare windows: ``SequenceSampler(900)`` on the same buffer (the exact
   per-episode count runs on every sample).
-- HER facade: ``HerReplayStorage.add`` of one ``[16]`` vector-env step and ``sample``.
+- HER facade: ``HerReplayStorage.add`` of one ``[16]`` vector-env step (in blocks of 1024
+  adds: facades write their held steps a chunk at a time) and ``sample``.
 - Pool windows: ``EpisodePool.sample(64, 50)``.
 - n-step: ``make_replay_buffer(100_000, batch_size=256, n_step=3)`` on the W1 stream.
 - NStep facade: ``NStepReplayStorage(n_step=1, num_workers=0)`` (W1 spaces, 16 envs):
   ``sample`` and the ``rb.sample`` under it (their ratio is the facade's overhead),
-  and ``add`` of one ``[16]`` step.
+  and ``add`` of one ``[16]`` step (blocks of 1024 adds).
 """
 from __future__ import annotations
 
@@ -99,8 +100,9 @@ def child() -> None:
     flags = np.zeros(16, bool)
     for t in range(2000):
         her.add(obs, action, reward, flags | (t % 50 == 49), flags, {}, obs)
+    # facade adds: blocks of 1024 adds, so that each holds its share of the chunk writes
     results["HER facade add ([16] step)"] = timed(
-        lambda: her.add(obs, action, reward, flags, flags, {}, obs), 60, 20)
+        lambda: her.add(obs, action, reward, flags, flags, {}, obs), 8, 1024)
     results["HER facade sample (256)"] = timed(her.sample, 40, 5)
 
     box = gym.spaces.Box(-1, 1, (17,), np.float32)
@@ -113,7 +115,7 @@ def child() -> None:
     results["NStep facade sample (256, n=1)"] = timed(facade.sample, 40, 5)
     results["  rb.sample under it"] = timed(lambda: facade.rb.sample(256), 40, 5)
     results["NStep facade add ([16] step)"] = timed(
-        lambda: facade.add(o, a, reward, flags, flags, {}, o), 60, 20)
+        lambda: facade.add(o, a, reward, flags, flags, {}, o), 8, 1024)
 
     pool = EpisodePool(64_000, TensorDict({"x": torch.zeros(17)}, []))
     for _ in range(60):
@@ -137,13 +139,18 @@ def alternate(script: str, old: str, new: str, rounds: int) -> dict[str, list[di
     return runs
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def trees_from_argv(script: str, doc: str | None, rounds: int = 5) -> dict[str, list[dict]]:
+    """``OLD_TREE NEW_TREE [--rounds N]`` from the command line, then :func:`alternate` over them."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("old")
     ap.add_argument("new")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=rounds)
     a = ap.parse_args()
-    runs = alternate(__file__, a.old, a.new, a.rounds)
+    return alternate(script, a.old, a.new, a.rounds)
+
+
+def main() -> None:
+    runs = trees_from_argv(__file__, __doc__)
     print("| operation | old median (us) | new median (us) | new / old | old min | new min | new / old |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for op in runs["old"][0]:

@@ -13,7 +13,6 @@ shared machine, trust the minimum).
 """
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import os
@@ -22,7 +21,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from ab import alternate, timed  # noqa: E402
+from ab import timed, trees_from_argv  # noqa: E402
 
 
 def child() -> None:
@@ -78,12 +77,7 @@ def child() -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("old")
-    ap.add_argument("new")
-    ap.add_argument("--rounds", type=int, default=3)
-    a = ap.parse_args()
-    runs = alternate(__file__, a.old, a.new, a.rounds)
+    runs = trees_from_argv(__file__, __doc__, rounds=3)
 
     def med(tree: str, op: str, i: int) -> float:
         return statistics.median(x[op][i] for x in runs[tree])

@@ -267,11 +267,14 @@ def test_non_finite_reward_raises_naming_env_and_step():
             reward = reward.copy()
             reward[1] = np.nan
             with pytest.raises(ValueError, match=r"step 2\): \('next', 'reward'\) of env 1 is "
-                                                 r"nan.*check_finite=False"):
+                                                 r"nan.*check_finite=False.*That step and the 0 "
+                                                 r"added after it were not stored"):
                 store.add(obs, np.zeros(N, np.int64), reward, term, trunc, infos, nxt)
+                len(store)  # steps are written (and checked) a chunk at a time, at the latest on a read
         else:
             store.add(obs, np.zeros(N, np.int64), reward, term, trunc, infos, nxt)
         obs = nxt
+    assert len(store) == 2 * N  # the steps before it
     loose = nstep(check_finite=False)
     loose.add(obs, np.zeros(N, np.int64), np.array([np.nan, 0.0]), np.zeros(N, bool),
               np.zeros(N, bool), {}, obs + 1)

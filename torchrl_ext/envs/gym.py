@@ -3,113 +3,54 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Mapping
-from enum import StrEnum
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
 from torchrl_ext.core.checks import check_count, check_finite_entries
+from torchrl_ext.envs._chunk import first_nonfinite_step, follow_on, reset_steps
+from torchrl_ext.envs.modes import (
+    CONVENTIONS,
+    FINAL_INFO_KEYS,
+    FINAL_OBS_KEYS,
+    AutoresetMode,
+    final_entry,
+)
 
-__all__ = ["AutoresetMode", "GymVectorAdapter"]
+__all__ = ["FINAL_INFO_KEYS", "FINAL_OBS_KEYS", "AutoresetMode", "GymVectorAdapter", "ResolvedSteps", "final_entry"]
+
+ACTION, REWARD, DONE, MASK = ("action",), ("next", "reward"), ("next", "done"), ("collector", "mask")
+TERMINATED, TRUNCATED = ("next", "terminated"), ("next", "truncated")
+#: the [num_envs] columns of a converted step, [num_envs, 1] entries once resolved
+_COLUMNS = (REWARD, TERMINATED, TRUNCATED)
 
 
-class AutoresetMode(StrEnum):
-    """How the vector env resets finished sub-envs.
+class ResolvedSteps(NamedTuple):
+    """:meth:`GymVectorAdapter.resolve_steps`' result for ``T`` steps of ``num_envs`` envs.
 
-    The values match :class:`gymnasium.vector.AutoresetMode`, plus ``LEGACY``:
-    Stable-Baselines3-style vectorized envs that reset inside the step and put
-    the true final observation in ``infos[i]["terminal_observation"]`` (and
-    truncation in ``infos[i]["TimeLimit.truncated"]`` when ``truncated`` is not
-    given separately).
-
-    Examples:
-        >>> import gymnasium as gym
-        >>> AutoresetMode(gym.vector.AutoresetMode.SAME_STEP.value) is AutoresetMode.SAME_STEP
-        True
-        >>> AutoresetMode("Legacy").value
-        'Legacy'
+    Attributes:
+        entries: TorchRL entries by key, ``[num_envs, T, ...]`` each, with
+            ``("collector", "mask")`` False at the steps that are not transitions.
+        unseen: ``[num_envs, T]`` bool, the steps whose observation does not
+            follow on from the previous next observation while the env's
+            episode was running (a reset the adapter did not see): each opens
+            a new episode.
+        kept: the steps before the first one holding a NaN or infinity (``T``
+            when all are finite, or with ``check_finite=False``).
+        error: the ``ValueError`` naming that step's entry, env and step
+            number; ``None`` when there is none.
     """
 
-    NEXT_STEP = "NextStep"
-    SAME_STEP = "SameStep"
-    DISABLED = "Disabled"
-    LEGACY = "Legacy"
-
-    @classmethod
-    def parse(cls, mode: Any, owner: str = "GymVectorAdapter") -> AutoresetMode:
-        """The mode as users write it: the enum, gymnasium's enum, or a name in any case.
-
-        ``"same_step"``, ``"SameStep"``, ``"SAME_STEP"`` and ``"samestep"`` are
-        one mode; ``None`` is gymnasium's default, ``NEXT_STEP``.
-
-        Raises:
-            ValueError: not a mode (the message lists them).
-
-        Examples:
-            >>> [AutoresetMode.parse(m).name for m in ("same_step", "SAME_STEP", "NextStep", None)]
-            ['SAME_STEP', 'SAME_STEP', 'NEXT_STEP', 'NEXT_STEP']
-        """
-        if mode is None:
-            return cls.NEXT_STEP
-        value = getattr(mode, "value", mode)
-        if isinstance(value, str):
-            wanted = value.replace("_", "").replace("-", "").lower()
-            for member in cls:
-                if member.value.lower() == wanted:
-                    return member
-        raise ValueError(
-            f"{owner}: autoreset_mode={mode!r}, expected one of "
-            f"{[m.value for m in cls]} (any case, underscores allowed: 'same_step'), "
-            "an AutoresetMode or gymnasium.vector.AutoresetMode."
-        )
+    entries: dict[tuple[str, ...], np.ndarray]
+    unseen: np.ndarray
+    kept: int
+    error: ValueError | None
 
 
 logger = logging.getLogger(__name__)
-
-#: where SAME_STEP vector envs put the true final observations / infos of done
-#: envs: gymnasium 1.x, then gymnasium 0.26-0.29 (each with a ``"_"`` mask)
-FINAL_OBS_KEYS = ("final_obs", "final_observation")
-FINAL_INFO_KEYS = ("final_info",)
-
-
-def final_entry(infos: Any, names: tuple[str, ...], i: int) -> Any | None:
-    """``infos[name][i]`` for the first of ``names`` present and set for env ``i``, else None.
-
-    Examples:
-        >>> import numpy as np
-        >>> infos = {"final_observation": np.array([None, 7], dtype=object),
-        ...          "_final_observation": np.array([False, True])}
-        >>> final_entry(infos, FINAL_OBS_KEYS, 1), final_entry(infos, FINAL_OBS_KEYS, 0)
-        (7, None)
-    """
-    if not isinstance(infos, Mapping):
-        return None
-    for name in names:
-        if name in infos:
-            mask = infos.get("_" + name)
-            if mask is not None and not mask[i]:
-                return None
-            value = infos[name]
-            if isinstance(value, Mapping):  # gymnasium 1.x final_info: a dict of arrays
-                return {k: v[i] for k, v in value.items() if not str(k).startswith("_")}
-            return value[i]  # None where an object array holds nothing
-    return None
-
-
-#: what each mode means for the stored steps, logged once per adapter
-_CONVENTION = {
-    AutoresetMode.NEXT_STEP: "the step() after an episode end only resets that sub-env: "
-    "it is not a transition and is not stored (its observation starts the next episode)",
-    AutoresetMode.SAME_STEP: "the true final observation of a done step is read from "
-    "infos['final_obs']; no step is dropped",
-    AutoresetMode.DISABLED: "the observation of a done step is its true final observation; "
-    "reset the done sub-envs yourself; no step is dropped",
-    AutoresetMode.LEGACY: "the true final observation of a done step is read from "
-    "infos[i]['terminal_observation'] (SB3 VecEnv); no step is dropped",
-}
 
 
 class GymVectorAdapter:
@@ -197,13 +138,16 @@ class GymVectorAdapter:
         #: from their previous next observation (an ``env.reset()`` the adapter
         #: did not see): each opens a new episode
         self.unseen_resets = np.zeros(self.num_envs, dtype=bool)
+        # called before the state is changed by hand (reset, load_state_dict):
+        # a facade holding steps not yet resolved writes them first
+        self._holders: list[Callable[[], None]] = []
         logger.info(
             "GymVectorAdapter(%d envs): autoreset mode %s%s; %s",
             self.num_envs,
             self.autoreset_mode.name,
             " (not given: gymnasium's default; pass autoreset_mode="
             "envs.metadata['autoreset_mode'] if your env uses another)" if defaulted else "",
-            _CONVENTION[self.autoreset_mode],
+            CONVENTIONS[self.autoreset_mode],
         )
 
     def reset(self) -> None:
@@ -212,8 +156,22 @@ class GymVectorAdapter:
         Optional: a step whose observation is not its env's previous next
         observation is recognised as following an unseen reset anyway.
         """
+        self._resolve_held()
         self._resetting[:] = False
         self._was_done[:] = True
+
+    def hold_steps(self, flush: Callable[[], None]) -> None:
+        """Register who holds steps for this adapter to resolve later (a facade's staging).
+
+        ``flush`` (resolve and write the held steps) is called before
+        :meth:`reset` or :meth:`load_state_dict` change the state those steps
+        must be resolved with.
+        """
+        self._holders.append(flush)
+
+    def _resolve_held(self) -> None:
+        for flush in self._holders:
+            flush()
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint must keep: the mode and each env's pending reset step.
@@ -248,6 +206,7 @@ class GymVectorAdapter:
                 f"GymVectorAdapter.load_state_dict: the checkpoint has (num_envs, "
                 f"autoreset_mode)={theirs}, this adapter {mine}; reopen with the same ones."
             )
+        self._resolve_held()
         self._resetting = np.array(state["resetting"], dtype=bool)
         self._was_done = np.array(state["was_done"], dtype=bool)
         self.steps = int(state["steps"])
@@ -311,50 +270,182 @@ class GymVectorAdapter:
 
         The entries may share memory with the inputs; :meth:`to_tensordict`
         turns one step, or steps stacked along a time dim, into a TensorDict.
+        It is :meth:`convert`, :meth:`finish_step` and :meth:`resolve_steps`
+        for one step (``T = 1``).
         """
-        n = self.num_envs
+        raw = self.convert(obs, action, reward, terminated, truncated, infos, next_obs)
+        done = raw[TERMINATED] | raw[TRUNCATED]
+        if done.any():
+            raw = self.finish_step(raw, infos, done, owned=False)
+        resolved = self.resolve_steps({key: value[:, None] for key, value in raw.items()})
+        if resolved.error is not None:
+            raise resolved.error
+        return {key: value[:, 0] for key, value in resolved.entries.items()}
+
+    def convert(
+        self,
+        obs: Any,
+        action: Any,
+        reward: Any,
+        terminated: Any,
+        truncated: Any | None,
+        infos: Mapping[str, Any] | list[dict] | None,
+        next_obs: Any,
+    ) -> dict[tuple[str, ...], np.ndarray]:
+        """One step's inputs checked and converted, before any autoreset rule.
+
+        Returns ``[num_envs, ...]`` arrays by TorchRL key: the observation
+        entries, ``"action"``, the next observation entries as the env
+        returned them, then the columns ``("next", "reward")`` (float32),
+        ``("next", "terminated")`` and ``("next", "truncated")`` (bool), each
+        ``[num_envs]``. They may share memory with the inputs.
+
+        Raises:
+            ValueError: an input does not have ``num_envs`` rows; LEGACY infos
+                that are not one dict per env.
+        """
         if truncated is None and self.autoreset_mode is AutoresetMode.LEGACY:
             # SB3 VecEnv: ``terminated`` holds the dones, truncation is in the infos
             done = self._column("dones", terminated, bool)
-            truncated = done & np.array(
-                [bool(info.get("TimeLimit.truncated", False)) for info in self._infos(infos)]
-            )
+            truncated = self.legacy_truncation(infos, done)
             terminated = done & ~truncated
         else:
             terminated = self._column("terminated", terminated, bool)
             truncated = self._column("truncated", truncated, bool)
-            done = terminated | truncated
-        entries = self._flat("obs", obs, ())
-        nxt = self._flat("next_obs", next_obs, ("next",))
-        mode = self.autoreset_mode
-        follows = self._follows_on(entries, nxt)  # [n] obs is the previous next obs
-        if done.any():
-            self._check_mode(infos, done)
-        if mode in (AutoresetMode.SAME_STEP, AutoresetMode.LEGACY) and done.any():
-            nxt = {k: v.copy() for k, v in nxt.items()}
-            for i in np.flatnonzero(done).tolist():
-                final = self._flat("final observation", self._final_obs(infos, i), ("next",), batch=False)
-                for key, value in final.items():
-                    nxt[key][i] = value
-        entries[("action",)] = self._rows("action", action)
-        entries.update(nxt)
-        entries[("next", "reward")] = self._column("reward", reward, np.float32).reshape(n, 1)
-        entries[("next", "terminated")] = terminated.reshape(n, 1)
-        entries[("next", "truncated")] = truncated.reshape(n, 1)
-        entries[("next", "done")] = done.reshape(n, 1)
-        valid = np.ones(n, dtype=bool)
-        if mode is AutoresetMode.NEXT_STEP:
-            # a reset step observes the final observation again; after a reset
-            # by hand it observes a reset observation and is a real step
-            valid = ~(self._resetting & follows)
-            self._resetting = done & valid
-        self.unseen_resets = ~follows & ~self._was_done
-        self._was_done = done & valid
-        entries[("collector", "mask")] = valid
+        raw = self._flat("obs", obs, ())
+        raw[ACTION] = self._rows("action", action)
+        raw.update(self._flat("next_obs", next_obs, ("next",)))
+        raw[REWARD] = self._column("reward", reward, np.float32)
+        raw[TERMINATED] = terminated
+        raw[TRUNCATED] = truncated
+        return raw
+
+    def legacy_truncation(self, infos: Any, done: np.ndarray) -> np.ndarray:
+        """``[num_envs]`` bool: LEGACY done envs whose ``infos[i]["TimeLimit.truncated"]`` is set.
+
+        Raises:
+            ValueError: ``infos`` is not a list of ``num_envs`` dicts (also
+                without a done env: the step's data is not an SB3 VecEnv's).
+        """
+        infos = self._infos(infos)
+        if not np.count_nonzero(done):
+            return np.zeros(self.num_envs, dtype=bool)
+        return done & np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
+
+    def finish_step(
+        self,
+        step: dict[tuple[str, ...], np.ndarray],
+        infos: Any,
+        done: np.ndarray,
+        owned: bool,
+    ) -> dict[tuple[str, ...], np.ndarray]:
+        """What a step with episode ends needs from its ``infos``, at once.
+
+        Checks that the infos do not contradict the autoreset mode, and in
+        SAME_STEP / LEGACY mode puts each done env's true final observation in
+        the step's next observation entries.
+
+        Args:
+            step: one step's entries (:meth:`convert`'s), ``[num_envs, ...]``.
+            infos: the step's infos.
+            done: ``[num_envs]`` bool, the envs whose episode ended.
+            owned: the next observation arrays may be written to (a staging
+                slab); else they are copied before the first write.
+
+        Returns:
+            ``step``, with the final observations in place.
+
+        Raises:
+            ValueError: a done env has no final observation (SAME_STEP /
+                LEGACY), or the infos contradict the autoreset mode.
+        """
+        self._check_mode(infos, done)
+        if self.autoreset_mode not in (AutoresetMode.SAME_STEP, AutoresetMode.LEGACY):
+            return step
+        if not owned:
+            step = {k: v.copy() if k[0] == "next" else v for k, v in step.items()}
+        for i in np.flatnonzero(done).tolist():
+            final = self._flat("final observation", self._final_obs(infos, i), ("next",), batch=False)
+            for key, value in final.items():
+                step[key][i] = value
+        return step
+
+    def resolve_steps(self, raw: dict[tuple[str, ...], np.ndarray]) -> ResolvedSteps:
+        """``T`` consecutive steps of every env (``[num_envs, T, ...]``) as TorchRL entries.
+
+        ``raw`` holds :meth:`convert`'s entries with a time dim, after
+        :meth:`finish_step` (final observations in place), plus any other
+        entries to store (kept as they are, after the mask). One pass over the
+        chunk decides, per env and step, whether the step is a transition
+        (NEXT_STEP reset steps are not), whether its observation follows on
+        from the previous next observation (an unseen reset where it does not
+        while the episode runs), and whether every floating value is finite;
+        the adapter's state then stands after the last step.
+
+        Returns:
+            the entries, ``[num_envs, T, ...]`` each (views of ``raw`` where
+            they can be), the unseen resets and the first non-finite step.
+        """
+        term, trunc = raw[TERMINATED], raw[TRUNCATED]
+        n, T = term.shape
+        done = term | trunc
+        last = self._last_next
+        obs_keys = [k for k in raw if k[0] != "next" and ("next", *k) in raw]
+        follows = np.ones((n, T), dtype=bool)
+        for key in obs_keys:
+            before = None if last is None else last.get(("next", *key))
+            same = follow_on(raw[key], raw[("next", *key)], before)
+            if last is not None and before is None:
+                same[:, 0] = False  # a new observation entry: no continuation
+            follows &= same
+        # envs whose observation need not follow on: a stored episode end
+        # before the step (but for a NEXT_STEP reset step, which observes the
+        # final observation again), or no step seen yet
+        follows[:, 0] |= self._was_done & ~self._resetting
+        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+            # after any step _resetting == _was_done, so from step 1 on every
+            # observation must follow on: a reset step observes the final one again
+            candidate = np.empty((n, T), dtype=bool)
+            candidate[:, 0] = self._resetting & follows[:, 0]
+            candidate[:, 1:] = done[:, :-1] & follows[:, 1:]
+            valid = ~reset_steps(candidate)
+        else:
+            follows[:, 1:] |= done[:, :-1]
+            valid = np.ones((n, T), dtype=bool)
+        was_done = done & valid
+        ended_before = np.empty((n, T), dtype=bool)  # [n, T] a stored episode end before the step
+        ended_before[:, 0] = self._was_done
+        ended_before[:, 1:] = was_done[:, :-1]
+        unseen = ~follows & ~ended_before
+        keys = list(raw)  # convert()'s order: observations, action, next observations, columns
+        columns = keys.index(REWARD)
+        entries = {k: raw[k] for k in keys[:columns]}
+        entries[REWARD] = raw[REWARD][..., None]
+        entries[TERMINATED] = term[..., None]
+        entries[TRUNCATED] = trunc[..., None]
+        entries[DONE] = done[..., None]
+        entries[MASK] = valid
+        entries.update((k, raw[k]) for k in keys[columns:] if k not in _COLUMNS)
+        error, kept = None, T
         if self.check_finite:
-            check_finite_entries(f"GymVectorAdapter.step (step {self.steps})", entries)
-        self.steps += 1
-        return entries
+            bad = first_nonfinite_step(entries)
+            if bad is not None:
+                kept = bad
+                try:
+                    check_finite_entries(f"GymVectorAdapter.step (step {self.steps + bad})",
+                                         {k: v[:, bad] for k, v in entries.items()})
+                except ValueError as err:
+                    error = err
+        # the state after the last step
+        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+            self._resetting = was_done[:, -1].copy()
+        self._was_done = was_done[:, -1].copy()
+        if error is not None:
+            self._was_done[:] = True  # the steps from the bad one on are not stored
+        self._last_next = {("next", *k): raw[("next", *k)][:, -1].copy() for k in obs_keys}
+        self.unseen_resets = unseen[:, kept - 1] if kept else np.zeros(n, dtype=bool)
+        self.steps += kept
+        return ResolvedSteps(entries, unseen, kept, error)
 
     @staticmethod
     def to_tensordict(entries: dict[tuple[str, ...], np.ndarray], batch_size: list[int]) -> TensorDict:
@@ -372,35 +463,6 @@ class GymVectorAdapter:
         return TensorDict._new_unsafe(tree, batch_size=torch.Size(batch_size))
 
     # ---------------------------------------------------------------- helpers
-    def _follows_on(
-        self, obs: dict[tuple[str, ...], np.ndarray], nxt: dict[tuple[str, ...], np.ndarray]
-    ) -> np.ndarray:
-        """``[n]`` bool: each env's observation is, bit for bit, its previous next observation.
-
-        Keeps this step's next observations (as the env returned them) for
-        the next call. Envs whose previous step ended an episode
-        (but for a NEXT_STEP reset step), or with no previous step, are True.
-        """
-        n = self.num_envs
-        follows = np.ones(n, dtype=bool)
-        last = self._last_next
-        # envs whose observation must follow on: running episodes, and NEXT_STEP
-        # reset steps (which observe the final observation again)
-        going = ~self._was_done | self._resetting
-        if last is not None and going.any():
-            for key, value in obs.items():
-                before = last.get(("next", *key))
-                if before is None or value.shape != before.shape or value.dtype != before.dtype:
-                    follows &= ~going  # the observation changed shape: no continuation
-                elif not (value == before).all():  # the usual case stops here
-                    # bytes, so that NaN == NaN and nothing is cast: [n, row bytes]
-                    same = _row_bytes(value, n) == _row_bytes(before, n)
-                    follows &= same.all(1) | ~going
-        # kept by reference, not copied: a caller that rewrote an array after
-        # passing it as a next observation would have broken its own data anyway
-        self._last_next = nxt
-        return follows
-
     def _check_mode(self, infos: Any, done: np.ndarray) -> None:
         """At each episode end: do the infos contradict the declared mode?"""
         mode = self.autoreset_mode
@@ -484,8 +546,3 @@ class GymVectorAdapter:
             else:
                 out[prefix + (key,)] = np.asarray(item)
         return out
-
-
-def _row_bytes(value: np.ndarray, n: int) -> np.ndarray:
-    """``[n, bytes]`` uint8 view of an ``[n, ...]`` array (copied only if not contiguous)."""
-    return np.ascontiguousarray(value).reshape(n, -1).view(np.uint8)

@@ -1,85 +1,295 @@
-"""Facade writes in ``[num_envs, T]`` chunks: one buffer write per ``T`` env steps."""
+"""Facade writes in ``[num_envs, T]`` chunks: a step is copied into slabs, resolved a chunk at a time."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from torchrl.data import TensorDictReplayBuffer
 
-from torchrl_ext.envs.gym import GymVectorAdapter
+from torchrl_ext.envs.gym import (
+    REWARD,
+    TERMINATED,
+    TRUNCATED,
+    AutoresetMode,
+    GymVectorAdapter,
+)
+from torchrl_ext.facades._convert import SpaceInput
 
-__all__ = ["ADD_CHUNK", "StepBatcher"]
+__all__ = ["ADD_CHUNK", "SLAB_BYTES", "StepBatcher"]
 
-#: steps a facade holds before writing them (one write costs about as much as one step)
-ADD_CHUNK = 64
+#: steps a facade holds before writing them: a write has a fixed cost of ~100 step copies
+#: (W1, 16 envs: ~140 us for [16, 1] rows, ~0.9 ms for [16, 512]); past ~512 steps the
+#: held steps outgrow the CPU caches and a step costs more again
+ADD_CHUNK = 512
+#: at most this many bytes of held steps (per facade): large observations write more often
+SLAB_BYTES = 4 << 20
+
+# positions of GymVectorAdapter.resolve's arguments
+_OBS, _ACTION, _REWARD, _TERMINATED, _TRUNCATED, _INFOS, _NEXT = range(7)
+_COLUMN_KEYS = ((_REWARD, REWARD), (_TERMINATED, TERMINATED), (_TRUNCATED, TRUNCATED))
 
 
 class StepBatcher:
-    """Hold vector-env steps as numpy and write them ``chunk`` at a time.
+    """Hold vector-env steps in ``[num_envs, chunk, ...]`` slabs and write them ``chunk`` at a time.
 
-    A buffer write costs about as much for one step as for a chunk of them, so
-    facades whose API adds one step per call batch steps here. The facade
-    calls :meth:`flush` before anything reads the buffer (``sample``,
-    ``len``...), so reads always see every added step. A step whose entries
-    differ in shape or dtype from the stored ones (or the very first step) is
-    written at once, so a bad input raises at the ``add`` that brought it,
-    with the writer's message naming the entry. A step the adapter finds
-    after an unseen reset (``env.reset()`` mid-episode) ends that env's
-    running episode first, so the new episode is never glued onto the old one.
+    A buffer write costs about as much for one step as for a chunk of them,
+    and so does most of the adapter's work (the autoreset rules, the
+    follow-on and finite checks): a step is copied into the slabs as it
+    comes (the caller may reuse its arrays), and
+    :meth:`GymVectorAdapter.resolve_steps` resolves the chunk at once. Only
+    a step with an episode end looks at its ``infos`` when it is added (the
+    true final observations, contradictions with the autoreset mode).
+
+    The facade calls :meth:`flush` before anything reads the buffer
+    (``sample``, ``len``...), so reads always see every added step. The
+    first step, and a step whose entries differ in shape or dtype from the
+    held ones, is written at once, so a bad input raises at the ``add`` that
+    brought it, with the facade's, the adapter's or the writer's message
+    naming the entry. A step the adapter finds after an unseen reset
+    (``env.reset()`` mid-episode) ends that env's running episode first, so
+    the new episode is never glued onto the old one. A NaN or infinity
+    (``check_finite``) raises when its chunk is written, naming the entry,
+    env and step: the steps before it are stored, that step and those held
+    after it are not, and the running episodes end there.
+
+    Steps come in three ways, the first the usual one:
+
+    1. laid out as the held steps (each observation entry and the action a
+       numpy array of the held shape and dtype, flags and rewards ``[num_envs]``
+       numpy arrays): copied into the slabs, checks of values aside (a
+       ``Discrete`` action's range), with no conversion;
+    2. otherwise (tensors, lists, other dtypes...): converted by the facade's
+       checks and :meth:`GymVectorAdapter.convert`, then copied if the
+       entries have the held shapes and dtypes;
+    3. otherwise: written at once, and the slabs laid out for steps like it.
 
     Args:
         rb: the buffer (its writer takes ``[num_envs, T]`` data with a mask).
-        adapter: resolves each step's autoreset semantics.
-        chunk: steps held before a write.
+        adapter: resolves the steps' autoreset semantics.
+        chunk: steps held before a write (fewer when ``chunk`` steps would
+            take more than :data:`SLAB_BYTES`).
+        inputs: the facade's checks of the observations, actions and next
+            observations (in that order), run before the adapter sees them.
     """
 
-    def __init__(self, rb: TensorDictReplayBuffer, adapter: GymVectorAdapter, chunk: int) -> None:
+    def __init__(
+        self,
+        rb: TensorDictReplayBuffer,
+        adapter: GymVectorAdapter,
+        chunk: int,
+        inputs: Sequence[SpaceInput] = (),
+    ) -> None:
         self.rb = rb
         self.adapter = adapter
         self.chunk = max(1, int(chunk))
-        # held steps, written into [num_envs, chunk, ...] slabs (one copy a step, no stack)
-        self._slabs: dict[tuple[str, ...], np.ndarray] = {}
+        self.held_max = self.chunk  #: steps held before a write: chunk, fewer for large steps
+        self._inputs = dict(zip((_OBS, _ACTION, _NEXT), inputs))
         self._held = 0
-        self._specs: dict[tuple[str, ...], tuple] | None = None
+        # [num_envs, chunk, ...] by TorchRL key, in GymVectorAdapter.convert's order, then
+        # the extra entries; reused chunk after chunk (each write copies them into the storage).
+        # Env-major, the writer's layout: time-major slabs copy a step in one block but
+        # cost a transposing copy per write, more than they save (measured)
+        self._slabs: dict[tuple[str, ...], np.ndarray] = {}
+        self._specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] = {}
+        # way 1: per input array (position, shape, dtype, its slab's view at each held step),
+        # per dict input (position, size, the same per entry) and per [num_envs] column
+        # (and the facade's check of values, or None)
+        self._arrays: list[tuple] | None = None
+        self._dicts: list[tuple[int, int, list[tuple]]] = []
+        self._columns: list[tuple[int, list[np.ndarray]]] = []
+        self._column_shape = (adapter.num_envs,)
+        self._legacy = adapter.autoreset_mode is AutoresetMode.LEGACY
+        # episode ends always need the infos in these modes (true final observations)
+        self._final_obs = adapter.autoreset_mode in (AutoresetMode.SAME_STEP, AutoresetMode.LEGACY)
+        self._extra_keys: tuple[tuple[str, ...], ...] = ()
+        adapter.hold_steps(self.flush)  # a reset by hand resolves the held steps first
 
+    # ------------------------------------------------------------------ adding
     def add(self, *step: Any, extra: dict[tuple[str, ...], np.ndarray] | None = None) -> None:
         """Hold one step (``GymVectorAdapter.resolve``'s arguments), plus ``extra`` entries by key."""
-        entries = self.adapter.resolve(*step)
-        if self.adapter.unseen_resets.any():
-            # envs reset by hand mid-episode: their running episodes end at the
-            # steps already held, and this step opens new ones
+        if not (self._stage_as_held(step, extra) or self._stage_converted(step, extra)):
+            return
+        self._held += 1
+        if self._held >= self.held_max:
             self.flush()
+
+    def _stage_as_held(self, step: tuple, extra: dict | None) -> bool:
+        """Way 1: copy a step laid out as the held ones; False (nothing held) if it is not."""
+        arrays = self._arrays
+        if arrays is None or (extra is not None or self._extra_keys) and (
+                (tuple(extra) if extra else ()) != self._extra_keys):
+            return False
+        i = self._held
+        for pos, shape, dtype, views, check in arrays:
+            value = step[pos]
+            if type(value) is not np.ndarray or value.shape != shape or (
+                    value.dtype is not dtype and value.dtype != dtype):
+                return False
+            if check is not None:
+                check(value)  # the facade's check of values (a Discrete range)
+            views[i][...] = value
+        for pos, size, entries in self._dicts:
+            value = step[pos]
+            if type(value) is not dict or len(value) != size:
+                return False
+            for name, shape, dtype, views, check in entries:
+                item = value.get(name)
+                if type(item) is not np.ndarray or item.shape != shape or (
+                        item.dtype is not dtype and item.dtype != dtype):
+                    return False
+                if check is not None:
+                    check(item)
+                views[i][...] = item
+        legacy = False
+        for pos, views in self._columns:
+            value = step[pos]
+            # any dtype: cast as GymVectorAdapter.convert's astype casts it
+            if type(value) is not np.ndarray or value.shape != self._column_shape:
+                if value is not None or pos != _TRUNCATED or not self._legacy:
+                    return False
+                legacy, value = True, False  # LEGACY dones: truncation from the infos, below
+            views[i][...] = value  # cast as astype does (float32 rewards, bool flags)
+        if extra:
+            for key, value in extra.items():
+                self._slabs[key][:, i] = value  # the facade builds them in the held specs
+        if legacy or self._final_obs or step[_INFOS]:
+            self._finish(i, step[_INFOS], legacy)
+        return True
+
+    def _stage_converted(self, step: tuple, extra: dict | None) -> bool:
+        """Way 2, else 3: convert the step; copy it if its entries are laid out as held, else write it now.
+
+        Returns whether the step is held.
+        """
+        args = list(step)
+        for pos, check in self._inputs.items():
+            args[pos] = check(args[pos])
+        raw = self.adapter.convert(*args)
+        raw.update(extra or {})
+        specs = self._specs
+        if raw.keys() != specs.keys() or any((v.shape, v.dtype) != specs[k] for k, v in raw.items()):
+            self._write_now(step, args, extra, raw)
+            return False
+        i = self._held
+        for key, value in raw.items():
+            self._slabs[key][:, i] = value
+        self._finish(i, args[_INFOS], legacy=False)
+        return True
+
+    def _finish(self, i: int, infos: Any, legacy: bool) -> None:
+        """Held step ``i``'s episode ends: LEGACY truncation, final observations, mode checks."""
+        slabs = self._slabs
+        term, trunc = slabs[TERMINATED][:, i], slabs[TRUNCATED][:, i]
+        if legacy:  # ``terminated`` held the dones (the infos are checked at every step)
+            truncated = self.adapter.legacy_truncation(infos, term)
+            trunc[...] = truncated
+            term &= ~truncated
+        if not (np.count_nonzero(term) or np.count_nonzero(trunc)):  # cheaper than any() on a step
+            return
+        done = term | trunc
+        self.adapter.finish_step({k: v[:, i] for k, v in slabs.items()}, infos, done, owned=True)
+
+    def _write_now(
+        self, step: tuple, args: list, extra: dict | None, raw: dict[tuple[str, ...], np.ndarray]
+    ) -> None:
+        """Way 3: write the held steps, then this one on its own; lay the slabs out for steps like it."""
+        self.flush()
+        entries = self.adapter.resolve(*args)
+        if self.adapter.unseen_resets.any():
+            # envs reset by hand mid-episode: their running episodes end before this step
             self.rb.writer.end_episodes(self.adapter.unseen_resets)
         if extra:
             entries.update(extra)
-        specs = {k: (v.shape, v.dtype) for k, v in entries.items()}
-        if self._specs is None or specs != self._specs:
-            self.flush()
-            self.rb.extend(self.adapter.to_tensordict(entries, [self.adapter.num_envs]))
-            self._specs, self._slabs = specs, {}  # reached only if the buffer took the step
-            return
-        if not self._slabs:  # reused chunk after chunk: each write copies them into the storage
-            self._slabs = {
-                k: np.empty((v.shape[0], self.chunk, *v.shape[1:]), v.dtype)
-                for k, v in entries.items()
-            }
-        for key, value in entries.items():  # copies: the caller may reuse its arrays
-            self._slabs[key][:, self._held] = value
-        self._held += 1
-        if self._held >= self.chunk:
-            self.flush()
+        self.rb.extend(self.adapter.to_tensordict(entries, [self.adapter.num_envs]))
+        self._lay_out(step, args, raw, extra)  # reached only if the buffer took the step
 
+    def _lay_out(
+        self, step: tuple, args: list, raw: dict[tuple[str, ...], np.ndarray], extra: dict | None
+    ) -> None:
+        """Slabs, and way 1's views, for steps laid out as ``step`` (as given), ``args`` (converted), ``raw``."""
+        n = self.adapter.num_envs
+        # as many steps as SLAB_BYTES hold (pixels), at most chunk
+        step_bytes = sum(v.nbytes for v in raw.values())
+        self.held_max = max(1, min(self.chunk, SLAB_BYTES // max(1, step_bytes)))
+        self._specs = {k: (v.shape, v.dtype) for k, v in raw.items()}
+        self._slabs = {k: np.empty((n, self.held_max, *v.shape[1:]), v.dtype) for k, v in raw.items()}
+        self._extra_keys = tuple(extra) if extra else ()
+        self._columns = [(pos, _steps(self._slabs[key])) for pos, key in _COLUMN_KEYS]
+        arrays, dicts = [], []
+        key_of = self.adapter.observation_key
+        for pos, prefix in ((_OBS, ()), (_ACTION, None), (_NEXT, ("next",))):
+            value, given, check = args[pos], step[pos], self._inputs.get(pos)
+            if isinstance(value, np.ndarray):
+                key = ("action",) if prefix is None else (*prefix, key_of)
+                arrays.append((pos, *self._entry(value, given, key, check and check.value_check())))
+            elif prefix is not None and type(value) is dict and type(given) is dict and all(
+                    type(v) is np.ndarray for v in value.values()):
+                dicts.append((pos, len(value), [
+                    (name, *self._entry(v, given.get(name), (*prefix, name),
+                                        check and check.value_check(name)))
+                    for name, v in value.items()
+                ]))
+            else:  # nested dicts...: way 2
+                self._arrays = None
+                return
+        self._arrays, self._dicts = arrays, dicts
+
+    def _entry(self, value: np.ndarray, given: Any, key: tuple[str, ...], check: Any) -> tuple:
+        """``(shape, dtype, views, check)`` of one input entry of way 1.
+
+        Without a check of values, the input must be laid out as it was
+        converted (the facade's check then returns it as is). A checked entry
+        (a ``Discrete`` action) is taken as given when only its shape differs
+        from the converted one (``[num_envs]`` for ``[num_envs, 1]``).
+        """
+        views = _steps(self._slabs[key])
+        if check is not None and isinstance(given, np.ndarray) and given.shape != value.shape and (
+                given.dtype == value.dtype and given.size == value.size):
+            return given.shape, given.dtype, [v.reshape(given.shape) for v in views], check
+        return value.shape, value.dtype, views, check
+
+    # ---------------------------------------------------------------- writing
     def flush(self) -> None:
-        """Write the held steps as one ``[num_envs, T]`` batch."""
-        if not self._held:
+        """Resolve the held steps and write them as ``[num_envs, T]`` batches.
+
+        One batch, or one per run of steps between unseen resets (each ends
+        the reset envs' running episodes before the step that opens the new ones).
+
+        Raises:
+            ValueError: a held step holds a NaN or infinity (``check_finite``):
+                the steps before it are written first.
+        """
+        held = self._held
+        if not held:
             return
-        held, self._held = self._held, 0
-        steps = {k: v[:, :held] for k, v in self._slabs.items()}
-        self.rb.extend(self.adapter.to_tensordict(steps, [self.adapter.num_envs, held]))
+        self._held = 0
+        resolved = self.adapter.resolve_steps({k: v[:, :held] for k, v in self._slabs.items()})
+        kept, unseen = resolved.kept, resolved.unseen
+        # runs of steps between unseen resets: [0, c1), [c1, c2), ..., [ck, kept)
+        cuts = np.flatnonzero(unseen[:, :kept].any(0)).tolist()
+        starts = [0, *(c for c in cuts if c)]
+        for lo, hi in zip(starts, [*starts[1:], kept]):
+            if unseen[:, lo].any():  # those envs' running episodes end before step lo
+                self.rb.writer.end_episodes(unseen[:, lo])
+            if hi > lo:
+                steps = {k: v[:, lo:hi] for k, v in resolved.entries.items()}
+                self.rb.extend(self.adapter.to_tensordict(steps, [self.adapter.num_envs, hi - lo]))
+        if resolved.error is not None:
+            self.rb.writer.end_episodes(np.ones(self.adapter.num_envs, dtype=bool))
+            raise ValueError(
+                f"{resolved.error} That step and the {held - kept - 1} added after it were not "
+                "stored (steps are written in chunks); the running episodes end before it."
+            ) from None
 
     def clear(self) -> None:
         """Drop held steps (the buffer is being emptied)."""
-        self._held, self._slabs = 0, {}
+        self._held = 0
 
     def __len__(self) -> int:
         return self._held
+
+
+def _steps(slab: np.ndarray) -> list[np.ndarray]:
+    """The slab's view at each held step: ``[num_envs, ...]`` (made once, reused each chunk)."""
+    return [slab[:, i] for i in range(slab.shape[1])]

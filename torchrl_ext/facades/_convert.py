@@ -1,6 +1,7 @@
 """Facade inputs (numpy or torch, per env) to the numpy arrays the adapter resolves."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -102,6 +103,28 @@ class SpaceInput:
             self.shapes.append((num_envs, 1))
         self.integral = self.dtype is not None and self.dtype.kind in "iub"
 
+    def value_check(self, name: str | None = None) -> Callable[[np.ndarray], None] | None:
+        """What :meth:`__call__` still checks in an array of exactly the space's shape and dtype.
+
+        A ``Discrete`` space's range (raising its ``ValueError``); ``None``
+        where the shape and dtype say everything (the array is returned as
+        is). ``name``: that entry of a ``Dict`` space.
+
+        Examples:
+            >>> import gymnasium as gym, numpy as np
+            >>> SpaceInput("add", "obs", gym.spaces.Box(0, 1, (3,)), 2).value_check() is None
+            True
+            >>> check = SpaceInput("add", "actions", gym.spaces.Discrete(3), 2).value_check()
+            >>> check(np.array([0, 3]))
+            Traceback (most recent call last):
+            ...
+            ValueError: add: actions holds values in [0, 3], outside Discrete(3) (values 0 .. 2).
+        """
+        node = self if name is None else (self.children or {}).get(name)
+        if node is None or node.children is not None or not node.discrete:
+            return None
+        return node._check_range
+
     def __call__(self, value: Any) -> Any:
         """``value`` checked and converted (a dict of arrays for a ``Dict`` space)."""
         if self.children is not None:
@@ -162,10 +185,17 @@ class SpaceInput:
     def _check_range(self, array: np.ndarray) -> None:
         space: Any = self.space  # a Discrete space
         lo, hi = int(space.start), int(space.start) + int(space.n)
-        if array.size and (array.min() < lo or array.max() >= hi):
+        if not array.size:
+            return
+        if array.size <= 256:  # a step's actions: Python's min / max beat numpy's reduction setup
+            values = array.reshape(-1).tolist()
+            low, high = min(values), max(values)
+        else:
+            low, high = array.min(), array.max()
+        if low < lo or high >= hi:
             raise ValueError(
-                f"{self.owner}: {self.name} holds values in [{int(array.min())}, "
-                f"{int(array.max())}], outside {space} (values {lo} .. {hi - 1})."
+                f"{self.owner}: {self.name} holds values in [{int(low)}, "
+                f"{int(high)}], outside {space} (values {lo} .. {hi - 1})."
             )
 
 

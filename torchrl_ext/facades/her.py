@@ -209,9 +209,8 @@ class HerReplayStorage:
         info_keys (sequence of str, optional): info entries stored with
             ``copy_info_dict`` even if the first :meth:`add` lacks them (stored
             as float32 scalars per env, zeros where absent).
-        check_finite (bool): :meth:`add` raises on a NaN or infinite reward,
-            observation or action, naming the entry, env and step. Defaults to
-            ``True``.
+        check_finite (bool): refuse NaN and infinite values, as
+            :class:`~torchrl_ext.NStepReplayStorage` does. Defaults to ``True``.
         native (bool): return :class:`HerReplayBatch` in stored dtypes instead
             of the original's float32 :class:`HerReplayTuple`. Defaults to ``False``.
 
@@ -321,7 +320,8 @@ class HerReplayStorage:
         self._info_keys = [str(k) for k in info_keys]
         self._info_schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
         self._info_unknown: set[str] = set()  # entries seen after the set was fixed
-        self._batcher = StepBatcher(self.rb, self.adapter, chunk=ADD_CHUNK)
+        self._batcher = StepBatcher(self.rb, self.adapter, chunk=ADD_CHUNK,
+                                    inputs=(self._observations, self._actions, self._next_observations))
 
     # ------------------------------------------------------------------ seed API
     def add(
@@ -346,22 +346,22 @@ class HerReplayStorage:
         Raises:
             ValueError: an input does not match its space (shape, e.g. a goal of
                 another shape; a non-integral action for an integer space), does
-                not have ``num_envs`` rows, is not finite (``check_finite``), or
-                the infos contradict the autoreset mode.
+                not have ``num_envs`` rows, is not finite (``check_finite``:
+                raised when its chunk is written), or the infos contradict the
+                autoreset mode.
             KeyError: observations or next observations whose keys are not the
                 ``Dict`` space's (e.g. no goal entries).
         """
-        # observations and actions are checked against, and cast to, the spaces;
-        # the adapter converts the rest
-        obs, nxt = self._observations(observations), self._next_observations(next_observations)
-        actions = self._actions(actions)
+        # observations and actions are checked against, and cast to, the spaces (by
+        # the batcher, unless laid out as the steps before); the adapter converts the rest
         extra = None
         if self.copy_info_dict:
             done = np.asarray(terminateds, bool).reshape(-1) | np.asarray(
                 truncateds if truncateds is not None else False, bool).reshape(-1)
             extra = self._infos(infos, done)
         self._batcher.add(  # written in chunks, flushed before any read
-            obs, actions, rewards, terminateds, truncateds, infos, nxt, extra=extra
+            observations, actions, rewards, terminateds, truncateds, infos, next_observations,
+            extra=extra,
         )
 
     def sample(self) -> HerReplayTuple | HerReplayBatch:

@@ -178,9 +178,11 @@ class NStepReplayStorage:
         snapshot_dir (str or Path, optional): directory for ``save_snapshot``.
             Nothing is ever written to the current directory.
         seed (int, optional): seeds sampling.
-        check_finite (bool): :meth:`add` raises on a NaN or infinite reward,
-            observation or action, naming the entry, env and step. Defaults to
-            ``True``.
+        check_finite (bool): raise on a NaN or infinite reward, observation
+            or action, naming the entry, env and step, when the chunk of added
+            steps holding it is written (by the :meth:`add` that fills it, or
+            the next read); the steps before it are stored, it and the rest of
+            its chunk are not. Defaults to ``True``.
         native (bool): batches in stored dtypes (:class:`NStepReplayBatch`,
             TensorDicts from ``replay_iter``) instead of the original's float32
             :class:`NStepReplayTuple`. Defaults to ``False``.
@@ -280,7 +282,8 @@ class NStepReplayStorage:
             if recover(self.snapshot_dir / "buffer").exists():
                 self._reopen(self.snapshot_dir / "buffer")
         # workers see added steps once written: at most min(ADD_CHUNK, fetch_every) held
-        self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every))
+        self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every),
+                                    inputs=(self._observations, self._actions, self._next_observations))
         # rows on an accelerator are sampled in this process
         self._workers = self.num_workers if self.rb.storage.device.type == "cpu" else 0
         # the workers' batches: restarted after a failure (sampling too early, a worker killed)
@@ -312,15 +315,15 @@ class NStepReplayStorage:
         Raises:
             ValueError: an input does not match its space (shape; a non-integral
                 value for an integer space), does not have ``num_envs`` rows, is
-                not finite (``check_finite``), or the infos contradict the
-                autoreset mode (the message names the entry and the fix).
+                not finite (``check_finite``: raised when its chunk is written),
+                or the infos contradict the autoreset mode (the message names
+                the entry and the fix).
             KeyError: dict observations whose keys are not the ``Dict`` space's.
         """
-        # observations and actions are checked against, and cast to, the spaces;
-        # the adapter converts the rest
+        # observations and actions are checked against, and cast to, the spaces (by
+        # the batcher, unless laid out as the steps before); the adapter converts the rest
         self._batcher.add(  # written in chunks, flushed before any read
-            self._observations(observations), self._actions(actions),
-            rewards, terminateds, truncateds, infos, self._next_observations(next_observations),
+            observations, actions, rewards, terminateds, truncateds, infos, next_observations
         )
 
     @property

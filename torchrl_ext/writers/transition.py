@@ -315,22 +315,20 @@ class TransitionWriter(Writer):
     ) -> np.ndarray:
         # leaves are [K * T, ...] with env k at rows k*T .. k*T+T-1, in time order,
         # written to streams[k]; steps where mask is False are skipped.
-        K, T = shape
+        T = shape[1]
         done, traj = self._done(leaves, shape), self._traj(leaves, shape)
         if mask is None or mask.all():
             return self._write_block(streams, done, traj, leaves, where)
         rows = np.full(shape, -1, dtype=np.int64)
-        # envs with the same number of kept steps could share a plan; holes are
-        # rare (padding, gymnasium reset steps), so keep it simple: T == 1 at once,
-        # otherwise env by env.
-        groups = [np.flatnonzero(mask[:, 0])] if T == 1 else [np.array([k]) for k in range(K)]
-        for envs in groups:
-            keep = mask[envs]  # [k, T]
-            if not keep.any():
-                continue
+        # envs with the same number of kept steps share one write: each env's kept
+        # steps, in time order, become a row of a [k, n] block (a gymnasium reset
+        # step in every env's chunk, at different times, is still one write)
+        kept = mask.sum(1)  # [K]
+        for n in np.unique(kept[kept > 0]).tolist():
+            envs = np.flatnonzero(kept == n)
+            keep = mask[envs]  # [k, T], n True per row
             flat = torch.from_numpy((envs[:, None] * T + np.arange(T))[keep])
             part = _select_steps(leaves, flat)
-            n = int(keep.sum()) // envs.size
             sub_traj = None if traj is None else traj[envs][keep].reshape(-1, n)
             sub_done = done[envs][keep].reshape(-1, n)
             placed = self._write_block(streams[envs], sub_done, sub_traj, part, where)

@@ -4,12 +4,14 @@ from __future__ import annotations
 import warnings
 from typing import Any, Iterator, Mapping
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError
 from torchrl_ext.facades.episodic.dataset import EpisodeDataset, SequenceStream
+from torchrl_ext.facades.episodic.running import RunningEpisodes
 from torchrl_ext.loader import RestartingIterator
 
 __all__ = ["EpisodeReplayBuffer"]
@@ -110,10 +112,15 @@ class EpisodeReplayBuffer:
         self._iterator = RestartingIterator(self.loader.__iter__, "EpisodeReplayBuffer")
         self._num_envs: int | None = None  # 0: single env, fixed by the first call
         self._keys: tuple[str, ...] | None = None
+        self._key_set: frozenset[str] = frozenset()  # the same, to compare a step's keys with
         # each field's (shape, dtype) per env, fixed by the first step: a step
         # that differs raises at its add_step, not at the episode's torch.stack
         self._spec: dict[str, tuple[torch.Size, torch.dtype]] | None = None
-        self._episodes: list[list[dict[str, torch.Tensor]]] = []
+        # numpy dtype (None: none) and device of each field, fixed with _spec
+        self._host_dtypes: dict[str, np.dtype | None] = {}
+        self._devices: dict[str, torch.device] = {}
+        # each env's steps since its episode began (None until the first step)
+        self._running: RunningEpisodes | None = None
 
     # ----------------------------------------------------------------- writes
     def add_step(
@@ -161,10 +168,9 @@ class EpisodeReplayBuffer:
                 ``d > 1``): it is stored as one env's step (the flag decides).
         """
         opens, ends, extra = self._boundaries(done, is_first, is_last, terminated, truncated)
-        num_envs = int(opens.numel()) if opens.ndim else 0
+        num_envs = int(opens.size) if opens.ndim else 0
         if self._num_envs is None:
             self._num_envs = num_envs
-            self._episodes = [[] for _ in range(max(num_envs, 1))]
         elif num_envs != self._num_envs:
             def kind(n: int) -> str:
                 return f"a vector env of {n}" if n else "a single env"
@@ -176,39 +182,39 @@ class EpisodeReplayBuffer:
         if self._spec is None:
             if num_envs == 0:
                 _warn_if_batched(values)
-            self._spec = {k: (v.shape[1 if num_envs else 0:], v.dtype) for k, v in values.items()}
+            self._fix_spec(values, num_envs)
         else:
             self._check_spec(values, num_envs)
-        if num_envs == 0:
-            if bool(opens):
-                self._close(0)
-            self._episodes[0].append(values)
-            if bool(ends):
-                self._close(0)
-            return
-        per_env = {key: value.unbind(0) for key, value in values.items()}  # views, one call a key
-        for env, (opens_env, ends_env) in enumerate(zip(opens.tolist(), ends.tolist())):
-            if opens_env:
+        running = self._running
+        if running is None:
+            running = self._running = self._new_running()
+        if num_envs == 0:  # one env: its step gets the env dim
+            values = {key: value[None] for key, value in values.items()}
+            opens = opens.reshape(1)
+            ends = None if ends is None else ends.reshape(1)
+        if np.count_nonzero(opens):  # cheaper than any() on a step's flags
+            for env in np.flatnonzero(opens).tolist():
                 self._close(env)
-            self._episodes[env].append({key: rows[env] for key, rows in per_env.items()})
-            if ends_env:
+        running.append(values)  # copies: callers may reuse their buffers
+        if ends is not None and np.count_nonzero(ends):
+            for env in np.flatnonzero(ends).tolist():
                 self._close(env)
 
     def _boundaries(
         self, done: Any, is_first: Any, is_last: Any, terminated: Any, truncated: Any
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """``(opens, ends, extra fields)``: where episodes start and end at this step."""
+    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
+        """``(opens, ends, extra fields)``: where episodes start and end at this step (``None``: nowhere)."""
+        if is_first is None and is_last is None and terminated is None and truncated is None:
+            was = self._flags("done", done)
+            if was.ndim == 0:  # single env: done ends the episode at this step
+                return np.array(False), was, {}
+            return was, None, {}  # vector env: done = was done (no step ends an episode)
         explicit = {
             name: self._flags(name, value)
             for name, value in (("is_first", is_first), ("is_last", is_last),
                                 ("terminated", terminated), ("truncated", truncated))
             if value is not None
         }
-        if not explicit:
-            was = self._flags("done", done)
-            if was.ndim == 0:  # single env: done ends the episode at this step
-                return torch.tensor(False), was, {}
-            return was, torch.zeros_like(was), {}  # vector env: done = was done
         if not (done is False or done is None):
             raise ValueError(
                 "add_step: pass done (the seed's convention) or the flags is_first / "
@@ -217,7 +223,7 @@ class EpisodeReplayBuffer:
         shapes = {name: tuple(value.shape) for name, value in explicit.items()}
         if len(set(shapes.values())) > 1:
             raise ValueError(f"add_step: the flags have different shapes: {shapes}.")
-        none = torch.zeros_like(next(iter(explicit.values())))
+        none = np.zeros_like(next(iter(explicit.values())))
         first, last, term, trunc = (
             explicit.get(name, none) for name in ("is_first", "is_last", "terminated", "truncated")
         )
@@ -226,7 +232,22 @@ class EpisodeReplayBuffer:
             extra = {"terminated": term, "truncated": trunc}
         return first, last | term | trunc, extra
 
-    def _check_spec(self, values: dict[str, torch.Tensor], num_envs: int) -> None:
+    def _fix_spec(self, values: dict[str, Any], num_envs: int) -> None:
+        """The first step fixes each field's shape per env, dtype and device."""
+        skip = 1 if num_envs else 0
+        self._spec = {k: (torch.Size(v.shape[skip:]), _torch_dtype(v)) for k, v in values.items()}
+        self._host_dtypes = {k: v.dtype if type(v) is np.ndarray else _numpy_dtype(v.dtype)
+                             for k, v in values.items()}
+        self._devices = {k: v.device if isinstance(v, torch.Tensor) else torch.device("cpu")
+                         for k, v in values.items()}
+
+    def _new_running(self) -> RunningEpisodes:
+        spec = self._spec or {}
+        return RunningEpisodes(max(self._num_envs or 0, 1), {
+            key: (shape, dtype, self._devices[key]) for key, (shape, dtype) in spec.items()
+        })
+
+    def _check_spec(self, values: dict[str, Any], num_envs: int) -> None:
         """Each field's step shape and dtype are the first step's (one dict lookup a field)."""
         spec = self._spec or {}
         skip = 1 if num_envs else 0
@@ -238,82 +259,98 @@ class EpisodeReplayBuffer:
                     f"expected {tuple(shape)} as in the first step; a field keeps its shape "
                     "within and across episodes (pad or split it into fields)."
                 )
-            if value.dtype != dtype:
+            same = value.dtype == (self._host_dtypes[key] if type(value) is np.ndarray else dtype)
+            if not same:
                 raise TypeError(
-                    f"add_step: field {key!r} has dtype {value.dtype}, expected {dtype} as in "
+                    f"add_step: field {key!r} has dtype {_torch_dtype(value)}, expected {dtype} as in "
                     f"the first step; cast it (e.g. torch.as_tensor(x, dtype={dtype}))."
                 )
 
     @staticmethod
-    def _flags(name: str, flag: Any) -> torch.Tensor:
+    def _flags(name: str, flag: Any) -> np.ndarray:
+        """A flag as a numpy bool array, 0-d (single env) or ``[num_envs]``."""
         if isinstance(flag, bool):
-            return torch.tensor(flag)
+            return np.array(flag)
         if flag is None or isinstance(flag, (str, bytes)):
             raise TypeError(
                 f"add_step: {name}={flag!r}, expected a bool, a 0-d or a [num_envs] bool tensor."
             )
+        if isinstance(flag, torch.Tensor) and flag.dtype == torch.bool and flag.ndim <= 1:
+            return flag.numpy() if flag.is_cpu else flag.cpu().numpy()  # the usual flag, as is
+        if type(flag) is np.ndarray and flag.dtype == bool and flag.ndim <= 1:
+            return flag
         flag = torch.as_tensor(flag)
         if flag.ndim > 1 or flag.dtype != torch.bool and flag.is_floating_point():
             raise ValueError(
                 f"add_step: {name} must be a bool, a 0-d or a [num_envs] bool tensor, "
                 f"got {flag.dtype} of shape {tuple(flag.shape)}."
             )
-        return flag.bool()
+        return flag.bool().cpu().numpy()
 
     def _values(
-        self, step_data: Mapping[str, Any], num_envs: int, extra: dict[str, torch.Tensor]
-    ) -> dict[str, torch.Tensor]:
-        if not isinstance(step_data, (Mapping, TensorDictBase)):
+        self, step_data: Mapping[str, Any], num_envs: int, extra: dict[str, np.ndarray]
+    ) -> dict[str, Any]:
+        """Each field as a numpy array where it is in CPU memory (else a tensor), not copied."""
+        if type(step_data) is not dict and not isinstance(step_data, (Mapping, TensorDictBase)):
             raise TypeError(
                 f"add_step: step_data is {type(step_data).__name__}, expected a dict of tensors."
             )
-        clash = sorted(set(extra) & set(step_data.keys()))
+        clash = sorted(set(extra) & set(step_data.keys())) if extra else None
         if clash:
             raise ValueError(
                 f"add_step: step_data has fields {clash} and the terminated / truncated "
                 "flags were passed too; pass each once."
             )
-        values = dict(extra)
+        values: dict[str, Any] = dict(extra)
         for key, value in step_data.items():
-            if not isinstance(key, str) or isinstance(value, (Mapping, TensorDictBase)):
+            kind = type(value)  # exact types first: an isinstance of an ABC costs more than the rest
+            if type(key) is not str or kind is not torch.Tensor and kind is not np.ndarray and (
+                    not isinstance(key, str) or isinstance(value, (Mapping, TensorDictBase))):
                 raise TypeError(
                     f"add_step: field {key!r}: expected string keys and tensor values "
                     "(nested fields are not supported)."
                 )
-            try:
-                value = torch.as_tensor(value)
-            except (TypeError, ValueError, RuntimeError):
-                raise TypeError(
-                    f"add_step: field {key!r} is {type(value).__name__} ({value!r:.40}), "
-                    "expected a tensor, array or number."
-                ) from None
+            if kind is torch.Tensor or isinstance(value, torch.Tensor):
+                if value.requires_grad:
+                    value = value.detach()
+                if value.is_cpu and value.dtype in _NUMPY_DTYPES:
+                    value = value.numpy()  # a view: copied into the running episode
+            elif type(value) is not np.ndarray or value.dtype.kind not in "biufc":
+                try:
+                    value = torch.as_tensor(value)
+                except (TypeError, ValueError, RuntimeError):
+                    raise TypeError(
+                        f"add_step: field {key!r} is {type(value).__name__} ({value!r:.40}), "
+                        "expected a tensor, array or number."
+                    ) from None
+                if value.dtype in _NUMPY_DTYPES:
+                    value = value.numpy()
             if num_envs and (value.ndim == 0 or value.shape[0] != num_envs):
                 raise ValueError(
                     f"add_step: field {key!r} has shape {tuple(value.shape)}, expected a "
                     f"leading dim of {num_envs} (one entry per env, as done has)."
                 )
-            values[key] = value.clone()  # callers may reuse their buffers
-        keys = tuple(sorted(values))
+            values[key] = value
         if self._keys is None:
-            self._keys = keys
-        elif keys != self._keys:
+            self._keys = tuple(sorted(values))
+            self._key_set = frozenset(self._keys)
+        elif values.keys() != self._key_set:
             raise EntryKeyError(
-                f"add_step: step fields {list(keys)} differ from the first step's "
+                f"add_step: step fields {sorted(values)} differ from the first step's "
                 f"{list(self._keys)}."
             )
         return values
 
     def _close(self, env: int) -> None:
-        steps = self._episodes[env]
-        if not steps:
-            return
-        self._episodes[env] = []
-        self.dataset.add_episode({key: [step[key] for step in steps] for key in steps[0]})
+        episode = None if self._running is None else self._running.take(env)
+        if episode is not None:
+            self.dataset.add_episode(episode)  # stacked [length, ...] fields
 
     def flush(self) -> None:
         """Store every episode still running (e.g. before sampling or at shutdown)."""
-        for env in range(len(self._episodes)):
-            self._close(env)
+        if self._running is not None:
+            for env in range(self._running.num_envs):
+                self._close(env)
 
     # ----------------------------------------------------------------- reads
     def sample(self) -> TensorDictBase:
@@ -376,7 +413,8 @@ class EpisodeReplayBuffer:
             "dataset": self.dataset.state_dict(),
             "num_envs": self._num_envs,
             "keys": self._keys,
-            "running": [[dict(step) for step in steps] for steps in self._episodes],
+            "running": [] if self._running is None else [
+                self._running.steps(env) for env in range(self._running.num_envs)],
             "generator": stream.in_process_generator().get_state(),
         }
 
@@ -385,7 +423,15 @@ class EpisodeReplayBuffer:
         self.dataset.load_state_dict(state["dataset"])
         self._num_envs = state["num_envs"]
         self._keys = state["keys"]
-        self._episodes = [[dict(step) for step in steps] for steps in state["running"]]
+        self._key_set = frozenset(self._keys or ())
+        running = [list(steps) for steps in state["running"]]
+        first = next((steps[0] for steps in running if steps), None)
+        if first is not None:  # the running steps fix the fields, as a first step does
+            self._spec = {k: (v.shape, v.dtype) for k, v in first.items()}
+            self._host_dtypes = {k: _numpy_dtype(v.dtype) for k, v in first.items()}
+            self._devices = {k: v.device for k, v in first.items()}
+            self._running = self._new_running()
+            self._running.load(running)
         self._stream.in_process_generator().set_state(state["generator"])
 
     @property
@@ -430,3 +476,22 @@ def _warn_if_batched(values: dict[str, torch.Tensor]) -> None:
         UserWarning,
         stacklevel=3,
     )
+
+
+#: torch dtypes numpy holds (a field of another, bfloat16, stays a tensor)
+_NUMPY_DTYPES = frozenset({
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+})
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
+    """The numpy dtype of a torch dtype, ``None`` where numpy has none."""
+    return torch.empty(0, dtype=dtype).numpy().dtype if dtype in _NUMPY_DTYPES else None
+
+
+def _torch_dtype(value: Any) -> torch.dtype:
+    """The torch dtype of a tensor or numpy array."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype
+    return torch.from_numpy(np.empty(0, value.dtype)).dtype

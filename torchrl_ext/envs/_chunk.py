@@ -1,0 +1,113 @@
+"""Which of ``T`` vector-env steps are transitions, and where episodes break, in one pass.
+
+Pure functions over ``[num_envs, T]`` arrays: :class:`~torchrl_ext.envs.GymVectorAdapter`
+resolves one step as ``T = 1`` and a facade's chunk of held steps as ``T = chunk``
+with the same code. The one recurrence over time (a NEXT_STEP reset step exists
+only after a step that was stored and done) is vectorised over envs, with a
+loop over time only at the rare steps where it chains.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["first_nonfinite_step", "follow_on", "reset_steps"]
+
+
+def follow_on(obs: np.ndarray, nxt: np.ndarray, last: np.ndarray | None) -> np.ndarray:
+    """``[n, T]`` bool: step ``t``'s observation is, bit for bit, step ``t - 1``'s next observation.
+
+    ``last`` (``[n, ...]``) is the next observation before step 0; ``None``
+    (no step seen yet) counts as following on. Values compare with ``==``
+    first; rows that differ are compared byte by byte, so that NaN follows
+    NaN and nothing is cast. An observation whose shape or dtype differs
+    from ``last`` does not follow on.
+
+    Args:
+        obs: ``[n, T, ...]`` observations.
+        nxt: ``[n, T, ...]`` next observations, as the env returned them.
+        last: ``[n, ...]`` or ``None``.
+
+    Examples:
+        >>> obs = np.array([[[0.0], [1.0], [5.0]]])  # one env, three steps
+        >>> nxt = np.array([[[1.0], [2.0], [6.0]]])
+        >>> follow_on(obs, nxt, np.array([[0.0]])).tolist()  # step 2 does not start at 2.0
+        [[True, True, False]]
+        >>> nan = np.array([[[np.nan]]])
+        >>> follow_on(nan, nan, np.array([[np.nan]])).tolist()  # the same bytes
+        [[True]]
+    """
+    n, T = obs.shape[:2]
+    same = np.ones((n, T), dtype=bool)
+    if last is not None:
+        if last.shape != (n, *obs.shape[2:]) or last.dtype != obs.dtype:
+            same[:, 0] = False  # the observation changed shape: no continuation
+        else:
+            same[:, 0] = _rows_equal(obs[:, 0], last, 1)
+    if T > 1:
+        same[:, 1:] = _rows_equal(obs[:, 1:], nxt[:, :-1], 2)
+    return same
+
+
+def _rows_equal(a: np.ndarray, b: np.ndarray, lead: int) -> np.ndarray:
+    """``a == b`` over all but the ``lead`` leading dims (bytes where ``==`` says no)."""
+    same = np.ones(a.shape[:lead], dtype=bool)
+    eq = a == b  # a fresh C-ordered array: row r holds elements r * width .. (r + 1) * width - 1
+    if not eq.size or eq.all():  # the usual case stops here (no reduction per row: slow)
+        return same
+    same.reshape(-1)[np.flatnonzero(~eq.reshape(-1)) // (eq.size // same.size)] = False
+    # bytes, so that NaN == NaN and nothing is cast; only the rows == turned down
+    where = np.nonzero(~same)
+    x, y = a[where], b[where]  # [k, ...] copies, contiguous
+    k = x.shape[0]
+    same[where] = (x.reshape(k, -1).view(np.uint8) == y.reshape(k, -1).view(np.uint8)).all(-1)
+    return same
+
+
+def reset_steps(candidate: np.ndarray) -> np.ndarray:
+    """``[n, T]`` bool: the NEXT_STEP reset steps among ``candidate`` steps.
+
+    ``candidate[:, t]``: step ``t`` follows a done step (for ``t = 0``: the
+    adapter's pending reset) and observes its final observation again. It is
+    a reset step, and not a transition, unless step ``t - 1`` was itself a
+    reset step (then ``t - 1`` was never stored and its done flag resets
+    nothing): ``reset[t] = candidate[t] & ~reset[t - 1]``.
+
+    Examples:
+        >>> candidate = np.array([[True, True, True, False, True]])
+        >>> reset_steps(candidate).astype(int).tolist()
+        [[1, 0, 1, 0, 1]]
+    """
+    reset = candidate.copy()
+    # only steps whose previous step is a candidate too depend on it, in time order
+    for t in (np.flatnonzero((candidate[:, 1:] & candidate[:, :-1]).any(0)) + 1).tolist():
+        reset[:, t] = candidate[:, t] & ~reset[:, t - 1]
+    return reset
+
+
+def first_nonfinite_step(entries: dict[Any, np.ndarray]) -> int | None:
+    """The first time index ``t`` where a floating ``[n, T, ...]`` entry holds NaN or an infinity.
+
+    One reduction per entry when every value is finite (the sums are finite
+    unless a value is not, or a sum overflows); ``None`` then.
+
+    Examples:
+        >>> reward = np.array([[1.0, 2.0, np.nan, np.inf]])  # [1 env, 4 steps]
+        >>> first_nonfinite_step({"reward": reward, "done": np.zeros((1, 4), bool)})
+        2
+    """
+    floats = [value for value in entries.values() if value.dtype.kind == "f"]
+    total = 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for value in floats:
+            total += np.add.reduce(value, axis=None)
+    if np.isfinite(total):
+        return None
+    first = None
+    for value in floats:
+        bad = ~np.isfinite(value).reshape(*value.shape[:2], -1).all(-1).all(0)  # [T]
+        if bad.any():
+            t = int(np.argmax(bad))
+            first = t if first is None else min(first, t)
+    return first

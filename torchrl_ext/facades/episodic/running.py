@@ -1,0 +1,128 @@
+"""The running episodes of an ``EpisodeReplayBuffer``: each env's steps in ``[envs, capacity]`` blocks."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["RunningEpisodes"]
+
+
+class RunningEpisodes:
+    """Each env's steps since its episode began, staged in ``[num_envs, capacity, ...]`` blocks.
+
+    All envs step together: column ``t`` of every block holds step ``t`` of
+    every env, and env ``i``'s running episode is columns ``start[i] .. t - 1``.
+    A step is one copy per field (the caller may reuse its tensors), through
+    a numpy view where the block is in CPU memory (a fraction of a torch
+    copy's call cost); an episode leaves as one slice per field. When the
+    columns run out, those before the oldest running episode are dropped
+    (one move), and the blocks double when the running episodes need all
+    their columns, so each step is moved O(1) times on average.
+
+    Args:
+        num_envs (int): envs (1 for a single env, whose steps are given without an env dim).
+        spec (dict): field name to ``(shape per env, dtype, device)``.
+
+    Keyword Args:
+        capacity (int): initial columns.
+
+    Examples:
+        >>> import torch
+        >>> running = RunningEpisodes(2, {"x": (torch.Size([]), torch.float32, torch.device("cpu"))}, capacity=2)
+        >>> for t in range(5):
+        ...     running.append({"x": torch.tensor([t, 10.0 + t])})
+        >>> running.take(0)["x"].tolist()  # env 0's episode so far, which ends here
+        [0.0, 1.0, 2.0, 3.0, 4.0]
+        >>> running.append({"x": torch.tensor([5.0, 15.0])})
+        >>> running.take(0)["x"].tolist(), running.take(1)["x"].tolist()
+        ([5.0], [10.0, 11.0, 12.0, 13.0, 14.0, 15.0])
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        spec: dict[str, tuple[torch.Size, torch.dtype, torch.device]],
+        *,
+        capacity: int = 64,
+    ) -> None:
+        self.num_envs = num_envs
+        self.spec = spec
+        self.t = 0  # the next column
+        self.start = np.zeros(num_envs, dtype=np.int64)  # [num_envs] first column of each running episode
+        self._allocate(max(1, capacity))
+
+    def _allocate(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._blocks = {
+            key: torch.empty((self.num_envs, capacity, *shape), dtype=dtype, device=device)
+            for key, (shape, dtype, device) in self.spec.items()
+        }
+        # per block in CPU memory, the numpy view of each column, for the per-step
+        # copies (made once per allocation); None: torch copies
+        self._columns = {key: _columns(block) for key, block in self._blocks.items()}
+
+    def append(self, values: dict[str, Any]) -> None:
+        """Copy one step of every env (``[num_envs, ...]`` per field, checked against ``spec``)."""
+        if self.t == self.capacity:
+            self._make_room()
+        t = self.t
+        for key, value in values.items():
+            columns = self._columns[key]
+            if columns is not None and type(value) is np.ndarray:
+                columns[t][...] = value
+            else:
+                self._blocks[key][:, t] = torch.as_tensor(value)
+        self.t = t + 1
+
+    def take(self, env: int) -> dict[str, torch.Tensor] | None:
+        """Env ``env``'s running episode (``[length, ...]`` per field, copied), which ends; ``None`` if empty."""
+        first, t = int(self.start[env]), self.t
+        self.start[env] = t
+        if first == t:
+            return None
+        return {key: block[env, first:t].clone() for key, block in self._blocks.items()}
+
+    def steps(self, env: int) -> list[dict[str, torch.Tensor]]:
+        """Env ``env``'s running steps, one dict per step (copies), oldest first (checkpoints)."""
+        return [{key: block[env, t].clone() for key, block in self._blocks.items()}
+                for t in range(int(self.start[env]), self.t)]
+
+    def load(self, steps: list[list[dict[str, torch.Tensor]]]) -> None:
+        """Replace the running episodes by ``steps`` (per env, :meth:`steps`' format)."""
+        longest = max((len(s) for s in steps), default=0)
+        if longest > self.capacity:
+            self._allocate(max(longest, 2 * self.capacity))
+        self.t = longest
+        for env, env_steps in enumerate(steps):
+            self.start[env] = longest - len(env_steps)
+            for j, step in enumerate(env_steps):
+                for key, value in step.items():
+                    self._blocks[key][env, int(self.start[env]) + j] = value
+
+    def _make_room(self) -> None:
+        """Drop the columns before the oldest running episode; double the blocks if there are none."""
+        oldest = int(self.start.min())
+        kept = self.t - oldest
+        if oldest == 0:  # the running episodes need every column
+            old = self._blocks
+            self._allocate(2 * self.capacity)
+            for key, block in old.items():
+                self._blocks[key][:, :kept] = block
+        else:
+            for key, block in self._blocks.items():
+                block[:, :kept] = block[:, oldest:self.t].clone()  # overlapping: through a copy
+        self.start -= oldest
+        self.t = kept
+
+
+def _columns(block: torch.Tensor) -> list[np.ndarray] | None:
+    """Numpy views of a CPU block's columns, ``None`` on an accelerator or for dtypes numpy lacks (bfloat16)."""
+    if block.device.type != "cpu":
+        return None
+    try:
+        host = block.numpy()
+    except TypeError:
+        return None
+    return [host[:, t] for t in range(host.shape[1])]
