@@ -407,3 +407,20 @@ def test_steps_laid_out_like_the_first_insert_and_others_store_the_same():
     assert data["Observation"][:, 0, 0].tolist() == [0.0, 1.0, 2.0]
     assert data["NextObservation"][:, 0, 0].tolist() == [1.0, 2.0, 3.0]
     assert len(buffer) == 3
+
+
+def test_nan_observations_that_follow_on_stay_one_episode():
+    # observations compare bit for bit: a NaN entry that the previous next
+    # observation also held does not cut the episode (== would: NaN != NaN)
+    buffer = MBReplayBuffer(50, "cpu", make_actor(gym.spaces.Box(-1, 1, (1,))), None, None,
+                            autoreset_mode="Disabled")
+    for t in range(6):
+        buffer.insert_transition({
+            "Observation": np.array([[np.nan, t]], np.float32),
+            "NextObservation": np.array([[np.nan, t + 1]], np.float32),
+            "Action": np.zeros((1, 1), np.float32), "Reward": np.zeros((1, 1), np.float32),
+            "NextDone": np.zeros((1, 1), np.float32),
+        })
+    assert buffer.get_all_buffer_data()["Observation"].shape == (6, 1, 2)  # written
+    _, lengths, _ = buffer.rb.storage.episode_index.live_episodes()
+    assert lengths.tolist() == [6]

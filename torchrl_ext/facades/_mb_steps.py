@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from torchrl_ext.envs._chunk import follow_on
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 
 OBS, RHS, DONE, ACT, REW = "Observation", "RecurrentHiddenStates", "Done", "Action", "Reward"
@@ -376,8 +377,10 @@ class PytorchrlSteps:
         Adds ``("next", "done")`` (bool, from ``"NextDone"``), a zero reward when a
         reward function replaces it, and trajectory ids that start a new episode
         wherever a step does not start at the previous step's next observation
-        while that episode was still open (unrelated slices one after the other):
-        rows keep each observation once, so such steps must not be joined.
+        (bit for bit: :func:`~torchrl_ext.envs._chunk.follow_on`, as the
+        facades' adapter) while that episode was still open (unrelated slices
+        one after the other): rows keep each observation once, so such steps
+        must not be joined.
         """
         done = leaves[STORED[DONE2]] != 0  # [N, T, 1]
         ends = (done | leaves[BOUNDARY_KEY])[..., 0]  # [N, T]
@@ -388,14 +391,7 @@ class PytorchrlSteps:
         for key, nxt in leaves.items():
             if key[:2] != STORED[OBS2]:
                 continue
-            obs = leaves[key[1:]]
-            last = self._last_next.get(key)
-            if last is not None:
-                jump[:, 0] |= (obs[:, 0] != last).reshape(n, -1).any(-1)
-            if T > 1:
-                differs = obs[:, 1:] != nxt[:, :-1]
-                if differs.any():  # one reduction over the block; per step only if a step jumped
-                    jump[:, 1:] |= differs.reshape(n, T - 1, -1).any(-1)
+            jump |= ~follow_on(leaves[key[1:]], nxt, self._last_next.get(key))
             self._last_next[key] = nxt[:, -1].copy()
         went_on = np.empty((n, T), bool)  # the episode was open before the step
         went_on[:, 0] = self._open
