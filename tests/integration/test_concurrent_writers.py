@@ -10,7 +10,6 @@ sampled transition is checked.
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
@@ -79,12 +78,13 @@ def broken_windows(batch: TensorDictBase, gamma: float) -> int:
 
 
 def test_writer_threads_and_a_sampling_thread():
-    """Two writer threads (own handles) and a sampler, for 2 seconds; capacity wraps."""
+    """Two writer threads (own handles) and a sampler until the ring wrapped twice and 2,048 windows were checked."""
     gamma = 0.5
     rb = make_replay_buffer(2048, num_streams=2 * NUM_ENVS, n_step=3, gamma=gamma, seed=0)
     first = rb.writer_handle()
     first.extend(SyntheticEnvs(9).batch())  # fixes the entries; then leaves its streams
     first.release()
+    index = rb.storage.index
     stop = threading.Event()
     errors: list[BaseException] = []
     checked = [0, 0]
@@ -96,8 +96,10 @@ def test_writer_threads_and_a_sampling_thread():
                 handle.extend(envs.batch())
         except BaseException as e:  # reported by the main thread
             errors.append(e)
+            stop.set()
 
     def sample() -> None:
+        # stops everything once enough happened (counts, not time: a slow machine only takes longer)
         try:
             while not stop.is_set():
                 if len(rb) < 256:  # the writers are starting
@@ -105,20 +107,21 @@ def test_writer_threads_and_a_sampling_thread():
                 batch = rb.sample(256)
                 checked[0] += broken_windows(batch, gamma)
                 checked[1] += 256
+                if checked[1] >= 2048 and index.written.min() > 2 * index.stream_capacity:
+                    stop.set()
         except BaseException as e:
             errors.append(e)
+            stop.set()
 
     threads = [threading.Thread(target=write, args=(w,)) for w in (2, 3)]
     threads.append(threading.Thread(target=sample))
     for thread in threads:
         thread.start()
-    time.sleep(2.0)
-    stop.set()
     for thread in threads:
         thread.join()
     assert not errors, errors
-    assert checked[1] > 1000 and checked[0] == 0
-    assert rb.storage.index.written.max() > rb.storage.index.stream_capacity  # wrapped
+    assert checked[1] >= 2048 and checked[0] == 0
+    assert index.written.min() > 2 * index.stream_capacity  # every ring wrapped twice, read meanwhile
 
 
 @pytest.mark.parametrize("capacity", [60_000, 4096], ids=["filling", "wrapping"])
@@ -132,19 +135,21 @@ def test_dataloader_workers_sample_while_two_writers_write(capacity):
     loader = make_loader(rb, num_workers=2, seed=0, prefetch_factor=2)
     it = iter(loader)
     seen, bad, writes = 0, 0, 0
-    deadline = time.monotonic() + 3.0
+    # bursts of writes, each followed by a batch, until 20 batches came and half the
+    # capacity was written (filling: it stays below capacity) or twice it (wrapping)
+    target = capacity // 2 if capacity > 10_000 else 2 * capacity
     try:
-        while time.monotonic() < deadline:
-            for handle, envs in writers:  # a burst of writes, then the batches that came
-                for _ in range(8):
-                    handle.extend(envs.batch())
-                    writes += NUM_ENVS * T
-            if writes >= capacity // 2 and capacity > 10_000:
-                break  # the filling case stays below capacity
+        while seen < 256 * 20 or writes < target:
+            if writes < target:
+                for handle, envs in writers:
+                    for _ in range(8):
+                        handle.extend(envs.batch())
+                        writes += NUM_ENVS * T
             batch = next(it)
             bad += broken(batch)
             seen += batch.numel()
     finally:
         del it, loader
-    assert seen >= 256 * 10
+    assert seen >= 256 * 20
+    assert writes >= target
     assert bad == 0, f"{bad} of {seen} sampled transitions are torn"

@@ -121,9 +121,9 @@ def test_torn_rows_workers_serve_whole_windows_while_the_ring_wraps(kind):
             handle.extend(envs.batch())
     it = iter(make_loader(rb, num_workers=2, seed=0, prefetch_factor=4))
     seen = bad = 0
-    deadline = time.monotonic() + 2.0
-    try:
-        while time.monotonic() < deadline:
+    index = rb.storage.index
+    try:  # counts, not time: a slow machine only takes longer
+        while seen < 64 * 40 or index.written.max() <= 20 * index.stream_capacity:
             for handle, envs in writers:
                 for _ in range(4):
                     handle.extend(envs.batch())
@@ -132,8 +132,8 @@ def test_torn_rows_workers_serve_whole_windows_while_the_ring_wraps(kind):
             seen += batch.shape[0]
     finally:
         del it
-    assert rb.storage.index.written.max() > 10 * rb.storage.index.stream_capacity  # wrapped
-    assert seen >= 64 * 10
+    assert index.written.max() > 20 * index.stream_capacity  # wrapped 20 times while read
+    assert seen >= 64 * 40
     assert bad == 0, f"{bad} of {seen} sampled {kind} items are torn"
 
 
