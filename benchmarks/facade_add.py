@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/facade_add.py OLD_TREE NEW_TREE [--rounds 5]
     .venv/bin/python benchmarks/facade_add.py --child      # one tree, prints JSON
+    .venv/bin/python benchmarks/facade_add.py --out FILE [--append] [--quick]  # a table (run.py)
 
 One fresh interpreter per tree per round (order alternating), ``PYTHONPATH=<tree>``,
 ``torch.set_num_threads(1)``. Each child builds every buffer, warms it up, then
@@ -42,7 +43,8 @@ N, OBS, ACT, STEPS = 16, 17, 6, 2000
 CAP = 32_000
 
 
-def child() -> None:
+def measure(blocks: int = 12) -> dict[str, tuple[float, float]]:
+    """Every operation's (median, minimum) microseconds per call, timed in interleaved blocks."""
     import gymnasium as gym
     import numpy as np
     import torch
@@ -130,11 +132,41 @@ def child() -> None:
         for _ in range(2100):
             fn()
     times: dict[str, list] = {k: [] for k in ops}
-    for _ in range(12):  # blocks of 1024 adds: each holds the same number of chunk writes
+    for _ in range(blocks):  # blocks of 1024 adds: each holds the same number of chunk writes
         for label, fn in ops.items():
             times[label].append(timed(fn, 1, 1024, warmup=0))
-    out = {k: (statistics.median(m for m, _ in v), min(m for _, m in v)) for k, v in times.items()}
-    print(json.dumps(out))
+    return {k: (statistics.median(m for m, _ in v), min(m for _, m in v)) for k, v in times.items()}
+
+
+def child() -> None:
+    print(json.dumps(measure()))
+
+
+def report(argv: list[str]) -> None:
+    """This tree's facades beside SB3 as a markdown table (``make bench``)."""
+    import argparse
+
+    from measure import machine_line, table
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="4 blocks instead of 12")
+    a = ap.parse_args(argv)
+    times = measure(4 if a.quick else 12)
+    rows = []
+    for op, (median, low) in times.items():
+        peer = PEER.get(op)
+        ratio = f"{median / times[peer][0]:.2f}x" if peer else "-"
+        rows.append([op, f"{median:,.1f}", f"{low:,.1f}", peer or "(peer)", ratio])
+    lines = ["## Facade adds: one 16-env step, as the facades' users call them", "", machine_line(), "",
+             "Every buffer full (32,000 transitions), 2,000 distinct steps cycled, interleaved blocks of "
+             "1,024 adds (each holds its share of the facades' chunk writes). Target (issue 15): "
+             "at most 1.00x SB3's add.", "",
+             table(["operation", "us/step (median)", "us/step (min)", "peer", "vs peer (cost)"], rows), ""]
+    with open(a.out, "a" if a.append else "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 PEER = {"NStep add": "SB3 ReplayBuffer.add", "HER add": "SB3 DictReplayBuffer.add",
@@ -167,5 +199,7 @@ def main() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--child"]:
         child()
+    elif "--out" in sys.argv[1:]:
+        report(sys.argv[1:])
     else:
         main()

@@ -11,6 +11,7 @@
     .venv/bin/python benchmarks/run.py --no-ray     # skip the W7 Ray tables (ray_writers.py)
     .venv/bin/python benchmarks/run.py --no-gpu     # skip the GPU tables (gpu.py; skipped anyway without CUDA)
     .venv/bin/python benchmarks/run.py --no-compress  # skip the compressed-frame tables (compressed.py)
+    .venv/bin/python benchmarks/run.py --no-add       # skip the facade-add table (facade_add.py)
 
 Prints markdown tables and writes them to benchmarks/results/latest.md, then the
 docs' benchmark page from them (docs_page.py: docs/benchmarks/); the W2
@@ -92,6 +93,7 @@ def main() -> None:
     ap.add_argument("--no-her", action="store_true", help="skip the W3 HER tables (her.py, ~2 min)")
     ap.add_argument("--no-seq", action="store_true", help="skip the W4 sequence tables (sequence.py)")
     ap.add_argument("--no-mb", action="store_true", help="skip the W6 model-based tables (model_based.py)")
+    ap.add_argument("--no-add", action="store_true", help="skip the facade-add table (facade_add.py)")
     ap.add_argument("--no-frames", action="store_true", help="skip the W5 frame-stack tables (frames.py)")
     ap.add_argument("--no-ray", action="store_true", help="skip the W7 Ray tables (ray_writers.py, ~3 min)")
     ap.add_argument("--no-gpu", action="store_true", help="skip the GPU tables (gpu.py; needs CUDA)")
@@ -117,6 +119,10 @@ def main() -> None:
     if not a.no_mb:  # fresh interpreter as well
         log("W6 model-based (model_based.py)")
         cmd = [sys.executable, os.path.join(HERE, "model_based.py"), "--out", a.out, "--append"]
+        subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
+    if not a.no_add:  # fresh interpreter: the facades' add beside SB3's
+        log("facade adds (facade_add.py)")
+        cmd = [sys.executable, os.path.join(HERE, "facade_add.py"), "--out", a.out, "--append"]
         subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
     if not a.no_frames:  # fresh interpreters, one per buffer (frames.py)
         log("W5 frame stacks (frames.py)")
