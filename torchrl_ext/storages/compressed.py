@@ -29,7 +29,7 @@ reused ``c_void_p`` or ``map`` loops were no cheaper); copying the 821 repeats,
 0.7-1 us each, bound by memory whatever copies them (numpy's fancy index, a row
 loop, ``ctypes.memmove``, or a compact decode then one ``index_select`` of all
 2,048 measured the same), where the uncompressed buffer gathers all 2,048 in
-about 750 us. That case stays near 0.45x the uncompressed rate.
+about 750 us. That case stays near 0.5x the uncompressed rate (0.49x in the quiet full run).
 
 Layout of an arena (the blobs are of variable size; readers are other processes):
 a *pool* file mapped shared (``/dev/shm`` for ``backend="tensor"``, the scratch
@@ -77,7 +77,7 @@ class FrameCodec(StrEnum):
       blobs (0.02-0.15x of an ALE frame), 3.5-15 us a frame to decode.
     * ``LZ4`` (``"lz4"``): the ``lz4`` package (block format, LZ4 HC level 6):
       blobs 0.03-0.17x, decoded 3-4x faster. The recommended codec: a batch
-      of 256 samples at 0.43-0.82x of the uncompressed rate (zstd: 0.1-0.3x),
+      of 256 samples at 0.49-0.86x of the uncompressed rate (zstd: 0.13-0.27x),
       at under a fifth of the memory.
 
     Examples:
