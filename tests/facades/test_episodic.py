@@ -639,6 +639,19 @@ def test_checkpoint_resume_restores_episodes_running_steps_and_rng(tmp_path):
     assert torch.equal(restored.sample()["x"], rb.sample()["x"])
 
 
+def test_load_state_dict_without_running_steps_drops_the_running_episodes():
+    def build():
+        return EpisodeReplayBuffer(RingBufferDataset(30), batch_size=2, sequence_length=1, seed=5)
+
+    empty = build().state_dict()  # no episode, no running step
+    rb = build()
+    for t in range(3):  # running episodes, not stored yet
+        rb.add_step({"x": torch.tensor([[float(t)], [10.0 + t]])}, torch.zeros(2, dtype=torch.bool))
+    rb.load_state_dict(empty)
+    rb.flush()
+    assert rb.dataset.episode_lengths == []  # the checkpoint's state, nothing from before it
+
+
 def test_load_state_dict_needs_an_empty_dataset_of_the_same_capacity():
     dataset = RingBufferDataset(10)
     dataset.add_episode(episode(0, 2))

@@ -426,6 +426,7 @@ class EpisodeReplayBuffer:
         self._key_set = frozenset(self._keys or ())
         running = [list(steps) for steps in state["running"]]
         first = next((steps[0] for steps in running if steps), None)
+        self._running = None  # the checkpoint's running episodes replace these
         if first is not None:  # the running steps fix the fields, as a first step does
             self._spec = {k: (v.shape, v.dtype) for k, v in first.items()}
             self._host_dtypes = {k: _numpy_dtype(v.dtype) for k, v in first.items()}
