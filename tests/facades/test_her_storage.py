@@ -369,3 +369,15 @@ def test_update_is_a_no_op_and_len_counts_transitions():
     store.update({"loss": 1.0}, step=3)
     assert len(store) == 7
     assert "transitions=7" in repr(store)
+
+
+def test_copy_info_dict_stores_non_finite_info_values_as_one_step_adds_do():
+    """check_finite covers observations, actions and rewards; a NaN info value is stored at any add."""
+    store = storage(num_envs=2, copy_info_dict=True)
+    for t in range(5):  # step 0 is written at once, steps 1 .. 4 are staged
+        info = {"dist": np.array([np.nan if t in (0, 3) else 0.5, 1.0])}
+        store.add(obs_at(t, 2), np.zeros(2, np.int64), -np.ones(2), np.zeros(2, bool),
+                  np.zeros(2, bool), info, obs_at(t + 1, 2))
+    assert len(store) == 10
+    dist = store.rb.storage.get(slice(None))["next", "info", "dist"]
+    assert int(dist.isnan().sum()) == 2

@@ -425,15 +425,17 @@ class GymVectorAdapter:
         entries[TRUNCATED] = trunc[..., None]
         entries[DONE] = done[..., None]
         entries[MASK] = valid
+        # the step's own entries are checked, not the other entries (as resolve() adds them after)
+        checked = dict(entries)
         entries.update((k, raw[k]) for k in keys[columns:] if k not in _COLUMNS)
         error, kept = None, T
         if self.check_finite:
-            bad = first_nonfinite_step(entries)
+            bad = first_nonfinite_step(checked)
             if bad is not None:
                 kept = bad
                 try:
                     check_finite_entries(f"GymVectorAdapter.step (step {self.steps + bad})",
-                                         {k: v[:, bad] for k, v in entries.items()})
+                                         {k: v[:, bad] for k, v in checked.items()})
                 except ValueError as err:
                     error = err
         # the state after the last step
