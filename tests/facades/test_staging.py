@@ -175,6 +175,22 @@ def test_non_finite_value_raises_when_its_chunk_is_written_naming_entry_env_and_
     assert rb.storage.index.episode_count.tolist() == [2, 2]
 
 
+def test_non_finite_value_in_held_steps_counts_the_new_layout_step_that_wrote_them_as_not_stored():
+    """A step of a new layout writes the held steps first; if they raise, the message counts it too."""
+    steps = vector_env_steps("NextStep", [[NORMAL, NORMAL]] * 6)
+    rb = make_replay_buffer(100, seed=0)
+    batcher = StepBatcher(rb, GymVectorAdapter(2), chunk=8)
+    for t, step in enumerate(steps[:5]):  # step 0 is written at once, steps 1 .. 4 held
+        if t == 3:
+            step = (step[0], step[1], np.array([0.0, np.inf], np.float32), *step[3:])
+        batcher.add(*step)
+    obs, *rest, nxt = steps[5]
+    with pytest.raises(ValueError, match=r"\(step 3\): .* That step and the 2 added after it were "
+                                         r"not stored"):
+        batcher.add(obs.astype(np.float64), *rest, nxt.astype(np.float64))  # a new layout
+    assert len(rb) == 2 * 3 and len(batcher) == 0  # steps 0 .. 2
+
+
 def test_the_first_step_and_a_new_layout_are_written_at_their_add():
     """A step whose entries change shape is written alone: the writer's error names the entry."""
     rb = make_replay_buffer(100, seed=0)

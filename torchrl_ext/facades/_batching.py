@@ -194,7 +194,7 @@ class StepBatcher:
         self, step: tuple, args: list, extra: dict | None, raw: dict[tuple[str, ...], np.ndarray]
     ) -> None:
         """Way 3: write the held steps, then this one on its own; lay the slabs out for steps like it."""
-        self.flush()
+        self.flush(pending=1)  # a NaN among the held steps: this step is not stored either
         entries = self.adapter.resolve(*args)
         if self.adapter.unseen_resets.any():
             # envs reset by hand mid-episode: their running episodes end before this step
@@ -250,11 +250,13 @@ class StepBatcher:
         return value.shape, value.dtype, views, check
 
     # ---------------------------------------------------------------- writing
-    def flush(self) -> None:
+    def flush(self, pending: int = 0) -> None:
         """Resolve the held steps and write them as ``[num_envs, T]`` batches.
 
         One batch, or one per run of steps between unseen resets (each ends
         the reset envs' running episodes before the step that opens the new ones).
+        ``pending``: steps added after the held ones and not written if this
+        raises (counted in its message).
 
         Raises:
             ValueError: a held step holds a NaN or infinity (``check_finite``):
@@ -278,7 +280,7 @@ class StepBatcher:
         if resolved.error is not None:
             self.rb.writer.end_episodes(np.ones(self.adapter.num_envs, dtype=bool))
             raise ValueError(
-                f"{resolved.error} That step and the {held - kept - 1} added after it were not "
+                f"{resolved.error} That step and the {held - kept - 1 + pending} added after it were not "
                 "stored (steps are written in chunks); the running episodes end before it."
             ) from None
 
