@@ -639,6 +639,22 @@ def test_checkpoint_resume_restores_episodes_running_steps_and_rng(tmp_path):
     assert torch.equal(restored.sample()["x"], rb.sample()["x"])
 
 
+def test_add_step_takes_field_names_of_str_subclasses():
+    """StrEnum members and numpy strings are string keys, as plain ``str`` ones."""
+    import enum
+
+    import numpy as np
+
+    class Field(enum.StrEnum):
+        X = "x"
+
+    rb = EpisodeReplayBuffer(RingBufferDataset(30), batch_size=2, sequence_length=1, seed=5)
+    rb.add_step({Field.X: torch.zeros(2, 1)}, torch.zeros(2, dtype=torch.bool))
+    rb.add_step({np.str_("x"): np.ones((2, 1), np.float32)}, torch.zeros(2, dtype=torch.bool))
+    rb.flush()
+    assert rb.dataset.episode_lengths == [2, 2]
+
+
 def test_load_state_dict_without_running_steps_drops_the_running_episodes():
     def build():
         return EpisodeReplayBuffer(RingBufferDataset(30), batch_size=2, sequence_length=1, seed=5)

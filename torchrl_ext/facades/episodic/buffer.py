@@ -304,7 +304,7 @@ class EpisodeReplayBuffer:
         values: dict[str, Any] = dict(extra)
         for key, value in step_data.items():
             kind = type(value)  # exact types first: an isinstance of an ABC costs more than the rest
-            if type(key) is not str or kind is not torch.Tensor and kind is not np.ndarray and (
+            if (type(key) is not str or kind is not torch.Tensor and kind is not np.ndarray) and (
                     not isinstance(key, str) or isinstance(value, (Mapping, TensorDictBase))):
                 raise TypeError(
                     f"add_step: field {key!r}: expected string keys and tensor values "
