@@ -655,6 +655,16 @@ def test_add_step_takes_field_names_of_str_subclasses():
     assert rb.dataset.episode_lengths == [2, 2]
 
 
+def test_add_step_refuses_a_numpy_field_for_a_bfloat16_field():
+    """numpy has no bfloat16: a numpy array is never of the field's dtype (np.dtype(None) is float64)."""
+    import numpy as np
+
+    rb = EpisodeReplayBuffer(RingBufferDataset(30), batch_size=2, sequence_length=1, seed=5)
+    rb.add_step({"x": torch.zeros(2, 1, dtype=torch.bfloat16)}, torch.zeros(2, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"field 'x' has dtype torch.float64, expected torch.bfloat16"):
+        rb.add_step({"x": np.ones((2, 1))}, torch.zeros(2, dtype=torch.bool))
+
+
 def test_load_state_dict_without_running_steps_drops_the_running_episodes():
     def build():
         return EpisodeReplayBuffer(RingBufferDataset(30), batch_size=2, sequence_length=1, seed=5)

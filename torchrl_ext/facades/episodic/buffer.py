@@ -259,7 +259,11 @@ class EpisodeReplayBuffer:
                     f"expected {tuple(shape)} as in the first step; a field keeps its shape "
                     "within and across episodes (pad or split it into fields)."
                 )
-            same = value.dtype == (self._host_dtypes[key] if type(value) is np.ndarray else dtype)
+            if type(value) is np.ndarray:  # a field numpy lacks (bfloat16) takes no numpy array
+                host = self._host_dtypes[key]  # (np.dtype(None) is float64: compare with None first)
+                same = host is not None and value.dtype == host
+            else:
+                same = value.dtype == dtype
             if not same:
                 raise TypeError(
                     f"add_step: field {key!r} has dtype {_torch_dtype(value)}, expected {dtype} as in "
