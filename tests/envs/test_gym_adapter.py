@@ -386,3 +386,44 @@ def test_dict_observation_env(mode):
     assert same_goal[~sample["next", "done"].view(-1)].all()
     # episodes last 3-7 steps: every stream saw several terminations
     assert (rb.storage.index.episode_count >= 60 // 7).all()
+
+
+def _one_env_step(t: int, reward: float = 1.0) -> tuple:
+    """Step ``t`` of a one-env episode: observation ``t``, next observation ``t + 1``."""
+    flag = np.zeros(1, bool)
+    return (np.array([[float(t)]], np.float32), np.zeros((1, 1), np.float32),
+            np.array([reward], np.float32), flag, flag, {}, np.array([[float(t + 1)]], np.float32))
+
+
+def test_a_step_refused_as_non_finite_is_never_glued_over():
+    """After a NaN step (not stored), the step that follows it is an unseen reset, not a continuation.
+
+    Otherwise the buffer, which never saw the refused step, would continue its
+    episode with the next one and store it under the last stored next observation.
+    """
+    rb, adapter = make_replay_buffer(100, seed=0), GymVectorAdapter(1)
+    for t in range(3):
+        rb.extend(adapter.step(*_one_env_step(t)))
+    with pytest.raises(ValueError, match=r"\(step 3\): \('next', 'reward'\) of env 0 is nan"):
+        adapter.step(*_one_env_step(3, reward=np.nan))
+    with pytest.raises(ValueError, match=r"the observation of env\(s\) \[0\] is not their previous "
+                                         r"step's next observation"):
+        adapter.step(*_one_env_step(4))
+    rb.writer.end_episodes([0])  # as the message says
+    adapter.reset()
+    rb.extend(adapter.step(*_one_env_step(4)))
+    td = rb[:]
+    pairs = list(zip(td["observation"][:, 0].tolist(), td["next", "observation"][:, 0].tolist()))
+    assert sorted(pairs) == [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (4.0, 5.0)]
+    assert rb.storage.index.episode_count.tolist() == [2]
+
+
+def test_a_step_retried_after_a_non_finite_one_continues_the_episode():
+    """The same step again with a finite reward follows on from the last stored step: one episode."""
+    rb, adapter = make_replay_buffer(100, seed=0), GymVectorAdapter(1)
+    for t in range(3):
+        rb.extend(adapter.step(*_one_env_step(t)))
+    with pytest.raises(ValueError, match="is inf"):
+        adapter.step(*_one_env_step(3, reward=np.inf))
+    rb.extend(adapter.step(*_one_env_step(3)))
+    assert len(rb) == 4 and rb.storage.index.episode_count.tolist() == [1]

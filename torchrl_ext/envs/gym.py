@@ -237,7 +237,10 @@ class GymVectorAdapter:
         reset, without a done) cannot be stored by a buffer this adapter does
         not own without gluing two episodes: it raises. The facades
         (``NStepReplayStorage``, ``HerReplayStorage``) end the running episode
-        instead and open a new one.
+        instead and open a new one. A step refused for a NaN or infinity
+        (``check_finite``) is not stored, and the adapter stands after the
+        last stored step: the same step again (fixed) continues the episode,
+        while the step after the refused one is such an unseen reset.
 
         Raises:
             ValueError: an input does not have ``num_envs`` rows, a done env
@@ -438,13 +441,14 @@ class GymVectorAdapter:
                                          {k: v[:, bad] for k, v in checked.items()})
                 except ValueError as err:
                     error = err
-        # the state after the last step
-        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
-            self._resetting = was_done[:, -1].copy()
-        self._was_done = was_done[:, -1].copy()
-        if error is not None:
-            self._was_done[:] = True  # the steps from the bad one on are not stored
-        self._last_next = {("next", *k): raw[("next", *k)][:, -1].copy() for k in obs_keys}
+        # the state after the last step stored: a non-finite step and those after it
+        # are not, so a step that follows on from them is an unseen reset (never glued
+        # onto the episode across the steps left out)
+        if kept:
+            if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+                self._resetting = was_done[:, kept - 1].copy()
+            self._was_done = was_done[:, kept - 1].copy()
+            self._last_next = {("next", *k): raw[("next", *k)][:, kept - 1].copy() for k in obs_keys}
         self.unseen_resets = unseen[:, kept - 1] if kept else np.zeros(n, dtype=bool)
         self.steps += kept
         return ResolvedSteps(entries, unseen, kept, error)
