@@ -153,15 +153,24 @@ def test_reset_by_hand_of_the_adapter_mid_chunk_resolves_the_held_steps_first():
     assert ref.storage.index.episode_count.tolist() == [2, 2]
 
 
+def added_with_an_infinite_reward(steps, count, bad):
+    """A buffer and a chunk-8 batcher given ``steps[:count]``, env 1's reward infinite at step ``bad``.
+
+    Step 0 is written at once, the others held.
+    """
+    rb = make_replay_buffer(100, seed=0)
+    batcher = StepBatcher(rb, GymVectorAdapter(2), chunk=8)
+    for t, step in enumerate(steps[:count]):
+        if t == bad:
+            step = (step[0], step[1], np.array([0.0, np.inf], np.float32), *step[3:])
+        batcher.add(*step)
+    return rb, batcher
+
+
 def test_non_finite_value_raises_when_its_chunk_is_written_naming_entry_env_and_step():
     """The steps before it are stored; it and the held ones after it are not; episodes end there."""
     steps = vector_env_steps("NextStep", [[NORMAL, NORMAL]] * 12)
-    rb = make_replay_buffer(100, seed=0)
-    batcher = StepBatcher(rb, GymVectorAdapter(2), chunk=8)
-    for t, step in enumerate(steps[:8]):  # step 0 is written at once, steps 1 .. 8 held
-        if t == 4:
-            step = (step[0], step[1], np.array([0.0, np.inf], np.float32), *step[3:])
-        batcher.add(*step)
+    rb, batcher = added_with_an_infinite_reward(steps, 8, bad=4)  # steps 1 .. 7 held
     with pytest.raises(ValueError, match=r"GymVectorAdapter.step \(step 4\): \('next', 'reward'\) of "
                                          r"env 1 is inf; .* That step and the 4 added after it were "
                                          r"not stored \(steps are written in chunks\); the running "
@@ -178,12 +187,7 @@ def test_non_finite_value_raises_when_its_chunk_is_written_naming_entry_env_and_
 def test_non_finite_value_in_held_steps_counts_the_new_layout_step_that_wrote_them_as_not_stored():
     """A step of a new layout writes the held steps first; if they raise, the message counts it too."""
     steps = vector_env_steps("NextStep", [[NORMAL, NORMAL]] * 6)
-    rb = make_replay_buffer(100, seed=0)
-    batcher = StepBatcher(rb, GymVectorAdapter(2), chunk=8)
-    for t, step in enumerate(steps[:5]):  # step 0 is written at once, steps 1 .. 4 held
-        if t == 3:
-            step = (step[0], step[1], np.array([0.0, np.inf], np.float32), *step[3:])
-        batcher.add(*step)
+    rb, batcher = added_with_an_infinite_reward(steps, 5, bad=3)  # steps 1 .. 4 held
     obs, *rest, nxt = steps[5]
     with pytest.raises(ValueError, match=r"\(step 3\): .* That step and the 2 added after it were "
                                          r"not stored"):
