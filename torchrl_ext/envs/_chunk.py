@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from torchrl_ext.core.checks import sums_finite
+
 __all__ = ["first_nonfinite_step", "follow_on", "reset_steps"]
 
 
@@ -89,23 +91,18 @@ def reset_steps(candidate: np.ndarray) -> np.ndarray:
 def first_nonfinite_step(entries: dict[Any, np.ndarray]) -> int | None:
     """The first time index ``t`` where a floating ``[n, T, ...]`` entry holds NaN or an infinity.
 
-    One reduction per entry when every value is finite (the sums are finite
-    unless a value is not, or a sum overflows); ``None`` then.
+    One reduction per entry when every value is finite (:func:`~torchrl_ext.core.checks.sums_finite`);
+    ``None`` then.
 
     Examples:
         >>> reward = np.array([[1.0, 2.0, np.nan, np.inf]])  # [1 env, 4 steps]
         >>> first_nonfinite_step({"reward": reward, "done": np.zeros((1, 4), bool)})
         2
     """
-    floats = [value for value in entries.values() if value.dtype.kind == "f"]
-    total = 0.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        for value in floats:
-            total += np.add.reduce(value, axis=None)
-    if np.isfinite(total):
+    if sums_finite(entries.values()):
         return None
     first = None
-    for value in floats:
+    for value in (v for v in entries.values() if v.dtype.kind == "f"):
         bad = ~np.isfinite(value).reshape(*value.shape[:2], -1).all(-1).all(0)  # [T]
         if bad.any():
             t = int(np.argmax(bad))

@@ -42,6 +42,15 @@ class ResolvedSteps(NamedTuple):
             when all are finite, or with ``check_finite=False``).
         error: the ``ValueError`` naming that step's entry, env and step
             number; ``None`` when there is none.
+
+    Examples:
+        >>> import numpy as np
+        >>> adapter = GymVectorAdapter(1)
+        >>> raw = adapter.convert(np.zeros((1, 2)), np.zeros(1), np.array([np.nan]), np.zeros(1),
+        ...                       np.zeros(1), {}, np.ones((1, 2)))
+        >>> resolved = adapter.resolve_steps({k: v[:, None] for k, v in raw.items()})
+        >>> resolved.kept, type(resolved.error).__name__  # the only step holds a NaN reward
+        (0, 'ValueError')
     """
 
     entries: dict[tuple[str, ...], np.ndarray]
@@ -166,6 +175,13 @@ class GymVectorAdapter:
         ``flush`` (resolve and write the held steps) is called before
         :meth:`reset` or :meth:`load_state_dict` change the state those steps
         must be resolved with.
+
+        Examples:
+            >>> adapter, calls = GymVectorAdapter(1), []
+            >>> adapter.hold_steps(lambda: calls.append("flushed"))
+            >>> adapter.reset()
+            >>> calls
+            ['flushed']
         """
         self._holders.append(flush)
 
@@ -306,6 +322,13 @@ class GymVectorAdapter:
         Raises:
             ValueError: an input does not have ``num_envs`` rows; LEGACY infos
                 that are not one dict per env.
+
+        Examples:
+            >>> import numpy as np
+            >>> raw = GymVectorAdapter(2).convert(np.zeros((2, 3)), np.zeros(2), [1, 2], [False, True],
+            ...                                   [False, False], {}, np.ones((2, 3)))
+            >>> [(k, v.dtype.name, v.shape) for k, v in raw.items()][2:]
+            [(('next', 'observation'), 'float64', (2, 3)), (('next', 'reward'), 'float32', (2,)), (('next', 'terminated'), 'bool', (2,)), (('next', 'truncated'), 'bool', (2,))]
         """
         if truncated is None and self.autoreset_mode is AutoresetMode.LEGACY:
             # SB3 VecEnv: ``terminated`` holds the dones, truncation is in the infos
@@ -329,6 +352,12 @@ class GymVectorAdapter:
         Raises:
             ValueError: ``infos`` is not a list of ``num_envs`` dicts (also
                 without a done env: the step's data is not an SB3 VecEnv's).
+
+        Examples:
+            >>> import numpy as np
+            >>> adapter = GymVectorAdapter(2, autoreset_mode="legacy")
+            >>> adapter.legacy_truncation([{}, {"TimeLimit.truncated": True}], np.array([True, True]))
+            array([False,  True])
         """
         infos = self._infos(infos)
         if not np.count_nonzero(done):
@@ -361,6 +390,15 @@ class GymVectorAdapter:
         Raises:
             ValueError: a done env has no final observation (SAME_STEP /
                 LEGACY), or the infos contradict the autoreset mode.
+
+        Examples:
+            >>> import numpy as np
+            >>> adapter = GymVectorAdapter(1, autoreset_mode="same_step")
+            >>> step = adapter.convert(np.zeros((1, 1)), np.zeros(1), [0.0], [True], [False],
+            ...                        {}, np.array([[9.0]]))  # 9.0: the reset observation
+            >>> infos = {"final_obs": np.array([np.array([1.0])], dtype=object), "_final_obs": np.array([True])}
+            >>> adapter.finish_step(step, infos, np.array([True]), owned=False)["next", "observation"].tolist()
+            [[1.0]]
         """
         self._check_mode(infos, done)
         if self.autoreset_mode not in (AutoresetMode.SAME_STEP, AutoresetMode.LEGACY):
@@ -388,6 +426,17 @@ class GymVectorAdapter:
         Returns:
             the entries, ``[num_envs, T, ...]`` each (views of ``raw`` where
             they can be), the unseen resets and the first non-finite step.
+
+        Examples:
+            >>> import numpy as np
+            >>> adapter = GymVectorAdapter(1)  # NEXT_STEP: the step after a done is the reset step
+            >>> steps = [adapter.convert(np.array([[o]]), np.zeros(1), [0.0], [o == 1], [False], {},
+            ...                          np.array([[o + 1]])) for o in (0.0, 1.0)]
+            >>> steps.append(adapter.convert(np.array([[2.0]]), np.zeros(1), [0.0], [False], [False], {},
+            ...                              np.array([[5.0]])))  # observes the final obs again
+            >>> raw = {k: np.stack([s[k] for s in steps], 1) for k in steps[0]}
+            >>> adapter.resolve_steps(raw).entries["collector", "mask"].tolist()
+            [[True, True, False]]
         """
         term, trunc = raw[TERMINATED], raw[TRUNCATED]
         n, T = term.shape
