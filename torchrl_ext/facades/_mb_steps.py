@@ -98,7 +98,8 @@ class PytorchrlSteps:
         self.warned = False
         # staging blocks [N, chunk, ...] by stored key (env-major: the writer's layout)
         self._stage: dict[tuple[str, ...], np.ndarray] = {}
-        self._derived = np.zeros(chunk, bool)  # step i's boundary is left to the autoreset rule
+        # step i's boundary is left to the autoreset rule (a bytearray: a cheaper item write than numpy's)
+        self._derived = bytearray(chunk)
         self.staged = 0
         # episode cuts: per env, an episode counter, whether the last step left its
         # episode open, and that step's next observation entries
@@ -168,7 +169,8 @@ class PytorchrlSteps:
                 if not isinstance(value, torch.Tensor):
                     return None
                 value = _array(value)
-            if value.shape != shape or value.dtype != dtype:
+            # numpy's builtin dtypes are singletons: ``is`` settles the usual case
+            if value.shape != shape or (value.dtype is not dtype and value.dtype != dtype):
                 return None
             views[i][...] = value
         stage = self._stage
@@ -182,7 +184,7 @@ class PytorchrlSteps:
                 staged = {k: v[:, i] for k, v in stage.items()}  # views: final observations go in place
                 boundary[:] = self._final_observations(sample, staged, done, where, in_place=True)
         else:
-            self._derived[i] = True
+            self._derived[i] = 1
         self.staged = i + 1
         return self.staged == self.chunk
 
@@ -353,7 +355,7 @@ class PytorchrlSteps:
         i = self.staged
         for key, value in leaves.items():
             self._stage[key][:, i] = value
-        self._derived[i] = False
+        self._derived[i] = 0
         self.staged = i + 1
         return self.staged == self.chunk
 
@@ -361,7 +363,7 @@ class PytorchrlSteps:
         """The staged steps ``[N, T, ...]`` (views, valid until the next :meth:`stage`)."""
         T, self.staged = self.staged, 0
         leaves = {k: v[:, :T] for k, v in self._stage.items()}
-        derived = self._derived[:T]
+        derived = np.frombuffer(self._derived, bool, T)
         if self.mode is not AutoresetMode.SAME_STEP and derived.any():
             boundary = leaves[BOUNDARY_KEY]
             if self.mode is AutoresetMode.NEXT_STEP:  # a Done step is the reset step
