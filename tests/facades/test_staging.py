@@ -222,7 +222,7 @@ def test_inputs_not_laid_out_as_the_held_steps_are_converted_and_held():
     store.add(torch.from_numpy(obs + 1), [1, 2], [1.0, 1.0], [False, False], flags, {}, obs + 2)
     store.add((obs + 2).astype(np.float64), np.array([2.0, 0.0]), np.ones(2, np.float64),
               flags, flags, {}, obs + 3)
-    assert len(store.rb) == 2  # the first step; the next two are held, not written one by one
+    assert len(store._rb) == 2  # the first step; the next two are held, not written one by one
     with pytest.raises(ValueError, match=r"actions holds values in \[0, 3\], outside Discrete\(3\)"):
         store.add(obs + 3, np.array([0, 3]), np.ones(2), flags, flags, {}, obs + 4)
     with pytest.raises(ValueError, match=r"actions holds 0.5 \(env 1\), not an integer"):
@@ -283,3 +283,29 @@ def test_legacy_infos_are_checked_at_each_staged_add():
                                          r"env\), got dict of length 0"):
         store.add(obs, np.array([0, 1]), np.ones(2), flags, None, {}, obs)
     assert len(store) == 4
+
+
+def test_the_buffer_under_a_facade_holds_every_added_step(tmp_path):
+    """``storage.rb`` writes the held steps first: sampled, exported or reloaded, nothing is missing."""
+    import gymnasium as gym
+
+    from torchrl_ext import HerReplayStorage
+    from torchrl_ext.export import load_buffer, save_episodes
+
+    store = NStepReplayStorage(gym.spaces.Box(-9, 9, (2,), np.float32), gym.spaces.Discrete(2),
+                               storage_size=100, num_envs=2, num_workers=0, n_step=1, seed=0)
+    obs, flags = np.zeros((2, 2), np.float32), np.zeros(2, bool)
+    for t in range(5):  # the first step is written at once, the other four held
+        store.add(obs + t, np.array([0, 1]), np.ones(2), flags, flags, {}, obs + t + 1)
+    assert len(store._batcher) == 4
+    save_episodes(store.rb, tmp_path / "episodes")
+    assert len(load_buffer(tmp_path / "episodes")) == 10
+
+    bits = gym.spaces.MultiBinary(2)
+    her = HerReplayStorage(gym.spaces.Dict(observation=bits, achieved_goal=bits, desired_goal=bits),
+                           gym.spaces.Discrete(2), storage_size=100, num_envs=2)
+    goal = dict(observation=np.zeros((2, 2), np.int8), achieved_goal=np.zeros((2, 2), np.int8),
+                desired_goal=np.ones((2, 2), np.int8))
+    for _ in range(3):
+        her.add(goal, np.array([0, 1]), -np.ones(2), flags, flags, {}, goal)
+    assert len(her._batcher) == 2 and len(her.rb) == 6 and len(her._batcher) == 0

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
-from torchrl_ext.buffer import make_her_replay_buffer
+from torchrl_ext.buffer import TransitionReplayBuffer, make_her_replay_buffer
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
@@ -293,7 +293,7 @@ class HerReplayStorage:
         # no silent remainder (H12): every env gets ceil(storage_size / num_envs) rows
         self.capacity_per_env = -(-int(storage_size) // self.num_envs)
         # the strategy, num_goals and reward_fn are checked by the components
-        self.rb = make_her_replay_buffer(
+        self._rb = make_her_replay_buffer(
             self.capacity_per_env * self.num_envs,
             self.reward_fn,
             strategy=goal_selection_strategy,
@@ -308,8 +308,8 @@ class HerReplayStorage:
             device=self.device,  # rows live where batches are wanted
             seed=seed,
         )
-        self.goal_selection_strategy = self.rb.sampler.strategy.value
-        self.num_goals = self.rb.sampler.num_goals
+        self.goal_selection_strategy = self._rb.sampler.strategy.value
+        self.num_goals = self._rb.sampler.num_goals
         self.adapter = GymVectorAdapter(
             self.num_envs, autoreset_mode=autoreset_mode, check_finite=check_finite
         )
@@ -320,7 +320,7 @@ class HerReplayStorage:
         self._info_keys = [str(k) for k in info_keys]
         self._info_schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
         self._info_unknown: set[str] = set()  # entries seen after the set was fixed
-        self._batcher = StepBatcher(self.rb, self.adapter, chunk=ADD_CHUNK,
+        self._batcher = StepBatcher(self._rb, self.adapter, chunk=ADD_CHUNK,
                                     inputs=(self._observations, self._actions, self._next_observations))
 
     # ------------------------------------------------------------------ seed API
@@ -379,11 +379,11 @@ class HerReplayStorage:
             ValueError: fewer transitions than ``batch_size`` are stored.
         """
         self._batcher.flush()
-        if len(self.rb) == 0:
+        if len(self._rb) == 0:
             raise EmptyBufferError(
                 "HerReplayStorage: the storage is empty; add steps before sampling."
             )
-        data = self.rb.sample(self.batch_size)
+        data = self._rb.sample(self.batch_size)
         nxt = data["next"]
         if not self.native:
             def floats(td: TensorDictBase) -> dict[str, Any]:
@@ -413,13 +413,38 @@ class HerReplayStorage:
     def reset(self) -> None:
         """Forget every stored step and the episode bookkeeping (in-progress episodes too)."""
         self._batcher.clear()
-        self.rb.empty()
+        self._rb.empty()
         self.adapter.reset()
+
+    @property
+    def rb(self) -> TransitionReplayBuffer:
+        """The TorchRL replay buffer underneath, with every added step written.
+
+        :meth:`add` holds steps and writes them a chunk at a time; this (as
+        every read) writes the held ones first, so the buffer can be sampled,
+        saved or exported directly.
+
+        Examples:
+            >>> import gymnasium as gym
+            >>> import numpy as np
+            >>> from torchrl_ext import HerReplayStorage
+            >>> bits = gym.spaces.MultiBinary(3)
+            >>> space = gym.spaces.Dict(observation=bits, achieved_goal=bits, desired_goal=bits)
+            >>> storage = HerReplayStorage(space, gym.spaces.Discrete(3), storage_size=100)
+            >>> obs = dict(observation=np.zeros((1, 3), np.int8), achieved_goal=np.zeros((1, 3), np.int8),
+            ...            desired_goal=np.ones((1, 3), np.int8))
+            >>> storage.add(obs, np.array([0]), np.array([-1.0]), np.array([False]),
+            ...             np.array([False]), {}, obs)
+            >>> len(storage.rb)
+            1
+        """
+        self._batcher.flush()
+        return self._rb
 
     def __len__(self) -> int:
         """Number of stored (live) transitions."""
         self._batcher.flush()
-        return len(self.rb)
+        return len(self._rb)
 
     def __repr__(self) -> str:
         return (

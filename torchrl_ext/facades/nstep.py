@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 from tensordict import TensorDictBase
 
 from torchrl_ext._atomic import atomic_dir, recover
-from torchrl_ext.buffer import make_replay_buffer
+from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext.core.checks import check_count
@@ -267,7 +267,7 @@ class NStepReplayStorage:
         self._observations, self._next_observations, self._actions = step_inputs(
             f"{owner}.add", observation_space, action_space, self.num_envs
         )
-        self.rb = make_replay_buffer(
+        self._rb = make_replay_buffer(
             storage_size,
             batch_size=self.batch_size,
             backend="memmap" if self.save_snapshot else "tensor",
@@ -282,10 +282,10 @@ class NStepReplayStorage:
             if recover(self.snapshot_dir / "buffer").exists():
                 self._reopen(self.snapshot_dir / "buffer")
         # workers see added steps once written: at most min(ADD_CHUNK, fetch_every) held
-        self._batcher = StepBatcher(self.rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every),
+        self._batcher = StepBatcher(self._rb, self.adapter, chunk=min(ADD_CHUNK, self.fetch_every),
                                     inputs=(self._observations, self._actions, self._next_observations))
         # rows on an accelerator are sampled in this process
-        self._workers = self.num_workers if self.rb.storage.device.type == "cpu" else 0
+        self._workers = self.num_workers if self._rb.storage.device.type == "cpu" else 0
         # the workers' batches: restarted after a failure (sampling too early, a worker killed)
         self._iter = RestartingIterator(self._loader, "NStepReplayStorage")
         self._lists = map(self._five, self._iter)
@@ -350,7 +350,7 @@ class NStepReplayStorage:
             data = next(self._batches())
         else:
             self._batcher.flush()
-            data = self.rb.sample(self.batch_size)
+            data = self._rb.sample(self.batch_size)
         if not self.native:
             return NStepReplayTuple(*(as_float32(x, self.device) for x in self._five(data)))
         obs, action, reward, discount, next_obs = self._five(data)
@@ -373,12 +373,12 @@ class NStepReplayStorage:
 
     def _loader(self) -> DataLoader:
         """The DataLoader of :attr:`replay_iter` (started on first use, and after a failure)."""
-        if len(self.rb) == 0:
+        if len(self._rb) == 0:
             raise EmptyBufferError(
                 "NStepReplayStorage: the storage is empty; add steps before sampling."
             )
         return make_loader(
-            self.rb,
+            self._rb,
             batch_size=self.batch_size,
             num_workers=self._workers,
             pin_memory=self.pin_memory and self._workers > 0,
@@ -403,7 +403,7 @@ class NStepReplayStorage:
             raise ValueError("NStepReplayStorage.save: only with save_snapshot=True.")
         self._batcher.flush()
         with atomic_dir(self.snapshot_dir / "buffer") as tmp:  # all or nothing on a crash
-            self.rb.dumps(tmp)
+            self._rb.dumps(tmp)
             (tmp / "adapter.json").write_text(json.dumps(self.adapter.state_dict()))
 
     def _reopen(self, path: Path) -> None:
@@ -413,18 +413,41 @@ class NStepReplayStorage:
                 f"NStepReplayStorage: {path} is not a complete snapshot (no adapter.json); "
                 "it was not written by save(). Move it away or pick another snapshot_dir."
             )
-        self.rb.loads(path)
+        self._rb.loads(path)
         self.adapter.load_state_dict(json.loads(adapter.read_text()))
+
+    @property
+    def rb(self) -> TransitionReplayBuffer:
+        """The TorchRL replay buffer underneath, with every added step written.
+
+        :meth:`add` holds steps and writes them a chunk at a time; this (as
+        every read) writes the held ones first, so the buffer can be sampled,
+        saved or exported directly.
+
+        Examples:
+            >>> import gymnasium as gym
+            >>> import numpy as np
+            >>> from torchrl_ext import NStepReplayStorage
+            >>> space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+            >>> storage = NStepReplayStorage(space, gym.spaces.Discrete(2), storage_size=100,
+            ...     num_envs=2, num_workers=0)
+            >>> obs, no = np.zeros((2, 3), np.float32), np.zeros(2, bool)
+            >>> storage.add(obs, np.array([0, 1]), np.ones(2), no, no, {}, obs + 1)
+            >>> len(storage.rb), storage.rb.sample(4)["next", "reward"].shape
+            (2, torch.Size([4, 1]))
+        """
+        self._batcher.flush()
+        return self._rb
 
     def __len__(self) -> int:
         """Number of stored transitions."""
         self._batcher.flush()
-        return len(self.rb)
+        return len(self._rb)
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(transitions={len(self)}, num_envs={self.num_envs}, "
-            f"n_step={self.rb.sampler.n}, batch_size={self.batch_size})"
+            f"n_step={self._rb.sampler.n}, batch_size={self.batch_size})"
         )
 
 
