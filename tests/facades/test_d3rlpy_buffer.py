@@ -271,3 +271,14 @@ def test_shape_errors_name_the_input():
         buf.append(np.zeros((1, 2)), np.zeros(2), np.zeros(2), np.zeros(2))
     with pytest.raises(ValueError, match=r"maxlen=2 gives no transition to each of 3 streams"):
         buffer(maxlen=2, n_envs=2)
+
+
+def test_image_observations_of_another_dtype_are_refused_not_cast():
+    # d3rlpy asserted uint8 images; a cast would turn 0..1 float frames into zeros
+    buf = buffer(obs_space=IMAGE)
+    with pytest.raises(TypeError, match=r"append: observations has dtype float32, expected uint8"):
+        buf.append(np.full((1, 1, 3, 3), 0.5, np.float32), np.array([0]), np.zeros(1), np.zeros(1, bool))
+    episode = Episode(np.full((3, 1, 3, 3), 300, np.int64), np.zeros(3), np.zeros(3))
+    with pytest.raises(TypeError, match=r"append_episode: episode.observations has dtype int64, expected uint8"):
+        buf.append_episode(episode)
+    assert len(buf) == 0

@@ -317,6 +317,18 @@ class BatchReplayBuffer:
             )
         return array
 
+    def _observations(self, name: str, value: Any, n: int, where: str) -> np.ndarray:
+        """``(n, *observation_shape)`` observations, copied as float32 (vectors) or uint8 (images, D4)."""
+        obs = self._check(name, value, (n, *self.observation_shape), where)
+        if self.image and obs.dtype != np.uint8:
+            # d3rlpy asserted uint8 images; a cast would wrap values above 255 and
+            # turn frames scaled to [0, 1] into zeros
+            raise TypeError(
+                f"BatchReplayBuffer.{where}: {name} has dtype {obs.dtype}, expected uint8 "
+                f"(3-d observations {self.observation_shape} are images, stored as uint8)."
+            )
+        return obs.astype(self.obs_dtype, copy=True)
+
     def _actions(self, actions: Any, n: int, where: str) -> np.ndarray:
         actions = np.asarray(actions)
         if self.discrete:
@@ -339,10 +351,10 @@ class BatchReplayBuffer:
         Raises:
             ValueError: a shape does not match the env, flags are not 0/1, or an
                 env is terminal but not clipped.
+            TypeError: image observations are not uint8.
         """
         n = self.n_envs
-        obs = self._check("observations", observations, (n, *self.observation_shape), "append")
-        obs = obs.astype(self.obs_dtype, copy=True)  # copies (D4)
+        obs = self._observations("observations", observations, n, "append")
         act = self._actions(actions, n, "append")
         rew = self._check("rewards", rewards, (n,), "append").astype(np.float32)
         term = _flags(terminals, "terminals", n)
@@ -407,13 +419,13 @@ class BatchReplayBuffer:
 
         Raises:
             ValueError: its observation shape or action size differs from the buffer's.
+            TypeError: its image observations are not uint8.
         """
         obs = np.asarray(episode.observations)
         T = obs.shape[0]
         if T < 2:
             return  # no transition (d3rlpy's Episode of one observation has size 0)
-        obs = self._check("episode.observations", obs, (T, *self.observation_shape),
-                          "append_episode").astype(self.obs_dtype)
+        obs = self._observations("episode.observations", obs, T, "append_episode")
         act = self._actions(episode.actions, T, "append_episode")
         rew = self._check("episode.rewards", np.asarray(episode.rewards).reshape(-1), (T,),
                           "append_episode").astype(np.float32)
