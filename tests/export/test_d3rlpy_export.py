@@ -52,3 +52,15 @@ def test_empty_buffer_export_is_an_error():
     buf = BatchReplayBuffer(20, None, observation_space=BOX, action_space=gym.spaces.Discrete(2), n_envs=1)
     with pytest.raises(ValueError, match="the buffer holds no transition to export"):
         buf.to_mdp_dataset()
+
+
+def test_discrete_action_size_is_the_buffers_not_the_largest_action_taken():
+    # Discrete(4), only actions 0 and 1 taken: a DQN fitted on the export needs 4 outputs
+    buf = BatchReplayBuffer(50, None, observation_space=BOX, action_space=gym.spaces.Discrete(4), n_envs=1)
+    for t in range(6):
+        buf.append(np.full((1, 3), t, np.float32), np.array([t % 2]), np.ones(1), np.array([t == 5]))
+    assert buf.to_mdp_dataset().dataset_info.action_size == 4
+    assert to_d3rlpy(buf.rb).dataset_info.action_size == 2  # no space known: the largest action + 1
+    assert to_d3rlpy(buf.rb, action_size=4).dataset_info.action_size == 4
+    with pytest.raises(ValueError, match=r"action_size=1, but the buffer holds action 1"):
+        to_d3rlpy(buf.rb, action_size=1)

@@ -19,6 +19,7 @@ def to_d3rlpy(
     reward_key: NestedKey = ("next", "reward"),
     terminated_key: NestedKey = ("next", "terminated"),
     discrete: bool | None = None,
+    action_size: int | None = None,
 ) -> Any:
     """The episodes ``rb`` holds as a d3rlpy 2.x ``MDPDataset``, which d3rlpy algorithms ``fit`` on.
 
@@ -38,13 +39,17 @@ def to_d3rlpy(
     Keyword Args:
         observation_key, action_key, reward_key, terminated_key (NestedKey): entries.
         discrete (bool, optional): discrete actions; defaults to integer action dtypes.
+        action_size (int, optional): number of discrete actions (the action
+            space's ``n``), or the width of continuous ones. Defaults to the
+            largest action held plus one (discrete; give it when some actions
+            were never taken) or the actions' last dim (continuous).
 
     Returns:
         ``d3rlpy.dataset.MDPDataset``.
 
     Raises:
         ImportError: d3rlpy is not installed (the message names the extra).
-        ValueError: the buffer holds no transition.
+        ValueError: the buffer holds no transition, or an action does not fit ``action_size``.
 
     Examples:
         >>> import torch
@@ -82,6 +87,15 @@ def to_d3rlpy(
         discrete = not np.issubdtype(action.dtype, np.floating)
     if discrete:
         action = action.reshape(-1).astype(np.int64)
+    held_size = int(action.max()) + 1 if discrete else int(action.shape[-1])
+    if action_size is None:
+        action_size = held_size
+    elif (held_size > action_size) if discrete else (held_size != action_size):
+        raise ValueError(
+            f"to_d3rlpy: action_size={action_size}, but the buffer holds "
+            + (f"action {held_size - 1}" if discrete else f"actions of width {held_size}")
+            + "; pass the action space's size, or leave action_size=None to infer it."
+        )
     observations = np.concatenate(obs)
     space = d3rlpy.constants.ActionSpace.DISCRETE if discrete else d3rlpy.constants.ActionSpace.CONTINUOUS
     return d3rlpy.dataset.MDPDataset(
@@ -91,5 +105,5 @@ def to_d3rlpy(
         terminals=np.concatenate(terminals),
         timeouts=np.concatenate(timeouts),
         action_space=space,
-        action_size=int(action.max()) + 1 if discrete else int(action.shape[-1]),
+        action_size=action_size,
     )

@@ -565,7 +565,7 @@ class BatchReplayBuffer:
         """
         from torchrl_ext.export import to_d3rlpy
 
-        return to_d3rlpy(self.rb, discrete=self.discrete)
+        return to_d3rlpy(self.rb, discrete=self.discrete, action_size=self.action_size)
 
     def __repr__(self) -> str:
         return (
