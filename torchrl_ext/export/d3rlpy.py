@@ -6,9 +6,13 @@ from typing import Any
 import numpy as np
 from tensordict.utils import NestedKey
 
-from torchrl_ext.export.episodes import nonempty_episodes_of, require
+from torchrl_ext.export.episodes import nonempty_episodes_of, observations_of, require
 
 __all__ = ["to_d3rlpy"]
+
+
+def _path(key: NestedKey) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def to_d3rlpy(
@@ -29,9 +33,15 @@ def to_d3rlpy(
     that terminated, ``timeouts = 1`` on the last step of every other
     episode: truncated ones, and those still being written, which are thus
     *not* marked finished (D6) and are bootstrapped from, as d3rlpy treats
-    timeouts. d3rlpy 2 keeps no final observation (its format's limit). An
-    episode whose first rows the ring overwrote is exported from its oldest
-    held step: never more than the buffer holds (D6).
+    timeouts. d3rlpy 2 makes no transition of the last row of a timeout
+    episode (it has no next observation there), so such an episode gets one
+    more row: its final observation, with the next action (``("next",
+    action_key)``, zeros where the buffer keeps none) and reward 0, neither
+    of which any transition uses: every held transition is exported, the
+    last one bootstrapping from the true final observation. A terminated
+    episode's final observation is never needed (d3rlpy 2 does not bootstrap
+    there) and gets no row. An episode whose first rows the ring overwrote
+    is exported from its oldest held step: never more than the buffer holds (D6).
 
     Args:
         rb: a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`.
@@ -78,6 +88,13 @@ def to_d3rlpy(
         rewards.append(steps.get(reward_key).reshape(L, 1).float().numpy())
         terminated = steps.get(terminated_key, None)
         ended_terminal = bool(terminated[-1].any()) if terminated is not None else False
+        if not ended_terminal:  # the final observation's row: [1, ...] each
+            final_action = steps.get(("next", *_path(action_key)), None)
+            obs.append(observations_of(episode, observation_key)[-1:].numpy())
+            actions.append(np.zeros_like(actions[-1][-1:]) if final_action is None
+                           else final_action[-1:].numpy())
+            rewards.append(np.zeros((1, 1), np.float32))
+            L += 1
         end = np.zeros(L, np.float32)
         end[-1] = 1.0
         terminals.append(end * ended_terminal)
