@@ -282,3 +282,19 @@ def test_image_observations_of_another_dtype_are_refused_not_cast():
     with pytest.raises(TypeError, match=r"append_episode: episode.observations has dtype int64, expected uint8"):
         buf.append_episode(episode)
     assert len(buf) == 0
+
+
+def test_non_numeric_inputs_name_the_input():
+    buf = buffer(n_envs=2)
+    obs, act, rew, flags = np.zeros((2, 2)), np.zeros(2), np.zeros(2), np.zeros(2)
+    with pytest.raises(TypeError, match=r"append: rewards has dtype <U1, expected numbers"):
+        buf.append(obs, act, np.array(["a", "b"]), flags)
+    with pytest.raises(TypeError, match=r"append: actions has dtype object, expected numbers"):
+        buf.append(obs, np.array([None, None]), rew, flags)
+    with pytest.raises(TypeError, match=r"append: terminals has dtype object, expected booleans or 0/1"):
+        buf.append(obs, act, rew, np.array([None, None]))
+    with pytest.raises(TypeError, match=r"append_episode: episode.rewards has dtype <U1, expected numbers"):
+        buf.append_episode(Episode(np.zeros((3, 2)), np.zeros(3), np.array(list("abc"))))
+    buf.append(obs, act, rew, flags)
+    buf.append(obs, act, rew, flags)
+    assert len(buf) == 2  # nothing half-written

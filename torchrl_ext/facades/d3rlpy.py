@@ -164,11 +164,18 @@ def _find(sampler: Any, kind: type) -> Any:
     return sampler
 
 
+_NUMERIC = "biuf"  # numpy dtype kinds: bool, signed and unsigned integers, floats
+
+
 def _flags(value: Any, name: str, n: int) -> np.ndarray:
     """Bool ``(n,)`` flags from bool or 0/1 numbers (D3)."""
     array = np.asarray(value)
     if array.shape != (n,):
         raise ValueError(f"BatchReplayBuffer.append: {name} has shape {array.shape}, expected ({n},).")
+    if array.dtype.kind not in _NUMERIC:
+        raise TypeError(
+            f"BatchReplayBuffer.append: {name} has dtype {array.dtype}, expected booleans or 0/1."
+        )
     if array.dtype != np.bool_:
         if not np.isin(array, (0, 1)).all():
             raise ValueError(
@@ -315,6 +322,11 @@ class BatchReplayBuffer:
                 f"(observation_shape={self.observation_shape}, action_size={self.action_size}, "
                 f"n_envs={self.n_envs})."
             )
+        if array.dtype.kind not in _NUMERIC:
+            raise TypeError(
+                f"BatchReplayBuffer.{where}: {name} has dtype {array.dtype}, expected numbers "
+                "(bool, int or float)."
+            )
         return array
 
     def _observations(self, name: str, value: Any, n: int, where: str) -> np.ndarray:
@@ -351,7 +363,7 @@ class BatchReplayBuffer:
         Raises:
             ValueError: a shape does not match the env, flags are not 0/1, or an
                 env is terminal but not clipped.
-            TypeError: image observations are not uint8.
+            TypeError: an input is not numeric, or image observations are not uint8.
         """
         n = self.n_envs
         obs = self._observations("observations", observations, n, "append")
@@ -419,7 +431,7 @@ class BatchReplayBuffer:
 
         Raises:
             ValueError: its observation shape or action size differs from the buffer's.
-            TypeError: its image observations are not uint8.
+            TypeError: an array is not numeric, or its image observations are not uint8.
         """
         obs = np.asarray(episode.observations)
         T = obs.shape[0]
