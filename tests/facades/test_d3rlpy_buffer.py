@@ -298,3 +298,17 @@ def test_non_numeric_inputs_name_the_input():
     buf.append(obs, act, rew, flags)
     buf.append(obs, act, rew, flags)
     assert len(buf) == 2  # nothing half-written
+
+
+def test_discrete_actions_outside_the_space_are_refused_not_cast():
+    # were cast to int32: 1.7 -> 1, 2**40 -> 0, and 5 or -1 kept for a Discrete(3) space
+    buf = buffer(n_envs=2)
+    obs, rew, flags = np.zeros((2, 2)), np.zeros(2), np.zeros(2)
+    for bad, shown in (([0, 1.7], r"\[1.7\]"), ([5, 1], r"\[5\]"), ([-1, 0], r"\[-1\]"), ([2**40, 0], r"\[1099511627776\]")):
+        with pytest.raises(ValueError, match=rf"append: actions holds {shown}, expected integers in \[0, 3\)"):
+            buf.append(obs, np.array(bad), rew, flags)
+    with pytest.raises(ValueError, match=r"append_episode: episode.actions holds \[3\], expected integers in \[0, 3\)"):
+        buf.append_episode(Episode(np.zeros((3, 2)), np.array([0, 3, 1]), np.zeros(3)))
+    buf.append(obs, np.array([2.0, 0]), rew, flags)  # integral floats are fine
+    buf.append(obs, np.array([1, 2]), rew, flags)
+    assert buf.transitions.actions.tolist() == [2, 0]

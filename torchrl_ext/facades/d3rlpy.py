@@ -341,13 +341,20 @@ class BatchReplayBuffer:
             )
         return obs.astype(self.obs_dtype, copy=True)
 
-    def _actions(self, actions: Any, n: int, where: str) -> np.ndarray:
+    def _actions(self, name: str, actions: Any, n: int, where: str) -> np.ndarray:
         actions = np.asarray(actions)
         if self.discrete:
-            actions = self._check("actions", actions.reshape(-1) if actions.ndim == 2 and
+            actions = self._check(name, actions.reshape(-1) if actions.ndim == 2 and
                                   actions.shape[1] == 1 else actions, (n,), where)
+            # refused, not cast: int32 would truncate 1.7 and wrap 2**40
+            bad = (actions < 0) | (actions >= self.action_size) | (actions != np.round(actions))
+            if bad.any():
+                raise ValueError(
+                    f"BatchReplayBuffer.{where}: {name} holds {np.unique(actions[bad])[:5].tolist()}, "
+                    f"expected integers in [0, {self.action_size}) (the Discrete action space's n)."
+                )
             return actions.astype(np.int32).reshape(n, 1)
-        return self._check("actions", actions, (n, self.action_size), where).astype(np.float32)
+        return self._check(name, actions, (n, self.action_size), where).astype(np.float32)
 
     # ----------------------------------------------------------------- writing
     def append(
@@ -361,13 +368,14 @@ class BatchReplayBuffer:
         """Append one step of every env (d3rlpy's convention, see the class docs).
 
         Raises:
-            ValueError: a shape does not match the env, flags are not 0/1, or an
-                env is terminal but not clipped.
+            ValueError: a shape does not match the env, flags are not 0/1, a
+                discrete action is not an integer in ``[0, n)``, or an env is
+                terminal but not clipped.
             TypeError: an input is not numeric, or image observations are not uint8.
         """
         n = self.n_envs
         obs = self._observations("observations", observations, n, "append")
-        act = self._actions(actions, n, "append")
+        act = self._actions("actions", actions, n, "append")
         rew = self._check("rewards", rewards, (n,), "append").astype(np.float32)
         term = _flags(terminals, "terminals", n)
         clip = term.copy() if clip_episodes is None else _flags(clip_episodes, "clip_episodes", n)
@@ -430,7 +438,8 @@ class BatchReplayBuffer:
         """Write a whole episode (:class:`Episode` or d3rlpy 1.0's) to the episode stream.
 
         Raises:
-            ValueError: its observation shape or action size differs from the buffer's.
+            ValueError: its observation shape or action size differs from the
+                buffer's, or a discrete action is not an integer in ``[0, n)``.
             TypeError: an array is not numeric, or its image observations are not uint8.
         """
         obs = np.asarray(episode.observations)
@@ -438,7 +447,7 @@ class BatchReplayBuffer:
         if T < 2:
             return  # no transition (d3rlpy's Episode of one observation has size 0)
         obs = self._observations("episode.observations", obs, T, "append_episode")
-        act = self._actions(episode.actions, T, "append_episode")
+        act = self._actions("episode.actions", episode.actions, T, "append_episode")
         rew = self._check("episode.rewards", np.asarray(episode.rewards).reshape(-1), (T,),
                           "append_episode").astype(np.float32)
         L, streams, last = T - 1, self.n_envs + 1, self.n_envs
