@@ -312,3 +312,9 @@ def test_discrete_actions_outside_the_space_are_refused_not_cast():
     buf.append(obs, np.array([2.0, 0]), rew, flags)  # integral floats are fine
     buf.append(obs, np.array([1, 2]), rew, flags)
     assert buf.transitions.actions.tolist() == [2, 0]
+
+
+def test_observation_space_without_a_shape_is_a_clear_error():
+    space = gym.spaces.Dict({"pos": BOX})  # d3rlpy 1.0 took array observations only
+    with pytest.raises(TypeError, match=r"observation_space is Dict, which has no shape; expected an array space"):
+        buffer(obs_space=space)

@@ -270,6 +270,12 @@ class BatchReplayBuffer:
         obs_space, act_space, self.n_envs = _spaces(env, observation_space, action_space, n_envs)
         if self.n_envs < 1:
             raise ValueError(f"BatchReplayBuffer: n_envs={self.n_envs}, expected >= 1.")
+        if getattr(obs_space, "shape", None) is None:
+            raise TypeError(
+                f"BatchReplayBuffer: observation_space is {type(obs_space).__name__}, which has no "
+                "shape; expected an array space (a Box of vectors, or of (C, H, W) uint8 images) "
+                "as d3rlpy takes: flatten dict observations first (gymnasium's FlattenObservation)."
+            )
         self.observation_shape = tuple(obs_space.shape)
         self.image = len(self.observation_shape) == 3
         self.obs_dtype = np.uint8 if self.image else np.float32
