@@ -20,8 +20,8 @@ __all__ = ["BatchReplayBatch", "BatchReplayBuffer", "Episode"]
 
 _TRAJ = ("collector", "traj_ids")
 _MASK = ("collector", "mask")
-_ORDER = "append_order"
-_CHUNK = 64  # appends held before one write (a write costs about as much for one as for 64)  # root-only entry: global creation order of a transition (D7)
+_ORDER = "append_order"  # root-only entry: global creation order of a transition (D7)
+_CHUNK = 64  # appends held before one write (a write costs about as much for one as for 64)
 
 
 @documented_tensorclass
