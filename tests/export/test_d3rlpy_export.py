@@ -30,11 +30,12 @@ def filled(maxlen=200):
 def test_d6_mdp_dataset_episodes_and_flags():
     buf = filled()
     dataset = buf.to_mdp_dataset()
-    assert sum(len(e.rewards) for e in dataset.episodes) == len(buf)  # never more than held
+    assert dataset.transition_count == len(buf)  # every held transition, never more
     terminated = [bool(e.terminated) for e in dataset.episodes]
     # env 0: four terminated episodes of 4 transitions, then one running; env 1: one running
     assert terminated == [True, True, True, True, False, False]
-    assert [len(e.rewards) for e in dataset.episodes] == [4, 4, 4, 4, 2, 22]
+    # running episodes end with their newest next observation (a row no transition starts at)
+    assert [len(e.rewards) for e in dataset.episodes] == [4, 4, 4, 4, 3, 23]
     np.testing.assert_array_equal(dataset.episodes[0].observations[:, 0], [0, 1, 2, 3])
     assert float(dataset.episodes[5].rewards[0, 0]) == 2.0  # the TD reward
 
@@ -52,3 +53,34 @@ def test_empty_buffer_export_is_an_error():
     buf = BatchReplayBuffer(20, None, observation_space=BOX, action_space=gym.spaces.Discrete(2), n_envs=1)
     with pytest.raises(ValueError, match="the buffer holds no transition to export"):
         buf.to_mdp_dataset()
+
+
+def test_discrete_action_size_is_the_buffers_not_the_largest_action_taken():
+    # Discrete(4), only actions 0 and 1 taken: a DQN fitted on the export needs 4 outputs
+    buf = BatchReplayBuffer(50, None, observation_space=BOX, action_space=gym.spaces.Discrete(4), n_envs=1)
+    for t in range(6):
+        buf.append(np.full((1, 3), t, np.float32), np.array([t % 2]), np.ones(1), np.array([t == 5]))
+    assert buf.to_mdp_dataset().dataset_info.action_size == 4
+    assert to_d3rlpy(buf.rb).dataset_info.action_size == 2  # no space known: the largest action + 1
+    assert to_d3rlpy(buf.rb, action_size=4).dataset_info.action_size == 4
+    with pytest.raises(ValueError, match=r"action_size=1, but the buffer holds action 1"):
+        to_d3rlpy(buf.rb, action_size=1)
+
+
+def test_d6_export_keeps_the_last_transition_of_unfinished_and_truncated_episodes():
+    # d3rlpy 2 makes L - 1 transitions of a timeout episode of L rows: the export adds the
+    # final observation as a last row, so every held transition (reaching it) is kept
+    buf = BatchReplayBuffer(100, None, observation_space=BOX, action_space=gym.spaces.Discrete(2), n_envs=2)
+    for t in range(6):
+        obs = np.array([[t] * 3, [100 + t] * 3], np.float32)
+        clip = np.array([t == 2, t == 4])  # env 0: truncated at o2, then 3 -> 4 -> 5 runs on
+        buf.append(obs, np.array([0, 1]), np.array([1.0, 2.0]), np.zeros(2, bool), clip)
+    buf.clip_episode()
+    buf.append(np.zeros((2, 3), np.float32), np.array([0, 1]), np.zeros(2), np.zeros(2, bool))
+    buf.append(np.ones((2, 3), np.float32), np.array([1, 0]), np.ones(2), np.zeros(2, bool))
+    dataset = buf.to_mdp_dataset()
+    assert dataset.transition_count == len(buf) == 10
+    first = dataset.episodes[0]  # o0 -> o1 -> o2 (truncated): the final o2 is the last row
+    assert not first.terminated and first.observations[:, 0].tolist() == [0, 1, 2]
+    assert first.rewards[:, 0].tolist() == [1.0, 1.0, 0.0]
+    assert [e.transition_count for e in dataset.episodes] == [2, 2, 1, 4, 1]  # env 0, then env 1

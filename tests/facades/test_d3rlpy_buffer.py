@@ -271,3 +271,50 @@ def test_shape_errors_name_the_input():
         buf.append(np.zeros((1, 2)), np.zeros(2), np.zeros(2), np.zeros(2))
     with pytest.raises(ValueError, match=r"maxlen=2 gives no transition to each of 3 streams"):
         buffer(maxlen=2, n_envs=2)
+
+
+def test_image_observations_of_another_dtype_are_refused_not_cast():
+    # d3rlpy asserted uint8 images; a cast would turn 0..1 float frames into zeros
+    buf = buffer(obs_space=IMAGE)
+    with pytest.raises(TypeError, match=r"append: observations has dtype float32, expected uint8"):
+        buf.append(np.full((1, 1, 3, 3), 0.5, np.float32), np.array([0]), np.zeros(1), np.zeros(1, bool))
+    episode = Episode(np.full((3, 1, 3, 3), 300, np.int64), np.zeros(3), np.zeros(3))
+    with pytest.raises(TypeError, match=r"append_episode: episode.observations has dtype int64, expected uint8"):
+        buf.append_episode(episode)
+    assert len(buf) == 0
+
+
+def test_non_numeric_inputs_name_the_input():
+    buf = buffer(n_envs=2)
+    obs, act, rew, flags = np.zeros((2, 2)), np.zeros(2), np.zeros(2), np.zeros(2)
+    with pytest.raises(TypeError, match=r"append: rewards has dtype <U1, expected numbers"):
+        buf.append(obs, act, np.array(["a", "b"]), flags)
+    with pytest.raises(TypeError, match=r"append: actions has dtype object, expected numbers"):
+        buf.append(obs, np.array([None, None]), rew, flags)
+    with pytest.raises(TypeError, match=r"append: terminals has dtype object, expected booleans or 0/1"):
+        buf.append(obs, act, rew, np.array([None, None]))
+    with pytest.raises(TypeError, match=r"append_episode: episode.rewards has dtype <U1, expected numbers"):
+        buf.append_episode(Episode(np.zeros((3, 2)), np.zeros(3), np.array(list("abc"))))
+    buf.append(obs, act, rew, flags)
+    buf.append(obs, act, rew, flags)
+    assert len(buf) == 2  # nothing half-written
+
+
+def test_discrete_actions_outside_the_space_are_refused_not_cast():
+    # were cast to int32: 1.7 -> 1, 2**40 -> 0, and 5 or -1 kept for a Discrete(3) space
+    buf = buffer(n_envs=2)
+    obs, rew, flags = np.zeros((2, 2)), np.zeros(2), np.zeros(2)
+    for bad, shown in (([0, 1.7], r"\[1.7\]"), ([5, 1], r"\[5\]"), ([-1, 0], r"\[-1\]"), ([2**40, 0], r"\[1099511627776\]")):
+        with pytest.raises(ValueError, match=rf"append: actions holds {shown}, expected integers in \[0, 3\)"):
+            buf.append(obs, np.array(bad), rew, flags)
+    with pytest.raises(ValueError, match=r"append_episode: episode.actions holds \[3\], expected integers in \[0, 3\)"):
+        buf.append_episode(Episode(np.zeros((3, 2)), np.array([0, 3, 1]), np.zeros(3)))
+    buf.append(obs, np.array([2.0, 0]), rew, flags)  # integral floats are fine
+    buf.append(obs, np.array([1, 2]), rew, flags)
+    assert buf.transitions.actions.tolist() == [2, 0]
+
+
+def test_observation_space_without_a_shape_is_a_clear_error():
+    space = gym.spaces.Dict({"pos": BOX})  # d3rlpy 1.0 took array observations only
+    with pytest.raises(TypeError, match=r"observation_space is Dict, which has no shape; expected an array space"):
+        buffer(obs_space=space)

@@ -6,9 +6,13 @@ from typing import Any
 import numpy as np
 from tensordict.utils import NestedKey
 
-from torchrl_ext.export.episodes import nonempty_episodes_of, require
+from torchrl_ext.export.episodes import nonempty_episodes_of, observations_of, require
 
 __all__ = ["to_d3rlpy"]
+
+
+def _path(key: NestedKey) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def to_d3rlpy(
@@ -19,6 +23,7 @@ def to_d3rlpy(
     reward_key: NestedKey = ("next", "reward"),
     terminated_key: NestedKey = ("next", "terminated"),
     discrete: bool | None = None,
+    action_size: int | None = None,
 ) -> Any:
     """The episodes ``rb`` holds as a d3rlpy 2.x ``MDPDataset``, which d3rlpy algorithms ``fit`` on.
 
@@ -28,9 +33,15 @@ def to_d3rlpy(
     that terminated, ``timeouts = 1`` on the last step of every other
     episode: truncated ones, and those still being written, which are thus
     *not* marked finished (D6) and are bootstrapped from, as d3rlpy treats
-    timeouts. d3rlpy 2 keeps no final observation (its format's limit). An
-    episode whose first rows the ring overwrote is exported from its oldest
-    held step: never more than the buffer holds (D6).
+    timeouts. d3rlpy 2 makes no transition of the last row of a timeout
+    episode (it has no next observation there), so such an episode gets one
+    more row: its final observation, with the next action (``("next",
+    action_key)``, zeros where the buffer keeps none) and reward 0, neither
+    of which any transition uses: every held transition is exported, the
+    last one bootstrapping from the true final observation. A terminated
+    episode's final observation is never needed (d3rlpy 2 does not bootstrap
+    there) and gets no row. An episode whose first rows the ring overwrote
+    is exported from its oldest held step: never more than the buffer holds (D6).
 
     Args:
         rb: a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`.
@@ -38,13 +49,17 @@ def to_d3rlpy(
     Keyword Args:
         observation_key, action_key, reward_key, terminated_key (NestedKey): entries.
         discrete (bool, optional): discrete actions; defaults to integer action dtypes.
+        action_size (int, optional): number of discrete actions (the action
+            space's ``n``), or the width of continuous ones. Defaults to the
+            largest action held plus one (discrete; give it when some actions
+            were never taken) or the actions' last dim (continuous).
 
     Returns:
         ``d3rlpy.dataset.MDPDataset``.
 
     Raises:
         ImportError: d3rlpy is not installed (the message names the extra).
-        ValueError: the buffer holds no transition.
+        ValueError: the buffer holds no transition, or an action does not fit ``action_size``.
 
     Examples:
         >>> import torch
@@ -73,6 +88,13 @@ def to_d3rlpy(
         rewards.append(steps.get(reward_key).reshape(L, 1).float().numpy())
         terminated = steps.get(terminated_key, None)
         ended_terminal = bool(terminated[-1].any()) if terminated is not None else False
+        if not ended_terminal:  # the final observation's row: [1, ...] each
+            final_action = steps.get(("next", *_path(action_key)), None)
+            obs.append(observations_of(episode, observation_key)[-1:].numpy())
+            actions.append(np.zeros_like(actions[-1][-1:]) if final_action is None
+                           else final_action[-1:].numpy())
+            rewards.append(np.zeros((1, 1), np.float32))
+            L += 1
         end = np.zeros(L, np.float32)
         end[-1] = 1.0
         terminals.append(end * ended_terminal)
@@ -82,6 +104,15 @@ def to_d3rlpy(
         discrete = not np.issubdtype(action.dtype, np.floating)
     if discrete:
         action = action.reshape(-1).astype(np.int64)
+    held_size = int(action.max()) + 1 if discrete else int(action.shape[-1])
+    if action_size is None:
+        action_size = held_size
+    elif (held_size > action_size) if discrete else (held_size != action_size):
+        raise ValueError(
+            f"to_d3rlpy: action_size={action_size}, but the buffer holds "
+            + (f"action {held_size - 1}" if discrete else f"actions of width {held_size}")
+            + "; pass the action space's size, or leave action_size=None to infer it."
+        )
     observations = np.concatenate(obs)
     space = d3rlpy.constants.ActionSpace.DISCRETE if discrete else d3rlpy.constants.ActionSpace.CONTINUOUS
     return d3rlpy.dataset.MDPDataset(
@@ -91,5 +122,5 @@ def to_d3rlpy(
         terminals=np.concatenate(terminals),
         timeouts=np.concatenate(timeouts),
         action_space=space,
-        action_size=int(action.max()) + 1 if discrete else int(action.shape[-1]),
+        action_size=action_size,
     )

@@ -20,8 +20,8 @@ __all__ = ["BatchReplayBatch", "BatchReplayBuffer", "Episode"]
 
 _TRAJ = ("collector", "traj_ids")
 _MASK = ("collector", "mask")
-_ORDER = "append_order"
-_CHUNK = 64  # appends held before one write (a write costs about as much for one as for 64)  # root-only entry: global creation order of a transition (D7)
+_ORDER = "append_order"  # root-only entry: global creation order of a transition (D7)
+_CHUNK = 64  # appends held before one write (a write costs about as much for one as for 64)
 
 
 @documented_tensorclass
@@ -164,11 +164,18 @@ def _find(sampler: Any, kind: type) -> Any:
     return sampler
 
 
+_NUMERIC = "biuf"  # numpy dtype kinds: bool, signed and unsigned integers, floats
+
+
 def _flags(value: Any, name: str, n: int) -> np.ndarray:
     """Bool ``(n,)`` flags from bool or 0/1 numbers (D3)."""
     array = np.asarray(value)
     if array.shape != (n,):
         raise ValueError(f"BatchReplayBuffer.append: {name} has shape {array.shape}, expected ({n},).")
+    if array.dtype.kind not in _NUMERIC:
+        raise TypeError(
+            f"BatchReplayBuffer.append: {name} has dtype {array.dtype}, expected booleans or 0/1."
+        )
     if array.dtype != np.bool_:
         if not np.isin(array, (0, 1)).all():
             raise ValueError(
@@ -263,6 +270,12 @@ class BatchReplayBuffer:
         obs_space, act_space, self.n_envs = _spaces(env, observation_space, action_space, n_envs)
         if self.n_envs < 1:
             raise ValueError(f"BatchReplayBuffer: n_envs={self.n_envs}, expected >= 1.")
+        if getattr(obs_space, "shape", None) is None:
+            raise TypeError(
+                f"BatchReplayBuffer: observation_space is {type(obs_space).__name__}, which has no "
+                "shape; expected an array space (a Box of vectors, or of (C, H, W) uint8 images) "
+                "as d3rlpy takes: flatten dict observations first (gymnasium's FlattenObservation)."
+            )
         self.observation_shape = tuple(obs_space.shape)
         self.image = len(self.observation_shape) == 3
         self.obs_dtype = np.uint8 if self.image else np.float32
@@ -315,15 +328,39 @@ class BatchReplayBuffer:
                 f"(observation_shape={self.observation_shape}, action_size={self.action_size}, "
                 f"n_envs={self.n_envs})."
             )
+        if array.dtype.kind not in _NUMERIC:
+            raise TypeError(
+                f"BatchReplayBuffer.{where}: {name} has dtype {array.dtype}, expected numbers "
+                "(bool, int or float)."
+            )
         return array
 
-    def _actions(self, actions: Any, n: int, where: str) -> np.ndarray:
+    def _observations(self, name: str, value: Any, n: int, where: str) -> np.ndarray:
+        """``(n, *observation_shape)`` observations, copied as float32 (vectors) or uint8 (images, D4)."""
+        obs = self._check(name, value, (n, *self.observation_shape), where)
+        if self.image and obs.dtype != np.uint8:
+            # d3rlpy asserted uint8 images; a cast would wrap values above 255 and
+            # turn frames scaled to [0, 1] into zeros
+            raise TypeError(
+                f"BatchReplayBuffer.{where}: {name} has dtype {obs.dtype}, expected uint8 "
+                f"(3-d observations {self.observation_shape} are images, stored as uint8)."
+            )
+        return obs.astype(self.obs_dtype, copy=True)
+
+    def _actions(self, name: str, actions: Any, n: int, where: str) -> np.ndarray:
         actions = np.asarray(actions)
         if self.discrete:
-            actions = self._check("actions", actions.reshape(-1) if actions.ndim == 2 and
+            actions = self._check(name, actions.reshape(-1) if actions.ndim == 2 and
                                   actions.shape[1] == 1 else actions, (n,), where)
+            # refused, not cast: int32 would truncate 1.7 and wrap 2**40
+            bad = (actions < 0) | (actions >= self.action_size) | (actions != np.round(actions))
+            if bad.any():
+                raise ValueError(
+                    f"BatchReplayBuffer.{where}: {name} holds {np.unique(actions[bad])[:5].tolist()}, "
+                    f"expected integers in [0, {self.action_size}) (the Discrete action space's n)."
+                )
             return actions.astype(np.int32).reshape(n, 1)
-        return self._check("actions", actions, (n, self.action_size), where).astype(np.float32)
+        return self._check(name, actions, (n, self.action_size), where).astype(np.float32)
 
     # ----------------------------------------------------------------- writing
     def append(
@@ -337,13 +374,14 @@ class BatchReplayBuffer:
         """Append one step of every env (d3rlpy's convention, see the class docs).
 
         Raises:
-            ValueError: a shape does not match the env, flags are not 0/1, or an
-                env is terminal but not clipped.
+            ValueError: a shape does not match the env, flags are not 0/1, a
+                discrete action is not an integer in ``[0, n)``, or an env is
+                terminal but not clipped.
+            TypeError: an input is not numeric, or image observations are not uint8.
         """
         n = self.n_envs
-        obs = self._check("observations", observations, (n, *self.observation_shape), "append")
-        obs = obs.astype(self.obs_dtype, copy=True)  # copies (D4)
-        act = self._actions(actions, n, "append")
+        obs = self._observations("observations", observations, n, "append")
+        act = self._actions("actions", actions, n, "append")
         rew = self._check("rewards", rewards, (n,), "append").astype(np.float32)
         term = _flags(terminals, "terminals", n)
         clip = term.copy() if clip_episodes is None else _flags(clip_episodes, "clip_episodes", n)
@@ -406,15 +444,16 @@ class BatchReplayBuffer:
         """Write a whole episode (:class:`Episode` or d3rlpy 1.0's) to the episode stream.
 
         Raises:
-            ValueError: its observation shape or action size differs from the buffer's.
+            ValueError: its observation shape or action size differs from the
+                buffer's, or a discrete action is not an integer in ``[0, n)``.
+            TypeError: an array is not numeric, or its image observations are not uint8.
         """
         obs = np.asarray(episode.observations)
         T = obs.shape[0]
         if T < 2:
             return  # no transition (d3rlpy's Episode of one observation has size 0)
-        obs = self._check("episode.observations", obs, (T, *self.observation_shape),
-                          "append_episode").astype(self.obs_dtype)
-        act = self._actions(episode.actions, T, "append_episode")
+        obs = self._observations("episode.observations", obs, T, "append_episode")
+        act = self._actions("episode.actions", episode.actions, T, "append_episode")
         rew = self._check("episode.rewards", np.asarray(episode.rewards).reshape(-1), (T,),
                           "append_episode").astype(np.float32)
         L, streams, last = T - 1, self.n_envs + 1, self.n_envs
@@ -553,7 +592,7 @@ class BatchReplayBuffer:
         """
         from torchrl_ext.export import to_d3rlpy
 
-        return to_d3rlpy(self.rb, discrete=self.discrete)
+        return to_d3rlpy(self.rb, discrete=self.discrete, action_size=self.action_size)
 
     def __repr__(self) -> str:
         return (
