@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
+from torchrl_ext.facades._d3rlpy_inputs import AppendInputs, flags, spaces
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers import FrameStackSampler, NStepSampler
@@ -134,56 +135,11 @@ class Episode:
         return len(self.observations) - 1
 
 
-def _spaces(env: Any, observation_space: Any, action_space: Any, n_envs: Any) -> tuple:
-    """(observation space, action space, n_envs) from a gymnasium vector env,
-    a d3rlpy-style batch env (``len(env)``), or the keywords (D5, D13)."""
-    if env is not None:
-        if hasattr(env, "num_envs"):  # gymnasium vector env
-            return env.single_observation_space, env.single_action_space, int(env.num_envs)
-        if hasattr(env, "__len__"):  # d3rlpy BatchEnv
-            return env.observation_space, env.action_space, len(env)
-        raise TypeError(
-            f"BatchReplayBuffer: env is {type(env).__name__}, expected a gymnasium vector env "
-            "(num_envs), a d3rlpy-style batch env (len(env)), or None with observation_space=, "
-            "action_space= and n_envs= given."
-        )
-    missing = [name for name, v in (("observation_space", observation_space),
-                                    ("action_space", action_space), ("n_envs", n_envs)) if v is None]
-    if missing:
-        raise TypeError(
-            f"BatchReplayBuffer: env=None needs {', '.join(m + '=' for m in missing)} "
-            "(the spaces and number of envs an env would give)."
-        )
-    return observation_space, action_space, int(n_envs)
-
-
 def _find(sampler: Any, kind: type) -> Any:
     """The sampler of type ``kind`` in a chain of refining samplers."""
     while not isinstance(sampler, kind):
         sampler = sampler.base
     return sampler
-
-
-_NUMERIC = "biuf"  # numpy dtype kinds: bool, signed and unsigned integers, floats
-
-
-def _flags(value: Any, name: str, n: int) -> np.ndarray:
-    """Bool ``(n,)`` flags from bool or 0/1 numbers (D3)."""
-    array = np.asarray(value)
-    if array.shape != (n,):
-        raise ValueError(f"BatchReplayBuffer.append: {name} has shape {array.shape}, expected ({n},).")
-    if array.dtype.kind not in _NUMERIC:
-        raise TypeError(
-            f"BatchReplayBuffer.append: {name} has dtype {array.dtype}, expected booleans or 0/1."
-        )
-    if array.dtype != np.bool_:
-        if not np.isin(array, (0, 1)).all():
-            raise ValueError(
-                f"BatchReplayBuffer.append: {name} holds {np.unique(array)[:5].tolist()}, "
-                "expected booleans or 0/1."
-            )
-        array = array != 0
-    return array.copy()
 
 
 class BatchReplayBuffer:
@@ -267,7 +223,7 @@ class BatchReplayBuffer:
         mask_p: float = 0.5,
         seed: int | None = None,
     ) -> None:
-        obs_space, act_space, self.n_envs = _spaces(env, observation_space, action_space, n_envs)
+        obs_space, act_space, self.n_envs = spaces(env, observation_space, action_space, n_envs)
         if self.n_envs < 1:
             raise ValueError(f"BatchReplayBuffer: n_envs={self.n_envs}, expected >= 1.")
         if getattr(obs_space, "shape", None) is None:
@@ -277,10 +233,10 @@ class BatchReplayBuffer:
                 "as d3rlpy takes: flatten dict observations first (gymnasium's FlattenObservation)."
             )
         self.observation_shape = tuple(obs_space.shape)
-        self.image = len(self.observation_shape) == 3
-        self.obs_dtype = np.uint8 if self.image else np.float32
         self.discrete = isinstance(act_space, gym.spaces.Discrete)
         self.action_size = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
+        self._inputs = AppendInputs(self.observation_shape, self.discrete, self.action_size, self.n_envs)
+        self.image, self.obs_dtype = self._inputs.image, self._inputs.obs_dtype
         self.maxlen = int(maxlen)
         streams = self.n_envs + 1  # the last one takes whole episodes
         per_stream = self.maxlen // streams
@@ -305,62 +261,13 @@ class BatchReplayBuffer:
         n = self.n_envs
         self._has_prev = np.zeros(n, dtype=bool)
         self._prev_obs = np.zeros((n, *self.observation_shape), self.obs_dtype)
-        self._prev_action = np.zeros((n, *self._action_shape()), self._action_dtype())
+        self._prev_action = np.zeros((n, *self._inputs.action_shape), self._inputs.action_dtype)
         self._prev_reward = np.zeros(n, np.float32)
         self._traj = np.arange(streams, dtype=np.int64)  # current episode id per stream
         self._pending: list[tuple[np.ndarray, ...]] = []  # appends not yet written
         self._order = 0  # transitions created so far
         for episode in episodes or ():
             self.append_episode(episode)
-
-    # ------------------------------------------------------------------ shapes
-    def _action_shape(self) -> tuple[int, ...]:
-        return (1,) if self.discrete else (self.action_size,)
-
-    def _action_dtype(self) -> type:
-        return np.int32 if self.discrete else np.float32
-
-    def _check(self, name: str, value: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
-        array = np.asarray(value)
-        if array.shape != shape:
-            raise ValueError(
-                f"BatchReplayBuffer.{where}: {name} has shape {array.shape}, expected {shape} "
-                f"(observation_shape={self.observation_shape}, action_size={self.action_size}, "
-                f"n_envs={self.n_envs})."
-            )
-        if array.dtype.kind not in _NUMERIC:
-            raise TypeError(
-                f"BatchReplayBuffer.{where}: {name} has dtype {array.dtype}, expected numbers "
-                "(bool, int or float)."
-            )
-        return array
-
-    def _observations(self, name: str, value: Any, n: int, where: str) -> np.ndarray:
-        """``(n, *observation_shape)`` observations, copied as float32 (vectors) or uint8 (images, D4)."""
-        obs = self._check(name, value, (n, *self.observation_shape), where)
-        if self.image and obs.dtype != np.uint8:
-            # d3rlpy asserted uint8 images; a cast would wrap values above 255 and
-            # turn frames scaled to [0, 1] into zeros
-            raise TypeError(
-                f"BatchReplayBuffer.{where}: {name} has dtype {obs.dtype}, expected uint8 "
-                f"(3-d observations {self.observation_shape} are images, stored as uint8)."
-            )
-        return obs.astype(self.obs_dtype, copy=True)
-
-    def _actions(self, name: str, actions: Any, n: int, where: str) -> np.ndarray:
-        actions = np.asarray(actions)
-        if self.discrete:
-            actions = self._check(name, actions.reshape(-1) if actions.ndim == 2 and
-                                  actions.shape[1] == 1 else actions, (n,), where)
-            # refused, not cast: int32 would truncate 1.7 and wrap 2**40
-            bad = (actions < 0) | (actions >= self.action_size) | (actions != np.round(actions))
-            if bad.any():
-                raise ValueError(
-                    f"BatchReplayBuffer.{where}: {name} holds {np.unique(actions[bad])[:5].tolist()}, "
-                    f"expected integers in [0, {self.action_size}) (the Discrete action space's n)."
-                )
-            return actions.astype(np.int32).reshape(n, 1)
-        return self._check(name, actions, (n, self.action_size), where).astype(np.float32)
 
     # ----------------------------------------------------------------- writing
     def append(
@@ -380,11 +287,11 @@ class BatchReplayBuffer:
             TypeError: an input is not numeric, or image observations are not uint8.
         """
         n = self.n_envs
-        obs = self._observations("observations", observations, n, "append")
-        act = self._actions("actions", actions, n, "append")
-        rew = self._check("rewards", rewards, (n,), "append").astype(np.float32)
-        term = _flags(terminals, "terminals", n)
-        clip = term.copy() if clip_episodes is None else _flags(clip_episodes, "clip_episodes", n)
+        obs = self._inputs.observations("observations", observations, n, "append")
+        act = self._inputs.actions("actions", actions, n, "append")
+        rew = self._inputs.check("rewards", rewards, (n,), "append").astype(np.float32)
+        term = flags(terminals, "terminals", n)
+        clip = term.copy() if clip_episodes is None else flags(clip_episodes, "clip_episodes", n)
         if (term & ~clip).any():
             raise ValueError(
                 f"BatchReplayBuffer.append: envs {np.flatnonzero(term & ~clip).tolist()} are "
@@ -452,9 +359,9 @@ class BatchReplayBuffer:
         T = obs.shape[0]
         if T < 2:
             return  # no transition (d3rlpy's Episode of one observation has size 0)
-        obs = self._observations("episode.observations", obs, T, "append_episode")
-        act = self._actions("episode.actions", episode.actions, T, "append_episode")
-        rew = self._check("episode.rewards", np.asarray(episode.rewards).reshape(-1), (T,),
+        obs = self._inputs.observations("episode.observations", obs, T, "append_episode")
+        act = self._inputs.actions("episode.actions", episode.actions, T, "append_episode")
+        rew = self._inputs.check("episode.rewards", np.asarray(episode.rewards).reshape(-1), (T,),
                           "append_episode").astype(np.float32)
         L, streams, last = T - 1, self.n_envs + 1, self.n_envs
 
