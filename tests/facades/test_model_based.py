@@ -1,6 +1,8 @@
 """MBReplayBuffer (pytorchrl API): regressions M1-M13, gymnasium vector envs, errors."""
 from __future__ import annotations
 
+import copy
+import pickle
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -424,3 +426,21 @@ def test_nan_observations_that_follow_on_stay_one_episode():
     assert buffer.get_all_buffer_data()["Observation"].shape == (6, 1, 2)  # written
     _, lengths, _ = buffer.rb.storage.episode_index.live_episodes()
     assert lengths.tolist() == [6]
+
+
+@pytest.mark.parametrize("copy_buffer", [copy.deepcopy, lambda b: pickle.loads(pickle.dumps(b))],
+                         ids=["deepcopy", "pickle"])
+def test_a_copy_with_staged_steps_stores_the_steps_inserted_after_it(copy_buffer):
+    # pytorchrl's async gradient worker deep-copies the collector's storage (which
+    # holds the staged start steps); both copies then keep inserting
+    buffer = MBReplayBuffer(50, "cpu", make_actor(gym.spaces.Box(-1, 1, (1,))), None, None)
+    for t in range(5):
+        buffer.insert_transition(step(t, action=np.zeros((1, 1), np.float32)))
+    copied = copy_buffer(buffer)
+    for t in range(5, 8):
+        copied.insert_transition(step(t, action=np.zeros((1, 1), np.float32)))
+        buffer.insert_transition(step(t, action=np.full((1, 1), 0.5, np.float32)))
+    data = copied.get_all_buffer_data()
+    assert data["Observation"][:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    assert data["Action"][:, 0, 0].tolist() == [0.0] * 8  # the original's inserts stay in the original
+    assert buffer.get_all_buffer_data()["Action"][:, 0, 0].tolist() == [0.0] * 5 + [0.5] * 3

@@ -196,13 +196,32 @@ class PytorchrlSteps:
             return
         layout = []
         for name in present:
-            block = self._stage[STORED[name]]
-            value = sample[name]
-            shape = tuple(value.shape)
-            if len(shape) == 1:  # a flag given as [N]: staged [N, chunk, 1]
-                block = block[..., 0]
-            layout.append((name, shape, _array(value).dtype, [block[:, i] for i in range(chunk)]))
+            shape = tuple(sample[name].shape)
+            layout.append((name, shape, _array(sample[name]).dtype, self._step_views(name, shape)))
         self._layout = tuple(layout)
+
+    def _step_views(self, name: str, shape: tuple[int, ...]) -> list[np.ndarray]:
+        """Views of ``name``'s staging block, one per step, each of the given ``shape``."""
+        block = self._stage[STORED[name]]
+        if len(shape) == 1:  # a flag given as [N]: staged [N, chunk, 1]
+            block = block[..., 0]
+        return [block[:, i] for i in range(self.chunk)]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy (deepcopy, pickle) does not keep views as views: the layout's
+        # per-step views are made again over the copy's own staging blocks
+        layout = self._layout
+        if layout is not None:
+            return {**self.__dict__, "_layout": tuple(entry[:3] for entry in layout)}
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        entries: tuple[tuple[str, tuple[int, ...], np.dtype], ...] | None = state["_layout"]
+        if entries is not None:
+            self._layout = tuple(
+                (name, shape, dtype, self._step_views(name, shape)) for name, shape, dtype in entries
+            )
 
     def _present(self, sample: Any, where: str) -> set[str]:
         if not isinstance(sample, Mapping):
