@@ -444,3 +444,13 @@ def test_a_copy_with_staged_steps_stores_the_steps_inserted_after_it(copy_buffer
     assert data["Observation"][:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
     assert data["Action"][:, 0, 0].tolist() == [0.0] * 8  # the original's inserts stay in the original
     assert buffer.get_all_buffer_data()["Action"][:, 0, 0].tolist() == [0.0] * 5 + [0.5] * 3
+
+
+def test_m12_get_data_slice_of_the_whole_ring_and_wrap_before_it_is_full():
+    full = filled(7, size=5)
+    # as in pytorchrl, (0, max_size) is every position (a == b is empty)
+    assert full.get_data_slice(0, 5)["Observation"][:, 0, 0].tolist() == [5.0, 6.0, 2.0, 3.0, 4.0]
+    exactly = filled(5, size=5)
+    assert exactly.get_data_slice(0, 5)["Observation"][:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    partial = filled(5, size=10)  # positions 0 .. 4 hold steps 0 .. 4: [3, size) + [0, 1)
+    assert partial.get_data_slice(3, 1)["Observation"][:, 0, 0].tolist() == [3.0, 4.0, 0.0]

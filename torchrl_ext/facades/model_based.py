@@ -352,7 +352,7 @@ class MBReplayBuffer:
         Positions are those of the write cursor :attr:`step` (``0 <= pos <
         size``): the slice walks forward and wraps past the end of the ring, so
         ``get_data_slice(a, b)`` with ``a > b`` is ``[a, size) + [0, b)`` (M12);
-        ``a == b`` is empty. Values are numpy arrays ``[T, N, ...]`` in their
+        ``a == b`` is empty and ``(0, size)`` is every position. Values are numpy arrays ``[T, N, ...]`` in their
         stored dtypes (dicts for dict entries), ``None`` for keys never
         inserted, plus ``"Boundary"`` (bool ``[T, N, 1]``: not a real
         transition, never trained on).
@@ -366,8 +366,11 @@ class MBReplayBuffer:
                     f"MBReplayBuffer.get_data_slice: {name}={pos}, expected 0 <= {name} <= {hi} "
                     f"(the buffer holds {self.size} steps)."
                 )
-        count = (int(end_pos) - int(start_pos)) % self.max_size if self.size else 0
-        return self._copy((int(start_pos) + torch.arange(count)) % self.max_size)
+        # positions [0, size) form the ring (size < max_size: not wrapped yet, step == size);
+        # end_pos == size with start_pos == 0 is all of it, start_pos == end_pos none
+        start, end = int(start_pos), int(end_pos)
+        count = end - start if end >= start else end - start + self.size
+        return self._copy((start + torch.arange(count)) % self.size)
 
     def get_all_buffer_data(self, data_to_cpu: bool = False) -> dict[str, Any]:
         """Copies of every stored step, oldest first, ``[size, N, ...]`` (M6).
