@@ -454,3 +454,18 @@ def test_m12_get_data_slice_of_the_whole_ring_and_wrap_before_it_is_full():
     assert exactly.get_data_slice(0, 5)["Observation"][:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
     partial = filled(5, size=10)  # positions 0 .. 4 hold steps 0 .. 4: [3, size) + [0, 1)
     assert partial.get_data_slice(3, 1)["Observation"][:, 0, 0].tolist() == [3.0, 4.0, 0.0]
+
+
+def test_discrete_actions_of_shape_num_envs_as_gymnasium_gives_them():
+    # envs.action_space.sample() / a policy's argmax: [N], not pytorchrl's [N, 1]
+    flat = MBReplayBuffer(20, "cpu", make_actor(gym.spaces.Discrete(3)), None, None, seed=0)
+    column = MBReplayBuffer(20, "cpu", make_actor(gym.spaces.Discrete(3)), None, None, seed=0)
+    for t in range(6):
+        action = np.array([t % 3, 2], np.int64)
+        flat.insert_transition(step(t, n=2, action=action))
+        column.insert_transition(step(t, n=2, action=action[:, None]))
+    assert flat.get_all_buffer_data()["Action"].tolist() == column.get_all_buffer_data()["Action"][..., 0].tolist()
+    a, b = next(flat.generate_batches(1, 12)), next(column.generate_batches(1, 12))
+    assert a["train_input"].shape == (12, 2 + 3) and torch.equal(a["train_input"], b["train_input"])
+    flat.insert_data_slice(flat.get_data_slice(0, 2))  # the [T, N] slice goes back in
+    assert len(flat) == 8

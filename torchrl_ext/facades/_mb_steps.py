@@ -203,7 +203,7 @@ class PytorchrlSteps:
     def _step_views(self, name: str, shape: tuple[int, ...]) -> list[np.ndarray]:
         """Views of ``name``'s staging block, one per step, each of the given ``shape``."""
         block = self._stage[STORED[name]]
-        if len(shape) == 1:  # a flag given as [N]: staged [N, chunk, 1]
+        if len(shape) == 1 and STORED[name] in _FLAGS:  # a flag given as [N]: staged [N, chunk, 1]
             block = block[..., 0]
         return [block[:, i] for i in range(self.chunk)]
 
