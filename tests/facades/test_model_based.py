@@ -469,3 +469,13 @@ def test_discrete_actions_of_shape_num_envs_as_gymnasium_gives_them():
     assert a["train_input"].shape == (12, 2 + 3) and torch.equal(a["train_input"], b["train_input"])
     flat.insert_data_slice(flat.get_data_slice(0, 2))  # the [T, N] slice goes back in
     assert len(flat) == 8
+
+
+def test_an_empty_slice_inserts_nothing_as_in_pytorchrl():
+    buffer = filled(7, size=5)
+    before = buffer.get_all_buffer_data()
+    buffer.insert_data_slice(buffer.get_data_slice(2, 2))  # [0, N, ...] entries: no step
+    assert (buffer.size, buffer.step) == (5, 2)
+    assert buffer.get_all_buffer_data()["Observation"].tolist() == before["Observation"].tolist()
+    with pytest.raises(ValueError, match=r"'Reward' has no time axis \(shape \(\)\), expected \(T, num_envs, \.\.\.\)"):
+        buffer.insert_data_slice({**before, "Reward": np.float32(1.0)})

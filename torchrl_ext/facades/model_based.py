@@ -294,11 +294,20 @@ class MBReplayBuffer:
             tensor_values,
         )
         lengths: set[int] = set()
-        tree_map(lambda v: lengths.add(np.shape(v)[0] if np.ndim(v) else 0), values)
-        if len(lengths) != 1 or 0 in lengths:
+
+        def add_length(value: np.ndarray) -> None:
+            if not np.ndim(value):
+                raise ValueError(
+                    f"MBReplayBuffer.insert_single_tensor_slice: {tensor_key!r} has no time axis "
+                    f"(shape {np.shape(value)}), expected (T, num_envs, ...)."
+                )
+            lengths.add(np.shape(value)[0])
+
+        tree_map(add_length, values)
+        if len(lengths) != 1:
             raise ValueError(
                 f"MBReplayBuffer.insert_single_tensor_slice: {tensor_key!r} has time lengths "
-                f"{sorted(lengths)}, expected one length >= 1 for all its entries."
+                f"{sorted(lengths)}, expected one length for all its entries."
             )
         (length,) = lengths
         if length > self.max_size:
@@ -315,7 +324,8 @@ class MBReplayBuffer:
 
         Slices from :meth:`get_data_slice` / :meth:`get_all_buffer_data` carry
         ``"Boundary"``, which then decides which steps are real transitions
-        (their ``"NextObservation"`` already is the true one).
+        (their ``"NextObservation"`` already is the true one). A slice of
+        ``T = 0`` steps inserts nothing, as in pytorchrl.
 
         Raises:
             KeyError: as :meth:`insert_transition`.
@@ -335,13 +345,13 @@ class MBReplayBuffer:
                 f"{where}: {INFO!r} cannot be sliced; resolve final observations with "
                 "insert_transition, or pass slices from get_data_slice (with 'Boundary')."
             )
-        if not lengths:
+        T = next(iter(lengths.values()), 0)
+        if not T:  # every value None, or T = 0 steps (an empty get_data_slice): nothing to insert
             return
         leaves = self._steps.slice(staged, where)
         if self.rb is None:
             self._build()
         self._flush()
-        T = next(iter(lengths.values()))
         self._write({k: v.swapaxes(0, 1) for k, v in leaves.items()}, self.step)
         self._advance(T)
 
