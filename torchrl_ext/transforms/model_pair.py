@@ -1,6 +1,7 @@
 """Dynamics-model regression pairs ``(obs, action) -> (next_obs - obs, reward)``."""
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch
@@ -93,9 +94,14 @@ def model_pairs(
         ([[1.0, 2.0, 0.30000001192092896]], [[0.5, -1.0, -1.0]])
     """
     batch = actions.shape[:batch_dims]
-    obs = [o.reshape(*batch, -1) for o in observations]  # views of gathered rows: no copy
-    nxt = [n.reshape(*batch, -1) for n in next_observations]
-    rew = None if reward is None else reward.reshape(*batch, -1)
+
+    def features(x: torch.Tensor) -> torch.Tensor:  # [*batch, ...] -> [*batch, f]
+        # the width is spelled out: reshape(*batch, -1) cannot infer it for a batch of 0 rows
+        return x.reshape(*batch, math.prod(x.shape[batch_dims:]))
+
+    obs = [features(o) for o in observations]  # views of gathered rows: no copy
+    nxt = [features(n) for n in next_observations]
+    rew = None if reward is None else features(reward)
     obs_dim = sum(o.shape[-1] for o in obs)
     target_dim = obs_dim + (0 if rew is None else rew.shape[-1])
     # each feature is written once, straight into the outputs (no concatenated temporaries)
