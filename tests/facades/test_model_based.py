@@ -489,3 +489,23 @@ def test_m10_holdout_fraction_with_no_transition_held_out_yet():
     batches = list(buffer.generate_batches(1, 4))
     assert sum(b["train_input"].shape[0] for b in batches) == 3
     assert batches[0]["holdout_input"].shape == (0, 4) and batches[0]["holdout_label"].shape == (0, 3)
+
+
+def test_every_transition_held_out_raises_before_the_scaler_is_fitted():
+    class PlainScaler:  # pytorchrl's interface: fitting on no rows gives NaN statistics, no error
+        def fit(self, inputs, targets):
+            self.mu = inputs.mean(0)
+
+        def transform(self, inputs, targets=None):
+            return inputs - self.mu, targets
+
+    scaler = PlainScaler()
+    buffer = MBReplayBuffer(10, "cpu", make_actor(scaler=scaler), None, None, holdout_fraction=0.9, seed=0)
+    for t in range(2):
+        buffer.insert_transition(step(t))  # both held out by this split
+    message = r"no training transition among 2 candidates \(holdout_fraction=0.9\); add data or lower the holdout"
+    with pytest.raises(ValueError, match=message):
+        buffer.before_gradients()
+    with pytest.raises(ValueError, match=message):
+        buffer.generate_batches(1, 4)
+    assert not hasattr(scaler, "mu")  # the model's normalisation is untouched
