@@ -481,11 +481,13 @@ def test_an_empty_slice_inserts_nothing_as_in_pytorchrl():
         buffer.insert_data_slice({**before, "Reward": np.float32(1.0)})
 
 
-def test_m10_holdout_fraction_with_no_transition_held_out_yet():
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (2,))], ids=["Discrete", "Box"])
+def test_m10_holdout_fraction_with_no_transition_held_out_yet(space):
     # a few transitions, none held out by the split: an empty holdout, not a crash
-    buffer = MBReplayBuffer(10, "cpu", make_actor(), None, None, holdout_fraction=0.1, seed=1)
+    buffer = MBReplayBuffer(10, "cpu", make_actor(space), None, None, holdout_fraction=0.1, seed=1)
+    action = np.zeros((1, 1), np.int64) if space.shape == () else np.zeros((1, 2), np.float32)
     for t in range(3):
-        buffer.insert_transition(step(t))
+        buffer.insert_transition(step(t, action=action))
     batches = list(buffer.generate_batches(1, 4))
     assert sum(b["train_input"].shape[0] for b in batches) == 3
     assert batches[0]["holdout_input"].shape == (0, 4) and batches[0]["holdout_label"].shape == (0, 3)

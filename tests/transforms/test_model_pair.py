@@ -31,6 +31,7 @@ def test_a_batch_of_no_rows_keeps_its_feature_widths():
     obs = torch.zeros(0, 2, 3)
     inputs, targets = model_pairs([obs], [obs], torch.zeros(0, 2), torch.zeros(0))
     assert inputs.shape == (0, 6 + 2) and targets.shape == (0, 6 + 1)
+    assert encode_actions(torch.zeros(0, 2, 2), None, batch_dims=1).shape == (0, 4)
 
 def test_one_hot_width_is_fixed_not_the_largest_action_seen():
     # pytorchrl's M3: width = max action + 1 failed until action n-1 had occurred
