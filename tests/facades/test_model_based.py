@@ -511,3 +511,18 @@ def test_every_transition_held_out_raises_before_the_scaler_is_fitted():
     with pytest.raises(ValueError, match=message):
         buffer.generate_batches(1, 4)
     assert not hasattr(scaler, "mu")  # the model's normalisation is untouched
+
+
+def test_actions_the_model_cannot_take_are_refused_at_the_insert_naming_action():
+    # stored, they would fail every later generate_batches call, under TorchRL's key name
+    discrete = MBReplayBuffer(10, "cpu", make_actor(gym.spaces.Discrete(3)), None, None)
+    with pytest.raises(ValueError, match=r"'Action' has shape \(2, 3\), expected \(2,\) or \(2, 1\): one "
+                                         r"action index per env for the Discrete\(3\) action space"):
+        discrete.insert_transition(step(0, n=2, action=np.eye(3, dtype=np.float32)[[0, 2]]))  # one-hot
+    with pytest.raises(ValueError, match=r"'Action' has shape \(4, 2, 3\), expected \(4, 2\) or \(4, 2, 1\)"):
+        discrete.insert_data_slice({k: np.stack([v] * 4) for k, v in step(0, n=2, action=np.zeros((2, 3))).items()})
+    box = MBReplayBuffer(10, "cpu", make_actor(gym.spaces.Box(-1, 1, (2,))), None, None)
+    with pytest.raises(TypeError, match=r"'Action' is a dict \(keys \['x'\]\), expected one array \(1, \.\.\.\)"):
+        box.insert_transition(step(0, action={"x": np.zeros((1, 2), np.float32)}))
+    discrete.insert_transition(step(0, n=2, action=np.array([[0], [2]])))  # the checks fixed nothing
+    assert next(discrete.generate_batches(1, 4))["train_input"].shape == (2, 2 + 3)

@@ -308,10 +308,28 @@ class PytorchrlSteps:
                     f"{where}: {entry_name(key)} has dtype {value.dtype}, expected {want[1]} as in "
                     "the first insert."
                 )
+        if specs is None:  # the first insert fixes the action layout: one the model pairs can take
+            self._check_action_layout(leaves, where, lead)
         self._check_actions(leaves[STORED[ACT]], where)
         if specs is None:
             self.specs = {k: (v.shape[nl:], v.dtype) for k, v in leaves.items() if k != BOUNDARY_KEY}
             self.keys = frozenset(present - {BOUNDARY})
+
+    def _check_action_layout(self, leaves: dict, where: str, lead: tuple[int, ...]) -> None:
+        action = leaves.get(STORED[ACT])
+        rows = lead + (self.num_envs,)
+        if action is None:  # a dict of entries: the model input takes one action array
+            names = sorted(k[-1] for k in leaves if k[:1] == STORED[ACT])
+            raise TypeError(
+                f"{where}: 'Action' is a dict (keys {names}), expected one array "
+                f"({', '.join(map(str, rows))}, ...) of actions."
+            )
+        n = self.num_actions
+        if n is not None and action.shape[len(rows):] not in ((), (1,)):
+            raise ValueError(
+                f"{where}: 'Action' has shape {action.shape}, expected {rows} or {rows + (1,)}: one "
+                f"action index per env for the Discrete({n}) action space."
+            )
 
     def _check_actions(self, action: np.ndarray, where: str) -> None:
         n = self.num_actions
