@@ -526,3 +526,23 @@ def test_actions_the_model_cannot_take_are_refused_at_the_insert_naming_action()
         box.insert_transition(step(0, action={"x": np.zeros((1, 2), np.float32)}))
     discrete.insert_transition(step(0, n=2, action=np.array([[0], [2]])))  # the checks fixed nothing
     assert next(discrete.generate_batches(1, 4))["train_input"].shape == (2, 2 + 3)
+
+
+def test_next_observations_unlike_the_observations_are_refused_at_the_insert():
+    # delta = next - obs needs the same entries, shapes and dtypes: stored, they failed every
+    # later generate_batches under TorchRL's key names (a dict mismatch: a bare KeyError)
+    buffer = MBReplayBuffer(10, "cpu", make_actor(), None, None)
+    wider = {**step(0), "NextObservation": np.zeros((1, 3), np.float32)}
+    with pytest.raises(ValueError, match=r"'NextObservation' has shape \(1, 3\) and dtype float32, "
+                                         r"expected \(1, 2\) and float32 as 'Observation'"):
+        buffer.insert_transition(wider)
+    wider = {**step(0), "NextObservation": np.zeros((1, 2), np.float64)}
+    with pytest.raises(ValueError, match=r"'NextObservation' has shape \(1, 2\) and dtype float64"):
+        buffer.insert_transition(wider)
+    renamed = {**step(0), "Observation": {"a": np.zeros((1, 2), np.float32)},
+               "NextObservation": {"b": np.zeros((1, 2), np.float32)}}
+    with pytest.raises(KeyError, match=r"'NextObservation' holds 'NextObservation'\['b'\]; expected the "
+                                       r"entries of 'Observation': 'Observation'\['a'\]"):
+        buffer.insert_transition(renamed)
+    buffer.insert_transition(step(0))
+    assert next(buffer.generate_batches(1, 4))["train_label"].shape == (1, 3)

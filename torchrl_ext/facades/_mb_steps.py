@@ -308,8 +308,9 @@ class PytorchrlSteps:
                     f"{where}: {entry_name(key)} has dtype {value.dtype}, expected {want[1]} as in "
                     "the first insert."
                 )
-        if specs is None:  # the first insert fixes the action layout: one the model pairs can take
+        if specs is None:  # the first insert fixes the layout: one the model pairs can take
             self._check_action_layout(leaves, where, lead)
+            self._check_next_observation(leaves, where, lead)
         self._check_actions(leaves[STORED[ACT]], where)
         if specs is None:
             self.specs = {k: (v.shape[nl:], v.dtype) for k, v in leaves.items() if k != BOUNDARY_KEY}
@@ -330,6 +331,27 @@ class PytorchrlSteps:
                 f"{where}: 'Action' has shape {action.shape}, expected {rows} or {rows + (1,)}: one "
                 f"action index per env for the Discrete({n}) action space."
             )
+
+    @staticmethod
+    def _check_next_observation(leaves: dict, where: str, lead: tuple[int, ...]) -> None:
+        """``NextObservation`` must be laid out as ``Observation`` (the target is their difference)."""
+        obs, nxt = (
+            {k[len(STORED[name]):]: v for k, v in leaves.items() if k[: len(STORED[name])] == STORED[name]}
+            for name in (OBS, OBS2)
+        )
+        if obs.keys() != nxt.keys():
+            held = ", ".join(sorted(entry_name(STORED[OBS2] + k) for k in nxt))
+            entries = ", ".join(sorted(entry_name(STORED[OBS] + k) for k in obs))
+            raise KeyError(f"{where}: {OBS2!r} holds {held}; expected the entries of {OBS!r}: {entries}.")
+        nl = len(lead)
+        for sub, value in nxt.items():
+            want = obs[sub]
+            if value.shape[nl:] != want.shape[nl:] or value.dtype != want.dtype:
+                raise ValueError(
+                    f"{where}: {entry_name(STORED[OBS2] + sub)} has shape {value.shape} and dtype "
+                    f"{value.dtype}, expected {value.shape[:nl] + want.shape[nl:]} and {want.dtype} as "
+                    f"{entry_name(STORED[OBS] + sub)}."
+                )
 
     def _check_actions(self, action: np.ndarray, where: str) -> None:
         n = self.num_actions
