@@ -160,11 +160,23 @@ class ModelEpochDataset(IterableDataset):
         return inputs.to(self.device), targets.to(self.device)
 
     def fit_scaler(self) -> None:
-        """Fit the transform's scaler on the current training pairs (only when called)."""
+        """Fit the transform's scaler on the current training pairs (only when called).
+
+        Raises:
+            ValueError: there is no scaler, or no training transition (all held
+                out); the scaler is then left as it was.
+        """
         scaler = self.transform.scaler
         if scaler is None:
             raise ValueError("ModelEpochDataset.fit_scaler: the transform has no scaler.")
-        scaler.fit(*self._pairs(self.sampler.train_rows(self.rb.storage, self.rows)))
+        rows = self.sampler.train_rows(self.rb.storage, self.rows)
+        if not rows.numel():  # statistics of no rows are NaN: never hand them to the scaler
+            candidates = self.sampler.holdout_rows(self.rb.storage, self.rows).numel()  # all held out
+            raise ValueError(
+                f"ModelEpochDataset.fit_scaler: no training transition among {candidates} candidates "
+                f"(holdout_fraction={self.sampler.holdout_fraction}); add data or lower the holdout."
+            )
+        scaler.fit(*self._pairs(rows))
 
     def _normalise(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # the pairs are fresh tensors: a scaler with an in-place transform_ saves two copies

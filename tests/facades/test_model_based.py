@@ -1,6 +1,8 @@
 """MBReplayBuffer (pytorchrl API): regressions M1-M13, gymnasium vector envs, errors."""
 from __future__ import annotations
 
+import copy
+import pickle
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -424,3 +426,123 @@ def test_nan_observations_that_follow_on_stay_one_episode():
     assert buffer.get_all_buffer_data()["Observation"].shape == (6, 1, 2)  # written
     _, lengths, _ = buffer.rb.storage.episode_index.live_episodes()
     assert lengths.tolist() == [6]
+
+
+@pytest.mark.parametrize("copy_buffer", [copy.deepcopy, lambda b: pickle.loads(pickle.dumps(b))],
+                         ids=["deepcopy", "pickle"])
+def test_a_copy_with_staged_steps_stores_the_steps_inserted_after_it(copy_buffer):
+    # pytorchrl's async gradient worker deep-copies the collector's storage (which
+    # holds the staged start steps); both copies then keep inserting
+    buffer = MBReplayBuffer(50, "cpu", make_actor(gym.spaces.Box(-1, 1, (1,))), None, None)
+    for t in range(5):
+        buffer.insert_transition(step(t, action=np.zeros((1, 1), np.float32)))
+    copied = copy_buffer(buffer)
+    for t in range(5, 8):
+        copied.insert_transition(step(t, action=np.zeros((1, 1), np.float32)))
+        buffer.insert_transition(step(t, action=np.full((1, 1), 0.5, np.float32)))
+    data = copied.get_all_buffer_data()
+    assert data["Observation"][:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    assert data["Action"][:, 0, 0].tolist() == [0.0] * 8  # the original's inserts stay in the original
+    assert buffer.get_all_buffer_data()["Action"][:, 0, 0].tolist() == [0.0] * 5 + [0.5] * 3
+
+
+def test_m12_get_data_slice_of_the_whole_ring_and_wrap_before_it_is_full():
+    full = filled(7, size=5)
+    # as in pytorchrl, (0, max_size) is every position (a == b is empty)
+    assert full.get_data_slice(0, 5)["Observation"][:, 0, 0].tolist() == [5.0, 6.0, 2.0, 3.0, 4.0]
+    exactly = filled(5, size=5)
+    assert exactly.get_data_slice(0, 5)["Observation"][:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    partial = filled(5, size=10)  # positions 0 .. 4 hold steps 0 .. 4: [3, size) + [0, 1)
+    assert partial.get_data_slice(3, 1)["Observation"][:, 0, 0].tolist() == [3.0, 4.0, 0.0]
+
+
+def test_discrete_actions_of_shape_num_envs_as_gymnasium_gives_them():
+    # envs.action_space.sample() / a policy's argmax: [N], not pytorchrl's [N, 1]
+    flat = MBReplayBuffer(20, "cpu", make_actor(gym.spaces.Discrete(3)), None, None, seed=0)
+    column = MBReplayBuffer(20, "cpu", make_actor(gym.spaces.Discrete(3)), None, None, seed=0)
+    for t in range(6):
+        action = np.array([t % 3, 2], np.int64)
+        flat.insert_transition(step(t, n=2, action=action))
+        column.insert_transition(step(t, n=2, action=action[:, None]))
+    assert flat.get_all_buffer_data()["Action"].tolist() == column.get_all_buffer_data()["Action"][..., 0].tolist()
+    a, b = next(flat.generate_batches(1, 12)), next(column.generate_batches(1, 12))
+    assert a["train_input"].shape == (12, 2 + 3) and torch.equal(a["train_input"], b["train_input"])
+    flat.insert_data_slice(flat.get_data_slice(0, 2))  # the [T, N] slice goes back in
+    assert len(flat) == 8
+
+
+def test_an_empty_slice_inserts_nothing_as_in_pytorchrl():
+    buffer = filled(7, size=5)
+    before = buffer.get_all_buffer_data()
+    buffer.insert_data_slice(buffer.get_data_slice(2, 2))  # [0, N, ...] entries: no step
+    assert (buffer.size, buffer.step) == (5, 2)
+    assert buffer.get_all_buffer_data()["Observation"].tolist() == before["Observation"].tolist()
+    with pytest.raises(ValueError, match=r"'Reward' has no time axis \(shape \(\)\), expected \(T, num_envs, \.\.\.\)"):
+        buffer.insert_data_slice({**before, "Reward": np.float32(1.0)})
+
+
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (2,))], ids=["Discrete", "Box"])
+def test_m10_holdout_fraction_with_no_transition_held_out_yet(space):
+    # a few transitions, none held out by the split: an empty holdout, not a crash
+    buffer = MBReplayBuffer(10, "cpu", make_actor(space), None, None, holdout_fraction=0.1, seed=1)
+    action = np.zeros((1, 1), np.int64) if space.shape == () else np.zeros((1, 2), np.float32)
+    for t in range(3):
+        buffer.insert_transition(step(t, action=action))
+    batches = list(buffer.generate_batches(1, 4))
+    assert sum(b["train_input"].shape[0] for b in batches) == 3
+    assert batches[0]["holdout_input"].shape == (0, 4) and batches[0]["holdout_label"].shape == (0, 3)
+
+
+def test_every_transition_held_out_raises_before_the_scaler_is_fitted():
+    class PlainScaler:  # pytorchrl's interface: fitting on no rows gives NaN statistics, no error
+        def fit(self, inputs, targets):
+            self.mu = inputs.mean(0)
+
+        def transform(self, inputs, targets=None):
+            return inputs - self.mu, targets
+
+    scaler = PlainScaler()
+    buffer = MBReplayBuffer(10, "cpu", make_actor(scaler=scaler), None, None, holdout_fraction=0.9, seed=0)
+    for t in range(2):
+        buffer.insert_transition(step(t))  # both held out by this split
+    message = r"no training transition among 2 candidates \(holdout_fraction=0.9\); add data or lower the holdout"
+    with pytest.raises(ValueError, match=message):
+        buffer.before_gradients()
+    with pytest.raises(ValueError, match=message):
+        buffer.generate_batches(1, 4)
+    assert not hasattr(scaler, "mu")  # the model's normalisation is untouched
+
+
+def test_actions_the_model_cannot_take_are_refused_at_the_insert_naming_action():
+    # stored, they would fail every later generate_batches call, under TorchRL's key name
+    discrete = MBReplayBuffer(10, "cpu", make_actor(gym.spaces.Discrete(3)), None, None)
+    with pytest.raises(ValueError, match=r"'Action' has shape \(2, 3\), expected \(2,\) or \(2, 1\): one "
+                                         r"action index per env for the Discrete\(3\) action space"):
+        discrete.insert_transition(step(0, n=2, action=np.eye(3, dtype=np.float32)[[0, 2]]))  # one-hot
+    with pytest.raises(ValueError, match=r"'Action' has shape \(4, 2, 3\), expected \(4, 2\) or \(4, 2, 1\)"):
+        discrete.insert_data_slice({k: np.stack([v] * 4) for k, v in step(0, n=2, action=np.zeros((2, 3))).items()})
+    box = MBReplayBuffer(10, "cpu", make_actor(gym.spaces.Box(-1, 1, (2,))), None, None)
+    with pytest.raises(TypeError, match=r"'Action' is a dict \(keys \['x'\]\), expected one array \(1, \.\.\.\)"):
+        box.insert_transition(step(0, action={"x": np.zeros((1, 2), np.float32)}))
+    discrete.insert_transition(step(0, n=2, action=np.array([[0], [2]])))  # the checks fixed nothing
+    assert next(discrete.generate_batches(1, 4))["train_input"].shape == (2, 2 + 3)
+
+
+def test_next_observations_unlike_the_observations_are_refused_at_the_insert():
+    # delta = next - obs needs the same entries, shapes and dtypes: stored, they failed every
+    # later generate_batches under TorchRL's key names (a dict mismatch: a bare KeyError)
+    buffer = MBReplayBuffer(10, "cpu", make_actor(), None, None)
+    wider = {**step(0), "NextObservation": np.zeros((1, 3), np.float32)}
+    with pytest.raises(ValueError, match=r"'NextObservation' has shape \(1, 3\) and dtype float32, "
+                                         r"expected \(1, 2\) and float32 as 'Observation'"):
+        buffer.insert_transition(wider)
+    wider = {**step(0), "NextObservation": np.zeros((1, 2), np.float64)}
+    with pytest.raises(ValueError, match=r"'NextObservation' has shape \(1, 2\) and dtype float64"):
+        buffer.insert_transition(wider)
+    renamed = {**step(0), "Observation": {"a": np.zeros((1, 2), np.float32)},
+               "NextObservation": {"b": np.zeros((1, 2), np.float32)}}
+    with pytest.raises(KeyError, match=r"'NextObservation' holds 'NextObservation'\['b'\]; expected the "
+                                       r"entries of 'Observation': 'Observation'\['a'\]"):
+        buffer.insert_transition(renamed)
+    buffer.insert_transition(step(0))
+    assert next(buffer.generate_batches(1, 4))["train_label"].shape == (1, 3)

@@ -25,6 +25,14 @@ def test_golden_without_reward_and_several_observation_keys():
     assert targets.tolist() == [[1.0, -1.0, 2.0]]
 
 
+
+def test_a_batch_of_no_rows_keeps_its_feature_widths():
+    # an empty holdout: [0, dim] pairs (reshape(0, -1) cannot infer the width)
+    obs = torch.zeros(0, 2, 3)
+    inputs, targets = model_pairs([obs], [obs], torch.zeros(0, 2), torch.zeros(0))
+    assert inputs.shape == (0, 6 + 2) and targets.shape == (0, 6 + 1)
+    assert encode_actions(torch.zeros(0, 2, 2), None, batch_dims=1).shape == (0, 4)
+
 def test_one_hot_width_is_fixed_not_the_largest_action_seen():
     # pytorchrl's M3: width = max action + 1 failed until action n-1 had occurred
     out = encode_actions(torch.tensor([[0], [1]]), 4, batch_dims=1)

@@ -198,13 +198,32 @@ class PytorchrlSteps:
             return
         layout = []
         for name in present:
-            block = self._stage[STORED[name]]
-            value = sample[name]
-            shape = tuple(value.shape)
-            if len(shape) == 1:  # a flag given as [N]: staged [N, chunk, 1]
-                block = block[..., 0]
-            layout.append((name, shape, _array(value).dtype, [block[:, i] for i in range(chunk)]))
+            shape = tuple(sample[name].shape)
+            layout.append((name, shape, _array(sample[name]).dtype, self._step_views(name, shape)))
         self._layout = tuple(layout)
+
+    def _step_views(self, name: str, shape: tuple[int, ...]) -> list[np.ndarray]:
+        """Views of ``name``'s staging block, one per step, each of the given ``shape``."""
+        block = self._stage[STORED[name]]
+        if len(shape) == 1 and STORED[name] in _FLAGS:  # a flag given as [N]: staged [N, chunk, 1]
+            block = block[..., 0]
+        return [block[:, i] for i in range(self.chunk)]
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy (deepcopy, pickle) does not keep views as views: the layout's
+        # per-step views are made again over the copy's own staging blocks
+        layout = self._layout
+        if layout is not None:
+            return {**self.__dict__, "_layout": tuple(entry[:3] for entry in layout)}
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        entries: tuple[tuple[str, tuple[int, ...], np.dtype], ...] | None = state["_layout"]
+        if entries is not None:
+            self._layout = tuple(
+                (name, shape, dtype, self._step_views(name, shape)) for name, shape, dtype in entries
+            )
 
     def _present(self, sample: Any, where: str) -> set[str]:
         if not isinstance(sample, Mapping):
@@ -291,10 +310,50 @@ class PytorchrlSteps:
                     f"{where}: {entry_name(key)} has dtype {value.dtype}, expected {want[1]} as in "
                     "the first insert."
                 )
+        if specs is None:  # the first insert fixes the layout: one the model pairs can take
+            self._check_action_layout(leaves, where, lead)
+            self._check_next_observation(leaves, where, lead)
         self._check_actions(leaves[STORED[ACT]], where)
         if specs is None:
             self.specs = {k: (v.shape[nl:], v.dtype) for k, v in leaves.items() if k != BOUNDARY_KEY}
             self.keys = frozenset(present - {BOUNDARY})
+
+    def _check_action_layout(self, leaves: dict, where: str, lead: tuple[int, ...]) -> None:
+        action = leaves.get(STORED[ACT])
+        rows = lead + (self.num_envs,)
+        if action is None:  # a dict of entries: the model input takes one action array
+            names = sorted(k[-1] for k in leaves if k[:1] == STORED[ACT])
+            raise TypeError(
+                f"{where}: 'Action' is a dict (keys {names}), expected one array "
+                f"({', '.join(map(str, rows))}, ...) of actions."
+            )
+        n = self.num_actions
+        if n is not None and action.shape[len(rows):] not in ((), (1,)):
+            raise ValueError(
+                f"{where}: 'Action' has shape {action.shape}, expected {rows} or {rows + (1,)}: one "
+                f"action index per env for the Discrete({n}) action space."
+            )
+
+    @staticmethod
+    def _check_next_observation(leaves: dict, where: str, lead: tuple[int, ...]) -> None:
+        """``NextObservation`` must be laid out as ``Observation`` (the target is their difference)."""
+        obs, nxt = (
+            {k[len(STORED[name]):]: v for k, v in leaves.items() if k[: len(STORED[name])] == STORED[name]}
+            for name in (OBS, OBS2)
+        )
+        if obs.keys() != nxt.keys():
+            held = ", ".join(sorted(entry_name(STORED[OBS2] + k) for k in nxt))
+            entries = ", ".join(sorted(entry_name(STORED[OBS] + k) for k in obs))
+            raise KeyError(f"{where}: {OBS2!r} holds {held}; expected the entries of {OBS!r}: {entries}.")
+        nl = len(lead)
+        for sub, value in nxt.items():
+            want = obs[sub]
+            if value.shape[nl:] != want.shape[nl:] or value.dtype != want.dtype:
+                raise ValueError(
+                    f"{where}: {entry_name(STORED[OBS2] + sub)} has shape {value.shape} and dtype "
+                    f"{value.dtype}, expected {value.shape[:nl] + want.shape[nl:]} and {want.dtype} as "
+                    f"{entry_name(STORED[OBS] + sub)}."
+                )
 
     def _check_actions(self, action: np.ndarray, where: str) -> None:
         n = self.num_actions

@@ -294,11 +294,20 @@ class MBReplayBuffer:
             tensor_values,
         )
         lengths: set[int] = set()
-        tree_map(lambda v: lengths.add(np.shape(v)[0] if np.ndim(v) else 0), values)
-        if len(lengths) != 1 or 0 in lengths:
+
+        def add_length(value: np.ndarray) -> None:
+            if not np.ndim(value):
+                raise ValueError(
+                    f"MBReplayBuffer.insert_single_tensor_slice: {tensor_key!r} has no time axis "
+                    f"(shape {np.shape(value)}), expected (T, num_envs, ...)."
+                )
+            lengths.add(np.shape(value)[0])
+
+        tree_map(add_length, values)
+        if len(lengths) != 1:
             raise ValueError(
                 f"MBReplayBuffer.insert_single_tensor_slice: {tensor_key!r} has time lengths "
-                f"{sorted(lengths)}, expected one length >= 1 for all its entries."
+                f"{sorted(lengths)}, expected one length for all its entries."
             )
         (length,) = lengths
         if length > self.max_size:
@@ -315,7 +324,8 @@ class MBReplayBuffer:
 
         Slices from :meth:`get_data_slice` / :meth:`get_all_buffer_data` carry
         ``"Boundary"``, which then decides which steps are real transitions
-        (their ``"NextObservation"`` already is the true one).
+        (their ``"NextObservation"`` already is the true one). A slice of
+        ``T = 0`` steps inserts nothing, as in pytorchrl.
 
         Raises:
             KeyError: as :meth:`insert_transition`.
@@ -335,13 +345,13 @@ class MBReplayBuffer:
                 f"{where}: {INFO!r} cannot be sliced; resolve final observations with "
                 "insert_transition, or pass slices from get_data_slice (with 'Boundary')."
             )
-        if not lengths:
+        T = next(iter(lengths.values()), 0)
+        if not T:  # every value None, or T = 0 steps (an empty get_data_slice): nothing to insert
             return
         leaves = self._steps.slice(staged, where)
         if self.rb is None:
             self._build()
         self._flush()
-        T = next(iter(lengths.values()))
         self._write({k: v.swapaxes(0, 1) for k, v in leaves.items()}, self.step)
         self._advance(T)
 
@@ -352,7 +362,7 @@ class MBReplayBuffer:
         Positions are those of the write cursor :attr:`step` (``0 <= pos <
         size``): the slice walks forward and wraps past the end of the ring, so
         ``get_data_slice(a, b)`` with ``a > b`` is ``[a, size) + [0, b)`` (M12);
-        ``a == b`` is empty. Values are numpy arrays ``[T, N, ...]`` in their
+        ``a == b`` is empty and ``(0, size)`` is every position. Values are numpy arrays ``[T, N, ...]`` in their
         stored dtypes (dicts for dict entries), ``None`` for keys never
         inserted, plus ``"Boundary"`` (bool ``[T, N, 1]``: not a real
         transition, never trained on).
@@ -366,8 +376,11 @@ class MBReplayBuffer:
                     f"MBReplayBuffer.get_data_slice: {name}={pos}, expected 0 <= {name} <= {hi} "
                     f"(the buffer holds {self.size} steps)."
                 )
-        count = (int(end_pos) - int(start_pos)) % self.max_size if self.size else 0
-        return self._copy((int(start_pos) + torch.arange(count)) % self.max_size)
+        # positions [0, size) form the ring (size < max_size: not wrapped yet, step == size);
+        # end_pos == size with start_pos == 0 is all of it, start_pos == end_pos none
+        start, end = int(start_pos), int(end_pos)
+        count = end - start if end >= start else end - start + self.size
+        return self._copy((start + torch.arange(count)) % self.size)
 
     def get_all_buffer_data(self, data_to_cpu: bool = False) -> dict[str, Any]:
         """Copies of every stored step, oldest first, ``[size, N, ...]`` (M6).

@@ -1,6 +1,7 @@
 """Dynamics-model regression pairs ``(obs, action) -> (next_obs - obs, reward)``."""
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch
@@ -11,6 +12,12 @@ from torchrl.envs.transforms import Transform
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 
 __all__ = ["ModelPairTransform", "encode_actions", "model_pairs"]
+
+
+def _features(x: torch.Tensor, batch_dims: int) -> torch.Tensor:
+    """``[*batch, ...]`` -> ``[*batch, features]`` (a view where ``reshape`` allows one)."""
+    # the width is spelled out: reshape(*batch, -1) cannot infer it for a batch of 0 rows
+    return x.reshape(*x.shape[:batch_dims], math.prod(x.shape[batch_dims:]))
 
 
 def encode_actions(
@@ -36,7 +43,7 @@ def encode_actions(
     """
     batch = action.shape[:batch_dims]
     if num_actions is None:
-        return action.reshape(*batch, -1).float()
+        return _features(action, batch_dims).float()
     if action.shape[batch_dims:] not in ((), (1,)):
         raise ValueError(
             f"{name} has shape {tuple(action.shape)}; discrete actions (num_actions="
@@ -93,9 +100,9 @@ def model_pairs(
         ([[1.0, 2.0, 0.30000001192092896]], [[0.5, -1.0, -1.0]])
     """
     batch = actions.shape[:batch_dims]
-    obs = [o.reshape(*batch, -1) for o in observations]  # views of gathered rows: no copy
-    nxt = [n.reshape(*batch, -1) for n in next_observations]
-    rew = None if reward is None else reward.reshape(*batch, -1)
+    obs = [_features(o, batch_dims) for o in observations]  # views of gathered rows: no copy
+    nxt = [_features(n, batch_dims) for n in next_observations]
+    rew = None if reward is None else _features(reward, batch_dims)
     obs_dim = sum(o.shape[-1] for o in obs)
     target_dim = obs_dim + (0 if rew is None else rew.shape[-1])
     # each feature is written once, straight into the outputs (no concatenated temporaries)
