@@ -332,7 +332,57 @@ def test_autoreset_mode_is_read_from_a_gymnasium_vector_env():
     env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")], autoreset_mode=MODES.SAME_STEP)
     assert MBReplayBuffer(5, "cpu", make_actor(), None, env).autoreset_mode.value == "SameStep"
     assert MBReplayBuffer(5, "cpu", make_actor(), None, None).autoreset_mode.value == "NextStep"
+    # a wrapped vector env declares its mode in its metadata only
+    wrapped = gym.wrappers.vector.RecordEpisodeStatistics(env)
+    assert not hasattr(wrapped, "autoreset_mode")
+    assert MBReplayBuffer(5, "cpu", make_actor(), None, wrapped).autoreset_mode.value == "SameStep"
     env.close()
+
+
+class OldApiVecEnv:
+    """A vector env as pytorchrl's ``SequentialVecEnv`` steps: the old 4-tuple API, each
+    env reset inside the step that ends its episode (the reset observation returned in
+    its place, the final one dropped); no autoreset mode declared."""
+
+    def __init__(self, num_envs, episode_steps=5):
+        self.envs = [gym.make("CartPole-v1", max_episode_steps=episode_steps) for _ in range(num_envs)]
+        self.num_envs = num_envs
+
+    def reset(self, seed):
+        return np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(self.envs)])
+
+    def step(self, actions):
+        out = []
+        for env, action in zip(self.envs, actions):
+            obs, reward, term, trunc, _ = env.step(int(action))
+            if term or trunc:
+                obs, _ = env.reset()
+            out.append((obs, reward, term or trunc))
+        obs, reward, done = (np.array(x) for x in zip(*out))
+        return obs, reward.astype(np.float32), done, [{} for _ in self.envs]
+
+
+def test_m1_a_pytorchrl_style_vector_env_trains_only_real_transitions_with_the_import_changed():
+    """pytorchrl's collector loop, as written for the original: only the import differs."""
+    envs = OldApiVecEnv(3)
+    buffer = MBReplayBuffer(200, "cpu", make_actor(), None, envs, seed=0)
+    assert buffer.autoreset_mode.value == "SameStep"
+    obs, done = envs.reset(seed=0), np.zeros(3, bool)
+    rng = np.random.default_rng(0)
+    with pytest.warns(UserWarning, match=r"without their true final observation .* never trained on"):
+        for _ in range(40):
+            action = rng.integers(0, 2, 3)
+            nxt, reward, next_done, info = envs.step(action)
+            buffer.insert_transition({
+                "Observation": obs, "Action": action[:, None], "Reward": reward[:, None],
+                "NextObservation": nxt, "Done": done[:, None].astype(np.float32),
+                "NextDone": next_done[:, None].astype(np.float32), "EnvironmentInformation": info})
+            obs, done = nxt, next_done
+    inputs, labels = decoded(buffer, list(buffer.generate_batches(1, 32)))
+    # every step but the done ones (their next observation is a reset observation), the
+    # first step of each new episode included
+    assert inputs.shape[0] == 40 * 3 - 40 * 3 // 5
+    assert_cartpole_dynamics(inputs, labels)
 
 
 def test_factory_torch_inputs_and_export():
@@ -546,3 +596,9 @@ def test_next_observations_unlike_the_observations_are_refused_at_the_insert():
         buffer.insert_transition(renamed)
     buffer.insert_transition(step(0))
     assert next(buffer.generate_batches(1, 4))["train_label"].shape == (1, 3)
+
+
+def test_the_buffer_underneath_holds_every_inserted_step():
+    buffer = filled(7, n=2)
+    assert buffer._steps.staged == 7  # staged, none written yet
+    assert len(buffer.rb) == 7 * 2 and buffer._steps.staged == 0

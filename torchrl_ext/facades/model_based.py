@@ -1,12 +1,14 @@
 """pytorchrl's ``MBReplayBuffer`` API over the episode-aware components."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._mb_steps import (
     BOUNDARY,
@@ -28,6 +30,33 @@ __all__ = ["MBReplayBuffer"]
 # envs) make each step's copy cheaper; 512 measured best of 256 / 512 / 1024
 # (benchmarks/model_based.py insertion, interleaved with SB3)
 _CHUNK = 512
+
+
+def _declared_autoreset_mode(envs: Any) -> AutoresetMode | str:
+    """The autoreset mode of the vector env ``envs``, as :class:`MBReplayBuffer` defaults to it.
+
+    A gymnasium 1.x vector env declares it (``envs.autoreset_mode``; a wrapped
+    one in ``envs.metadata["autoreset_mode"]``). An env that declares none is
+    taken for a vector env from before gymnasium 1.0 (pytorchrl's, gym's,
+    SB3's), which resets inside the step that ends an episode: ``SAME_STEP``.
+    No env: gymnasium's default, ``NEXT_STEP``.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> from types import SimpleNamespace
+        >>> env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+        >>> _declared_autoreset_mode(env), _declared_autoreset_mode(None)
+        (<AutoresetMode.NEXT_STEP: 'NextStep'>, <AutoresetMode.NEXT_STEP: 'NextStep'>)
+        >>> _declared_autoreset_mode(SimpleNamespace(num_envs=2))  # an old-API vector env
+        <AutoresetMode.SAME_STEP: 'SameStep'>
+    """
+    if envs is None:
+        return AutoresetMode.NEXT_STEP
+    mode = getattr(envs, "autoreset_mode", None)
+    if mode is None:
+        metadata = getattr(envs, "metadata", None)
+        mode = metadata.get("autoreset_mode") if isinstance(metadata, Mapping) else None
+    return AutoresetMode.SAME_STEP if mode is None else mode
 
 
 class MBReplayBuffer:
@@ -71,13 +100,18 @@ class MBReplayBuffer:
             reward is a target) and ``actor.action_space`` (``Discrete``:
             one-hot of width ``n``; ``Box``: as is).
         algorithm: kept as :attr:`algo`, unused.
-        envs: read for its ``autoreset_mode`` (a gymnasium vector env), else unused.
+        envs: the vector env; read for its autoreset mode only.
 
     Keyword Args:
         autoreset_mode (AutoresetMode or str, optional): how the vector env
-            resets; defaults to ``envs.autoreset_mode`` if it has one, else
-            ``NEXT_STEP``. pytorchrl's own vector envs reset in the step without
-            keeping the final observation: use ``"SameStep"``.
+            resets. Defaults to the mode ``envs`` declares (a gymnasium 1.x
+            vector env, wrapped or not: ``autoreset_mode`` or
+            ``metadata["autoreset_mode"]``); ``SAME_STEP`` for an env that
+            declares none, as every vector env before gymnasium 1.0 (pytorchrl's,
+            gym's, SB3's) resets inside the step that ends an episode: its done
+            steps, whose next observation is a reset observation, are stored
+            but never trained on (M1); ``NEXT_STEP`` (gymnasium's default)
+            with ``envs=None``.
         holdout_fraction (float): held-out share of the transitions (fixed
             until :meth:`resplit`); batches then carry ``"holdout_input"`` /
             ``"holdout_label"``. Defaults to ``0.0``.
@@ -142,7 +176,7 @@ class MBReplayBuffer:
         self.reward_function = model.reward_function
         self.num_actions = _num_actions(getattr(actor, "action_space", None))
         if autoreset_mode is None:
-            autoreset_mode = getattr(envs, "autoreset_mode", AutoresetMode.NEXT_STEP)
+            autoreset_mode = _declared_autoreset_mode(envs)
         self.autoreset_mode = GymVectorAdapter(1, autoreset_mode=autoreset_mode).autoreset_mode
         # the sampler's own checks, now rather than at the first insert
         EpochSampler(holdout_fraction=holdout_fraction, ensemble_size=ensemble_size, bootstrap=bootstrap)
@@ -188,7 +222,7 @@ class MBReplayBuffer:
     def _clear(self) -> None:
         self.size = 0  # steps held
         self.step = 0  # write position in the time ring
-        self.rb: Any = None  # built on the first insert (the env count fixes the streams)
+        self._rb: Any = None  # built on the first insert (the env count fixes the streams)
         self._data: ModelEpochDataset | None = None  # serves rb's epochs
         self._steps = PytorchrlSteps(
             self.autoreset_mode, self.reward_function is None, self.num_actions, _CHUNK
@@ -202,14 +236,14 @@ class MBReplayBuffer:
 
         The first insert calls it; calling it first only validates earlier.
         """
-        if self.rb is None:
+        if self._rb is None:
             self._steps.step(sample, "MBReplayBuffer.init_tensors")
             self._build()
 
     def _build(self) -> None:
         steps = self._steps
         n = steps.num_envs
-        self.rb = make_model_based_buffer(
+        self._rb = make_model_based_buffer(
             n * (2 * self.max_size + 2),
             num_streams=n,
             observation_keys=[k for k in steps.specs or () if k[:1] == STORED["Observation"]],
@@ -225,7 +259,7 @@ class MBReplayBuffer:
         # PytorchrlSteps.batch already starts a new trajectory wherever a step
         # does not follow on from its env's last next observation: the
         # writer's check would compare the same bytes again, at every write
-        self.rb.writer.check_continuation = False
+        self._rb.writer.check_continuation = False
         self._rows = torch.full((self.max_size, n), -1, dtype=torch.int64)
         self._boundary = np.zeros((self.max_size, n), bool)
 
@@ -235,7 +269,7 @@ class MBReplayBuffer:
 
     def _write(self, leaves: dict[tuple[str, ...], np.ndarray], start: int) -> None:
         """Write ``[N, T, ...]`` steps held at time positions ``start, start + 1, ...`` (wrapping)."""
-        rows = self.rb.extend(self._steps.batch(leaves))  # [N, T]
+        rows = self._rb.extend(self._steps.batch(leaves))  # [N, T]
         positions = (start + np.arange(rows.shape[1])) % self.max_size
         self._rows.numpy()[positions] = rows.numpy().T
         self._boundary[positions] = leaves[BOUNDARY_KEY][..., 0].T
@@ -262,7 +296,7 @@ class MBReplayBuffer:
         full = steps.stage_known(sample, "MBReplayBuffer.insert_transition")
         if full is None:  # the first insert, or laid out unlike it: the checks that name the fault
             leaves = steps.step(sample, "MBReplayBuffer.insert_transition")
-            if self.rb is None:
+            if self._rb is None:
                 self._build()
             full = steps.stage(sample, leaves)
         step = self.step + 1
@@ -349,7 +383,7 @@ class MBReplayBuffer:
         if not T:  # every value None, or T = 0 steps (an empty get_data_slice): nothing to insert
             return
         leaves = self._steps.slice(staged, where)
-        if self.rb is None:
+        if self._rb is None:
             self._build()
         self._flush()
         self._write({k: v.swapaxes(0, 1) for k, v in leaves.items()}, self.step)
@@ -393,11 +427,11 @@ class MBReplayBuffer:
 
     def _copy(self, positions: torch.Tensor) -> dict[str, Any]:
         out: dict[str, Any] = {key: None for key in (*STORAGE_TENSORS, BOUNDARY)}
-        if self.rb is None:
+        if self._rb is None:
             return out
         self._flush()
         rows = self._rows[positions]  # [T, N]
-        data = self.rb.storage.get(rows.reshape(-1)).reshape(rows.shape)
+        data = self._rb.storage.get(rows.reshape(-1)).reshape(rows.shape)
         for name in (*self._steps.keys, BOUNDARY):
             value = data.get(STORED[name])
             if isinstance(value, TensorDictBase):
@@ -409,6 +443,33 @@ class MBReplayBuffer:
     def __len__(self) -> int:
         """Number of stored steps (of all ``N`` envs each)."""
         return self.size
+
+    @property
+    def rb(self) -> TransitionReplayBuffer | None:
+        """The TorchRL replay buffer underneath, every inserted step written; ``None`` before the first insert.
+
+        :meth:`insert_transition` stages steps and writes them a chunk at a
+        time; this (as every read) writes the staged ones first.
+
+        Examples:
+            >>> from types import SimpleNamespace
+            >>> import gymnasium as gym
+            >>> import numpy as np
+            >>> from torchrl_ext import MBReplayBuffer
+            >>> from torchrl_ext.transforms import StandardScaler
+            >>> actor = SimpleNamespace(action_space=gym.spaces.Discrete(2), dynamics_model=SimpleNamespace(
+            ...     standard_scaler=StandardScaler(), reward_function=None))
+            >>> buffer = MBReplayBuffer(10, "cpu", actor, None, None)
+            >>> for t in range(3):
+            ...     buffer.insert_transition({"Observation": np.full((1, 2), t, np.float32),
+            ...         "Action": np.zeros((1, 1)), "Reward": np.ones((1, 1), np.float32),
+            ...         "NextObservation": np.full((1, 2), t + 1, np.float32),
+            ...         "Done": np.zeros((1, 1)), "NextDone": np.zeros((1, 1))})
+            >>> len(buffer.rb)  # transitions of every env
+            3
+        """
+        self._flush()
+        return self._rb
 
     # -------------------------------------------------------------- lifecycle
     def reset(self) -> None:
@@ -440,8 +501,8 @@ class MBReplayBuffer:
 
     def resplit(self, seed: int | None = None) -> None:
         """Draw a new holdout split."""
-        if self.rb is not None:
-            self.rb.sampler.resplit(seed)
+        if self._rb is not None:
+            self._rb.sampler.resplit(seed)
 
     def _dataset(self, batch_size: int) -> ModelEpochDataset:
         self._flush()
@@ -456,8 +517,8 @@ class MBReplayBuffer:
                 "(all are reset steps or done steps without their final observation)."
             )
         # one dataset per storage: it keeps the normalised pairs between epochs
-        if self._data is None or self._data.rb is not self.rb:
-            self._data = ModelEpochDataset(self.rb, device=self.device)
+        if self._data is None or self._data.rb is not self._rb:
+            self._data = ModelEpochDataset(self._rb, device=self.device)
         self._data.rows, self._data.batch_size = rows, batch_size
         return self._data
 
@@ -502,7 +563,7 @@ class MBReplayBuffer:
             dataset.fit_scaler()
             self._scaler_fitted = True
         if mini_batch_size is None:
-            n = dataset.sampler.train_rows(self.rb.storage, dataset.rows).numel()
+            n = dataset.sampler.train_rows(self._rb.storage, dataset.rows).numel()
             mini_batch_size = -(-n // int(num_mini_batch or 1))
         dataset.batch_size = int(mini_batch_size)
         return self._batches(dataset, int(num_epochs))
@@ -544,8 +605,8 @@ class MBReplayBuffer:
                     "expected a value in [0, 1)."
                 )
             self.holdout_fraction = fraction
-            if self.rb is not None:
-                self.rb.sampler.holdout_fraction = fraction
+            if self._rb is not None:
+                self._rb.sampler.holdout_fraction = fraction
             self.resplit()
         else:
             raise ValueError(
