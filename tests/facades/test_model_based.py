@@ -602,3 +602,10 @@ def test_the_buffer_underneath_holds_every_inserted_step():
     buffer = filled(7, n=2)
     assert buffer._steps.staged == 7  # staged, none written yet
     assert len(buffer.rb) == 7 * 2 and buffer._steps.staged == 0
+
+
+def test_a_chunk_of_more_steps_than_the_ring_keeps_the_newest_in_order():
+    buffer = filled(23, size=5, n=2)  # 23 staged steps, written as one chunk into 5 positions
+    data = buffer.get_all_buffer_data()
+    assert data["Observation"][:, :, 0].tolist() == [[t, t + 100] for t in range(18, 23)]
+    assert len(buffer) == 5

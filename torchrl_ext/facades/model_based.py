@@ -270,9 +270,11 @@ class MBReplayBuffer:
     def _write(self, leaves: dict[tuple[str, ...], np.ndarray], start: int) -> None:
         """Write ``[N, T, ...]`` steps held at time positions ``start, start + 1, ...`` (wrapping)."""
         rows = self._rb.extend(self._steps.batch(leaves))  # [N, T]
-        positions = (start + np.arange(rows.shape[1])) % self.max_size
-        self._rows.numpy()[positions] = rows.numpy().T
-        self._boundary[positions] = leaves[BOUNDARY_KEY][..., 0].T
+        T = rows.shape[1]
+        keep = min(T, self.max_size)  # more steps than the ring: the newest hold its positions
+        positions = (start + np.arange(T - keep, T)) % self.max_size  # distinct: no write lost to order
+        self._rows.numpy()[positions] = rows.numpy()[:, T - keep:].T
+        self._boundary[positions] = leaves[BOUNDARY_KEY][:, T - keep:, 0].T
 
     def _advance(self, steps: int) -> None:
         self.step = (self.step + steps) % self.max_size
