@@ -135,6 +135,26 @@ def test_b6_scalar_only_steps():
     assert bool((batch["reward"][:, 1] - batch["reward"][:, 0] == 1).all())
 
 
+def test_a_refused_episode_leaves_the_other_envs_episodes_and_the_step_stored():
+    """One env's episode refused (a NaN) at a step: the other envs' episodes that
+    end there and every env's step itself are still stored, then the error is raised."""
+    info = EpisodeDatasetInfo(verification_mode=VerificationMode.EXTENDED_CHECKS)
+    rb = EpisodeReplayBuffer(RingBufferDataset(100, info=info), batch_size=2)
+    was_done = torch.zeros(2, dtype=torch.bool)
+    for t in range(8):  # env 0: steps 0..5 (a NaN at step 4), 6..7; env 1: 0..2, 3..5, 6..7
+        step = {"x": torch.tensor([[0.0 if t != 4 else float("nan"), t], [1.0, t]])}
+        if t == 6:
+            with pytest.raises(ValueError, match="field 'x' holds NaN or infinite values"):
+                rb.add_step(step, was_done)
+        else:
+            rb.add_step(step, was_done)
+        was_done = torch.tensor([t == 5, t in (2, 5)])
+    rb.flush()
+    stored = [rb.dataset.episode(i)["x"].tolist() for i in range(rb.num_episodes)]
+    assert sorted(stored) == [[[0.0, 6.0], [0.0, 7.0]], [[1.0, 0.0], [1.0, 1.0], [1.0, 2.0]],
+                              [[1.0, 3.0], [1.0, 4.0], [1.0, 5.0]], [[1.0, 6.0], [1.0, 7.0]]]
+
+
 def test_is_last_ends_the_episode_at_this_step_for_vector_envs():
     rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
     for t in range(3):

@@ -162,6 +162,10 @@ class EpisodeReplayBuffer:
                 is not numeric, or a field whose dtype differs from the first step's.
             KeyError: the fields differ from the first step's.
 
+            An episode that ends here and that the dataset refuses (see
+            :meth:`EpisodeDataset.add_episode`) raises its error once this step
+            and the other envs' ended episodes are stored.
+
         Warns:
             UserWarning: once, at the first step, when the flag says single env
                 but the data looks batched (every field ``[d, ...]`` with one
@@ -192,13 +196,17 @@ class EpisodeReplayBuffer:
             values = {key: value[None] for key, value in values.items()}
             opens = opens.reshape(1)
             ends = None if ends is None else ends.reshape(1)
+        # The ended episodes are taken first and stored after the step is appended:
+        # an episode the dataset refuses (too long, not finite) then raises with
+        # every other env's episode and this step stored, not dropped or merged.
+        ended = []
         if np.count_nonzero(opens):  # cheaper than any() on a step's flags
-            for env in np.flatnonzero(opens).tolist():
-                self._close(env)
+            ended = [running.take(env) for env in np.flatnonzero(opens).tolist()]
         running.append(values)  # copies: callers may reuse their buffers
         if ends is not None and np.count_nonzero(ends):
-            for env in np.flatnonzero(ends).tolist():
-                self._close(env)
+            ended += [running.take(env) for env in np.flatnonzero(ends).tolist()]
+        if ended:
+            self._store(ended)
 
     def _boundaries(
         self, done: Any, is_first: Any, is_last: Any, terminated: Any, truncated: Any
@@ -345,16 +353,29 @@ class EpisodeReplayBuffer:
             )
         return values
 
-    def _close(self, env: int) -> None:
-        episode = None if self._running is None else self._running.take(env)
-        if episode is not None:
-            self.dataset.add_episode(episode)  # stacked [length, ...] fields
+    def _store(self, episodes: list[dict[str, torch.Tensor] | None]) -> None:
+        """Hand each episode (``None``: an env with no step) to the dataset.
+
+        Raises:
+            the first error of the dataset's ``add_episode``, once the other
+            episodes are stored.
+        """
+        error: Exception | None = None
+        for episode in episodes:
+            if episode is None:
+                continue
+            try:
+                self.dataset.add_episode(episode)  # stacked [length, ...] fields
+            except Exception as e:
+                error = error or e
+        if error is not None:
+            raise error
 
     def flush(self) -> None:
         """Store every episode still running (e.g. before sampling or at shutdown)."""
         if self._running is not None:
-            for env in range(self._running.num_envs):
-                self._close(env)
+            running = self._running
+            self._store([running.take(env) for env in range(running.num_envs)])
 
     # ----------------------------------------------------------------- reads
     def sample(self) -> TensorDictBase:
