@@ -265,6 +265,26 @@ def test_b11_extend_with_variable_lengths_any_kind_and_the_new_episode_kept(tmp_
     assert within_one_episode(draw(front, 64, 3))
 
 
+def test_extend_refuses_an_episode_longer_than_the_front_before_storing_it_in_other(tmp_path):
+    front, other = RingBufferDataset(5), RingBufferDataset(100)
+    front.extend(other, other_batch_size=4, other_num_workers=0)
+    front.add_episode(episode(0, 3))
+    with pytest.raises(ValueError, match=r"an episode of 6 steps does not fit in "
+                       r"RingBufferDataset\(capacity=5\)"):
+        front.add_episode(episode(1, 6))
+    assert other.episode_lengths == [3]  # refused by both: later fetches never meet it
+    for eid in range(2, 8):  # fetch rounds once the front is full
+        front.add_episode(episode(eid, 2))
+        assert front.episode(-1)["x"][0, 0] == eid
+    assert other.episode_lengths == [3] + [2] * 6
+    # a large dataset already holding an episode the front cannot hold is refused at once
+    large = IndividualFileDataset(100, directory=tmp_path)
+    large.add_episode(episode(0, 8))
+    with pytest.raises(ValueError, match=r"extend: other holds an episode of 8 steps, more than "
+                       r"this RingBufferDataset's capacity=5"):
+        RingBufferDataset(5).extend(large)
+
+
 # ---------------------------------------------- B12, B13: worker processes
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_b12_b13_workers_seed_on_this_python_and_each_samples_everything(tmp_path, context):

@@ -236,13 +236,16 @@ class EpisodeDataset(IterableDataset):
         else:
             self._other.add(self, episode)
 
-    def _add(self, episode: TensorDictBase) -> None:
-        length = int(episode.shape[0])
+    def _check_fits(self, length: int) -> None:
         if length > self.capacity:
             raise ValueError(
                 f"add_episode: an episode of {length} steps does not fit in "
                 f"{type(self).__name__}(capacity={self.capacity}); raise the capacity."
             )
+
+    def _add(self, episode: TensorDictBase) -> None:
+        length = int(episode.shape[0])
+        self._check_fits(length)
         fields = self.info.fields
         if fields is None:  # the first episode fixes the fields and allocates the pool
             fields = Fields.from_episode(episode)
@@ -438,7 +441,8 @@ class EpisodeDataset(IterableDataset):
         episode (which is always kept, unlike the original, B11).
 
         Raises:
-            ValueError: ``other`` is this dataset, or a size is not positive.
+            ValueError: ``other`` is this dataset, a size is not positive, or
+                ``other`` holds an episode longer than this dataset's capacity.
         """
         if other is self:
             raise ValueError("extend: a dataset cannot extend itself.")
@@ -446,6 +450,11 @@ class EpisodeDataset(IterableDataset):
             raise ValueError(
                 f"extend: other_batch_size={other_batch_size} and "
                 f"fetch_from_other_every={fetch_from_other_every} must be >= 1."
+            )
+        if other.longest_episode > self.capacity:  # every episode fetched from other must fit here
+            raise ValueError(
+                f"extend: other holds an episode of {other.longest_episode} steps, more than "
+                f"this {type(self).__name__}'s capacity={self.capacity}; raise the capacity."
             )
         loader = other.get_loader(other_batch_size, None, num_workers=other_num_workers)
         self._other = _Composition(other, loader, int(fetch_from_other_every))
@@ -462,6 +471,8 @@ class _Composition:
         self._iterator = RestartingIterator(loader.__iter__, "EpisodeDataset.extend")
 
     def add(self, front: EpisodeDataset, episode: TensorDictBase) -> None:
+        # refused before other stores it: other's episodes are fetched into the front
+        front._check_fits(int(episode.shape[0]))
         self.other.add_episode(episode)
         self.count += 1
         if front.is_full and self.count >= self.every:
