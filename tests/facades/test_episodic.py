@@ -578,6 +578,34 @@ def test_padded_short_episodes_with_pad():
     assert bool(batch[batch["x"][:, 0, 0] == 1]["mask"].all())
 
 
+def test_a_stored_mask_field_is_never_overwritten_by_the_padding_mask():
+    """A step field named "mask" (an action mask) and padded sequences: a clear error,
+    or the padding mask under ``mask_key``; ``extend`` keeps the field."""
+    def steps(n):
+        return {**episode(0, n), "mask": torch.arange(n) % 2 == 0}
+
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=4, sequence_length=None, seed=0)
+    rb.dataset.add_episode(steps(3))
+    with pytest.raises(ValueError, match=r"the stored field 'mask' has the name of the padding "
+                       r"mask .* pass mask_key="):
+        rb.sample()
+    rb = EpisodeReplayBuffer(rb.dataset, batch_size=4, sequence_length=None, seed=0,
+                             mask_key="valid")
+    rb.dataset.add_episode(steps(5))
+    batch = rb.sample()
+    for row in batch:
+        n = int(row["valid"].sum())
+        assert row["mask"][:n].tolist() == [t % 2 == 0 for t in range(n)]
+    assert set(draw(rb.dataset, 8, 4, pad=True, mask_key="valid").keys()) == {"x", "mask", "valid"}
+    front = RingBufferDataset(6)
+    front.extend(RingBufferDataset(100), other_batch_size=2, other_num_workers=0)
+    for n in (3, 3, 2, 2):  # fetch rounds from the second episode on
+        front.add_episode(steps(n))
+    for position in range(front.num_episodes):
+        stored = front.episode(position)
+        assert stored["mask"].tolist() == [t % 2 == 0 for t in range(stored.shape[0])]
+
+
 # ------------------------------------------------------- errors, pinned
 def test_add_step_errors():
     rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)

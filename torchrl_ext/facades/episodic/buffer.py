@@ -59,6 +59,8 @@ class EpisodeReplayBuffer:
             with a ``"mask"`` entry.
         pin_memory (bool, optional): pin sampled batches (needs CUDA).
         seed (int, optional): makes sampling reproducible.
+        mask_key (str): the name of the padding mask entry (default ``"mask"``);
+            another one when a step field has that name.
 
     Examples:
         >>> import torch
@@ -86,6 +88,7 @@ class EpisodeReplayBuffer:
         pad: bool = False,
         pin_memory: bool | None = None,
         seed: int | None = None,
+        mask_key: str = "mask",
     ) -> None:
         if not isinstance(dataset, EpisodeDataset):
             raise TypeError(
@@ -99,7 +102,8 @@ class EpisodeReplayBuffer:
         self.sequence_length = sequence_length
         self.pad = pad
         self.loader = dataset.get_loader(
-            batch_size, sequence_length, chunk_size, num_workers, pin_memory, pad=pad, seed=seed
+            batch_size, sequence_length, chunk_size, num_workers, pin_memory, pad=pad, seed=seed,
+            mask_key=mask_key,
         )
         stream = self.loader.dataset
         if not isinstance(stream, SequenceStream):

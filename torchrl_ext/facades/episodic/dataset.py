@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Iterator
 
 import torch
@@ -347,6 +348,7 @@ class EpisodeDataset(IterableDataset):
         pad: bool = False,
         seed: int | None = None,
         multiprocessing_context: str | None = None,
+        mask_key: str = MASK_KEY,
     ) -> DataLoader:
         """An endless DataLoader of ``[batch_size, sequence_length]`` TensorDict batches.
 
@@ -370,10 +372,13 @@ class EpisodeDataset(IterableDataset):
             seed (int, optional): makes the sampled sequence reproducible.
             multiprocessing_context (str, optional): as in :func:`~torchrl_ext.make_loader`
                 (default ``"fork"`` where available).
+            mask_key (str): the name of the padding mask (default ``"mask"``);
+                another one when a stored field has that name.
 
         Raises:
             ValueError: a size is not positive, ``chunk_size`` does not divide
-                ``batch_size``, or ``pin_memory`` without CUDA.
+                ``batch_size``, or ``pin_memory`` without CUDA. When iterated:
+                padded sequences of a dataset with a field named ``mask_key``.
         """
         if int(batch_size) < 1:
             raise ValueError(f"get_loader: batch_size={batch_size}, expected >= 1.")
@@ -391,9 +396,9 @@ class EpisodeDataset(IterableDataset):
         if pin_memory and not torch.cuda.is_available():
             raise ValueError("get_loader: pin_memory=True needs CUDA, which is not available.")
         return worker_loader(
-            SequenceStream(self, chunk_size, sequence_length, pad=pad, seed=seed),
+            SequenceStream(self, chunk_size, sequence_length, pad=pad, seed=seed, mask_key=mask_key),
             batch_size=batch_size // chunk_size,
-            collate_fn=concat_chunks,
+            collate_fn=functools.partial(concat_chunks, mask_key=mask_key),
             num_workers=self._preferred_num_workers(num_workers),
             pin_memory=bool(pin_memory),
             seed=seed,
@@ -456,7 +461,9 @@ class EpisodeDataset(IterableDataset):
                 f"extend: other holds an episode of {other.longest_episode} steps, more than "
                 f"this {type(self).__name__}'s capacity={self.capacity}; raise the capacity."
             )
-        loader = other.get_loader(other_batch_size, None, num_workers=other_num_workers)
+        loader = other.get_loader(
+            other_batch_size, None, num_workers=other_num_workers, mask_key=_EXTEND_MASK_KEY
+        )
         self._other = _Composition(other, loader, int(fetch_from_other_every))
 
 
@@ -477,12 +484,16 @@ class _Composition:
         self.count += 1
         if front.is_full and self.count >= self.every:
             self.count = 0
-            for fetched in split_episodes(next(self._iterator)):
+            for fetched in split_episodes(next(self._iterator), _EXTEND_MASK_KEY):
                 front._add(fetched)
         front._add(episode)
 
 
-def split_episodes(batch: TensorDictBase) -> list[TensorDictBase]:
+#: the padding mask of the whole episodes ``extend`` fetches (not "mask": a field may have that name)
+_EXTEND_MASK_KEY = "_extend_mask"
+
+
+def split_episodes(batch: TensorDictBase, mask_key: str = MASK_KEY) -> list[TensorDictBase]:
     """The episodes of a padded whole-episode batch, without padding.
 
     Examples:
@@ -493,12 +504,12 @@ def split_episodes(batch: TensorDictBase) -> list[TensorDictBase]:
         >>> [e["obs"].tolist() for e in split_episodes(batch)]
         [[0.0, 1.0], [3.0, 4.0, 5.0]]
     """
-    lengths = batch.get(MASK_KEY).sum(-1).tolist()
-    episodes = batch.exclude(MASK_KEY)
+    lengths = batch.get(mask_key).sum(-1).tolist()
+    episodes = batch.exclude(mask_key)
     return [episodes[i, :n] for i, n in enumerate(lengths)]
 
 
-def concat_chunks(chunks: list[TensorDictBase]) -> TensorDictBase:
+def concat_chunks(chunks: list[TensorDictBase], mask_key: str = MASK_KEY) -> TensorDictBase:
     """Collate chunks along dim 0, padding whole-episode chunks to one width.
 
     Examples:
@@ -513,16 +524,16 @@ def concat_chunks(chunks: list[TensorDictBase]) -> TensorDictBase:
     """
     width = max(chunk.shape[1] for chunk in chunks)
     if any(chunk.shape[1] != width for chunk in chunks):
-        chunks = [_pad(chunk, width) for chunk in chunks]
+        chunks = [_pad(chunk, width, mask_key) for chunk in chunks]
     return torch.cat(chunks, 0)
 
 
-def _pad(chunk: TensorDictBase, width: int) -> TensorDictBase:
+def _pad(chunk: TensorDictBase, width: int, mask_key: str) -> TensorDictBase:
     extra = width - chunk.shape[1]
     if not extra:
         return chunk
     tail = chunk[:, -1:].expand(chunk.shape[0], extra).clone()
-    tail.set(MASK_KEY, torch.zeros(chunk.shape[0], extra, dtype=torch.bool))
+    tail.set(mask_key, torch.zeros(chunk.shape[0], extra, dtype=torch.bool))
     return torch.cat([chunk, tail], 1)
 
 
@@ -552,6 +563,7 @@ class SequenceStream(SampleStream):
         *,
         pad: bool = False,
         seed: int | None = None,
+        mask_key: str = MASK_KEY,
     ) -> None:
         super().__init__()
         self.dataset = dataset
@@ -559,6 +571,7 @@ class SequenceStream(SampleStream):
         self.sequence_length = None if sequence_length is None else int(sequence_length)
         self.pad = pad
         self.seed = seed
+        self.mask_key = mask_key
         self.max_rounds = dataset._max_sampling_rounds()
         # the in-process generator (checkpointed by EpisodeReplayBuffer)
         self.generator: torch.Generator | None = None
@@ -589,6 +602,13 @@ class SequenceStream(SampleStream):
     def batches(self, generator: torch.Generator | None) -> Iterator[TensorDictBase]:
         """Endless chunks of ``chunk_size`` sequences drawn from the pool."""
         pool = self._pool()
+        if (self.sequence_length is None or self.pad) and self.mask_key in pool.rows.keys():
+            raise ValueError(
+                f"Cannot sample padded sequences: the stored field {self.mask_key!r} has the "
+                "name of the padding mask that whole episodes (sequence_length=None) and "
+                "pad=True add; pass mask_key='<another name>' to EpisodeReplayBuffer or "
+                "get_loader."
+            )
         while True:
             yield pool.sample(
                 self.chunk_size,
@@ -596,5 +616,5 @@ class SequenceStream(SampleStream):
                 pad=self.pad,
                 generator=generator,
                 max_rounds=self.max_rounds,
-                mask_key=MASK_KEY,
+                mask_key=self.mask_key,
             )
