@@ -635,6 +635,15 @@ def test_add_step_errors():
         rb.add_step([1, 2], torch.zeros(2, dtype=torch.bool))
 
 
+def test_add_step_refuses_a_step_without_fields_at_once():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    with pytest.raises(ValueError, match=r"add_step: step_data has no field; expected a dict "
+                       r"mapping each field name to a tensor"):
+        rb.add_step({}, False)
+    rb.add_step({"x": torch.zeros(2)}, True)  # the refused step fixed nothing
+    assert rb.dataset.episode_lengths == [1]
+
+
 def test_sample_errors():
     rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2, sequence_length=5)
     with pytest.raises(RuntimeError, match="Cannot sample from empty dataset."):

@@ -347,6 +347,11 @@ class EpisodeReplayBuffer:
                     f"leading dim of {num_envs} (one entry per env, as done has)."
                 )
             values[key] = value
+        if not values:  # else refused only when its episode is stored, by add_episode
+            raise ValueError(
+                "add_step: step_data has no field; expected a dict mapping each field name "
+                "to a tensor (e.g. {'obs': obs, 'action': action, 'reward': reward})."
+            )
         if self._keys is None:
             self._keys = tuple(sorted(values))
             self._key_set = frozenset(self._keys)
