@@ -644,6 +644,14 @@ def test_add_step_refuses_a_step_without_fields_at_once():
     assert rb.dataset.episode_lengths == [1]
 
 
+def test_a_refused_first_step_fixes_neither_single_nor_vector_env():
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2)
+    with pytest.raises(ValueError, match=r"field 'x' has shape \(3,\), expected a leading dim of 2"):
+        rb.add_step({"x": torch.zeros(3)}, torch.zeros(2, dtype=torch.bool))  # one env's step
+    rb.add_step({"x": torch.zeros(3)}, True)  # the single env it is
+    assert rb.dataset.episode_lengths == [1]
+
+
 def test_sample_errors():
     rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2, sequence_length=5)
     with pytest.raises(RuntimeError, match="Cannot sample from empty dataset."):

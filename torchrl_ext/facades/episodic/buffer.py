@@ -177,9 +177,7 @@ class EpisodeReplayBuffer:
         """
         opens, ends, extra = self._boundaries(done, is_first, is_last, terminated, truncated)
         num_envs = int(opens.size) if opens.ndim else 0
-        if self._num_envs is None:
-            self._num_envs = num_envs
-        elif num_envs != self._num_envs:
+        if self._num_envs is not None and num_envs != self._num_envs:
             def kind(n: int) -> str:
                 return f"a vector env of {n}" if n else "a single env"
             raise ValueError(
@@ -187,6 +185,7 @@ class EpisodeReplayBuffer:
                 f"steps of {kind(self._num_envs)} (fixed by the first step)."
             )
         values = self._values(step_data, num_envs, extra)
+        self._num_envs = num_envs  # fixed by the first step the buffer takes
         if self._spec is None:
             if num_envs == 0:
                 _warn_if_batched(values)
