@@ -545,6 +545,20 @@ def test_preallocated_fields_from_info():
         dataset.add_episode({"y": torch.zeros(2, 2)})
 
 
+def test_datasets_built_from_one_info_keep_their_own_statistics(tmp_path):
+    probe = RingBufferDataset(10)
+    probe.add_episode(episode(0, 2))
+    info = EpisodeDatasetInfo(fields=probe.fields)
+    front, large = RingBufferDataset(10, info=info), IndividualFileDataset(100, info=info,
+                                                                           directory=tmp_path)
+    front.extend(large, other_batch_size=2, other_num_workers=0)
+    for eid in range(4):
+        front.add_episode(episode(eid, 4))
+    assert large.episode_lengths == [4, 4, 4, 4] and large.num_timesteps == 16
+    assert front.num_timesteps == sum(front.episode_lengths) <= 10
+    assert info.num_episodes == 0 and info.episode_lengths == []  # the caller's is not the dataset's
+
+
 def test_buffer_sample_shape_and_dict_access_and_iteration():
     rb = EpisodeReplayBuffer(RingBufferDataset(200), batch_size=5, sequence_length=3, seed=0)
     for t in range(10):

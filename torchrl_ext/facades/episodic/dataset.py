@@ -84,8 +84,10 @@ class EpisodeDataset(IterableDataset):
                 "Evictor (a callable taking the dataset and returning an episode position)."
             )
         self.capacity = int(capacity)
-        self.info = info
-        self.info.verification_mode = VerificationMode(info.verification_mode)
+        # a copy: the statistics are this dataset's, even when one info builds several datasets
+        self.info = dataclasses.replace(
+            info, episode_lengths=[], verification_mode=VerificationMode(info.verification_mode)
+        )
         self.evictor = evictor
         self._pool: EpisodePool | None = None
         self._slots: list[int] = []  # pool slot of each stored episode, oldest first
