@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 from torchrl.data import TensorDictReplayBuffer
 
+from torchrl_ext.buffer import TransitionReplayBuffer
+
 from torchrl_ext.envs.gym import (
     REWARD,
     TERMINATED,
@@ -16,7 +18,7 @@ from torchrl_ext.envs.gym import (
 )
 from torchrl_ext.facades._convert import SpaceInput
 
-__all__ = ["ADD_CHUNK", "SLAB_BYTES", "StepBatcher"]
+__all__ = ["ADD_CHUNK", "SLAB_BYTES", "HeldStepsFacade", "StepBatcher"]
 
 #: steps a facade holds before writing them: a write has a fixed cost of ~100 step copies
 #: (W1, 16 envs: ~140 us for [16, 1] rows, ~0.9 ms for [16, 512]); past ~512 steps the
@@ -295,3 +297,41 @@ class StepBatcher:
 def _steps(slab: np.ndarray) -> list[np.ndarray]:
     """The slab's view at each held step: ``[num_envs, ...]`` (made once, reused each chunk)."""
     return [slab[:, i] for i in range(slab.shape[1])]
+
+
+class HeldStepsFacade:
+    """A facade whose ``add`` a :class:`StepBatcher` holds: what reads the buffer writes the held steps first.
+
+    Subclasses set ``_rb`` (the buffer) and ``_batcher`` (its batcher).
+    """
+
+    _rb: TransitionReplayBuffer
+    _batcher: StepBatcher
+
+    @property
+    def rb(self) -> TransitionReplayBuffer:
+        """The TorchRL replay buffer underneath, with every added step written.
+
+        ``add`` holds steps and writes them a chunk at a time; this (as every
+        read) writes the held ones first, so the buffer can be sampled, saved
+        or exported directly.
+
+        Examples:
+            >>> import gymnasium as gym
+            >>> import numpy as np
+            >>> from torchrl_ext import NStepReplayStorage
+            >>> space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+            >>> storage = NStepReplayStorage(space, gym.spaces.Discrete(2), storage_size=100,
+            ...     num_envs=2, num_workers=0)
+            >>> obs, no = np.zeros((2, 3), np.float32), np.zeros(2, bool)
+            >>> storage.add(obs, np.array([0, 1]), np.ones(2), no, no, {}, obs + 1)
+            >>> len(storage.rb), storage.rb.sample(4)["next", "reward"].shape
+            (2, torch.Size([4, 1]))
+        """
+        self._batcher.flush()
+        return self._rb
+
+    def __len__(self) -> int:
+        """Number of stored transitions."""
+        self._batcher.flush()
+        return len(self._rb)

@@ -10,11 +10,11 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
-from torchrl_ext.buffer import TransitionReplayBuffer, make_her_replay_buffer
+from torchrl_ext.buffer import make_her_replay_buffer
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
-from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
+from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
 from torchrl_ext.facades._convert import space_error, step_inputs
 from torchrl_ext.facades._tensorclass import (
     TensorclassBatch,
@@ -132,7 +132,7 @@ class HerReplayBatch(TensorclassBatch):
         ) -> None: ...
 
 
-class HerReplayStorage:
+class HerReplayStorage(HeldStepsFacade):
     """Hindsight experience replay with the constructor and methods of rllte's ``HerReplayStorage``.
 
     Every env of a vector env is stored in its own ring (``storage_size /
@@ -165,6 +165,10 @@ class HerReplayStorage:
     :class:`HerReplayTuple` of float32 tensors) while every entry is stored in
     its own dtype; ``native=True`` returns an :class:`HerReplayBatch` in the
     stored dtypes instead (H9).
+
+    ``add`` holds steps and writes them a chunk at a time; every read (and
+    ``rb``, the TorchRL buffer underneath, for direct use) writes the held
+    ones first.
 
     Args:
         observation_space (gym.spaces.Dict): holds ``goal_key`` and
@@ -415,36 +419,6 @@ class HerReplayStorage:
         self._batcher.clear()
         self._rb.empty()
         self.adapter.reset()
-
-    @property
-    def rb(self) -> TransitionReplayBuffer:
-        """The TorchRL replay buffer underneath, with every added step written.
-
-        :meth:`add` holds steps and writes them a chunk at a time; this (as
-        every read) writes the held ones first, so the buffer can be sampled,
-        saved or exported directly.
-
-        Examples:
-            >>> import gymnasium as gym
-            >>> import numpy as np
-            >>> from torchrl_ext import HerReplayStorage
-            >>> bits = gym.spaces.MultiBinary(3)
-            >>> space = gym.spaces.Dict(observation=bits, achieved_goal=bits, desired_goal=bits)
-            >>> storage = HerReplayStorage(space, gym.spaces.Discrete(3), storage_size=100)
-            >>> obs = dict(observation=np.zeros((1, 3), np.int8), achieved_goal=np.zeros((1, 3), np.int8),
-            ...            desired_goal=np.ones((1, 3), np.int8))
-            >>> storage.add(obs, np.array([0]), np.array([-1.0]), np.array([False]),
-            ...             np.array([False]), {}, obs)
-            >>> len(storage.rb)
-            1
-        """
-        self._batcher.flush()
-        return self._rb
-
-    def __len__(self) -> int:
-        """Number of stored (live) transitions."""
-        self._batcher.flush()
-        return len(self._rb)
 
     def __repr__(self) -> str:
         return (

@@ -11,9 +11,9 @@ from torch.utils.data import DataLoader
 from tensordict import TensorDictBase
 
 from torchrl_ext._atomic import atomic_dir, recover
-from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
+from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
-from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
+from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.facades._convert import space_error, step_inputs
 from torchrl_ext.facades._tensorclass import (
@@ -115,7 +115,7 @@ class NStepReplayBatch(TensorclassBatch):
         ) -> None: ...
 
 
-class NStepReplayStorage:
+class NStepReplayStorage(HeldStepsFacade):
     """n-step replay with the constructor and methods of rllte's ``NStepReplayStorage``.
 
     Every env of a vector env is stored (the original kept env 0 only), the
@@ -141,6 +141,10 @@ class NStepReplayStorage:
     float32 cast (N18): :meth:`sample` gives an :class:`NStepReplayBatch` in
     stored dtypes with ``terminateds``, ``truncateds`` and ``steps``, and
     ``replay_iter`` yields TensorDicts.
+
+    ``add`` holds steps and writes them a chunk at a time; every read (and
+    ``rb``, the TorchRL buffer underneath, for direct use) writes the held
+    ones first.
 
     Workers of :attr:`replay_iter` sample the whole buffer from shared memory:
     no episode files, no shards, new steps visible at once. ``fetch_every``
@@ -415,34 +419,6 @@ class NStepReplayStorage:
             )
         self._rb.loads(path)
         self.adapter.load_state_dict(json.loads(adapter.read_text()))
-
-    @property
-    def rb(self) -> TransitionReplayBuffer:
-        """The TorchRL replay buffer underneath, with every added step written.
-
-        :meth:`add` holds steps and writes them a chunk at a time; this (as
-        every read) writes the held ones first, so the buffer can be sampled,
-        saved or exported directly.
-
-        Examples:
-            >>> import gymnasium as gym
-            >>> import numpy as np
-            >>> from torchrl_ext import NStepReplayStorage
-            >>> space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-            >>> storage = NStepReplayStorage(space, gym.spaces.Discrete(2), storage_size=100,
-            ...     num_envs=2, num_workers=0)
-            >>> obs, no = np.zeros((2, 3), np.float32), np.zeros(2, bool)
-            >>> storage.add(obs, np.array([0, 1]), np.ones(2), no, no, {}, obs + 1)
-            >>> len(storage.rb), storage.rb.sample(4)["next", "reward"].shape
-            (2, torch.Size([4, 1]))
-        """
-        self._batcher.flush()
-        return self._rb
-
-    def __len__(self) -> int:
-        """Number of stored transitions."""
-        self._batcher.flush()
-        return len(self._rb)
 
     def __repr__(self) -> str:
         return (
