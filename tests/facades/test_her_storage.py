@@ -381,3 +381,36 @@ def test_copy_info_dict_stores_non_finite_info_values_as_one_step_adds_do():
     assert len(store) == 10
     dist = store.rb.storage.get(slice(None))["next", "info", "dist"]
     assert int(dist.isnan().sum()) == 2
+
+
+@pytest.mark.parametrize("column", [False, True])
+def test_discrete_observation_entries_are_columns_as_in_the_original(column):
+    """rllte (as SB3) stores a ``Discrete`` entry of the Dict space as ``(N, 1)``: batches and
+    ``reward_fn`` get ``(B, 1)``, whether the env gives ``(N,)`` or ``(N, 1)``."""
+    cell = gym.spaces.Discrete(10)
+    space = gym.spaces.Dict(observation=cell, achieved_goal=cell, desired_goal=cell)
+    seen = []
+
+    def reward_fn(achieved, desired, infos):
+        seen.append((achieved.shape, desired.shape))
+        return -(achieved != desired).float()
+
+    store = HerReplayStorage(space, ACT, storage_size=100, num_envs=2, batch_size=10,
+                             reward_fn=reward_fn, seed=0, native=True)
+
+    def at(t):
+        value = np.array([t, t]).reshape((2, 1) if column else (2,))
+        return {"observation": value, "achieved_goal": value, "desired_goal": np.full_like(value, 9)}
+
+    for t in range(4):
+        store.add(at(t), np.zeros(2, np.int64), -np.ones(2), np.full(2, t == 3), np.zeros(2, bool),
+                  {}, at(t + 1))
+    b = store.sample()
+    for obs in (b.observations, b.next_observations):
+        assert {k: tuple(v.shape) for k, v in obs.items()} == dict.fromkeys(space.spaces, (10, 1))
+    assert seen == [((8, 1), (8, 1))]
+    relabelled = b[2:]
+    assert torch.equal(relabelled.rewards, reward_fn(relabelled.next_observations["achieved_goal"],
+                                                     relabelled.observations["desired_goal"], None))
+    store.native = False
+    assert store.sample().observations["desired_goal"].shape == (10, 1)

@@ -205,6 +205,9 @@ def step_inputs(
 ) -> tuple[SpaceInput, SpaceInput, SpaceInput]:
     """The checks of a facade's ``add``: observations, next observations, actions.
 
+    ``column``: ``Discrete`` values (the action, and the ``Discrete`` entries of
+    the observations) are stored as ``[num_envs, 1]``, as rllte and SB3 store them.
+
     Examples:
         >>> import gymnasium as gym
         >>> obs, nxt, act = step_inputs("F.add", gym.spaces.Box(0, 1, (2,)), gym.spaces.Discrete(2), 4)
@@ -212,7 +215,7 @@ def step_inputs(
         ('next_observations', (4,))
     """
     return (
-        SpaceInput(owner, "observations", observation_space, num_envs),
-        SpaceInput(owner, "next_observations", observation_space, num_envs),
+        SpaceInput(owner, "observations", observation_space, num_envs, column=column),
+        SpaceInput(owner, "next_observations", observation_space, num_envs, column=column),
         SpaceInput(owner, "actions", action_space, num_envs, column=column),
     )
