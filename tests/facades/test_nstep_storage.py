@@ -247,3 +247,19 @@ def test_constructor_errors():
         storage(fetch_every=0)
     with pytest.raises(ValueError, match="the storage is empty; add steps before sampling"):
         storage(num_workers=1).sample()
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_dict_observation_space_with_one_observation_entry_gives_dicts(native):
+    space = gym.spaces.Dict({"observation": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    store = NStepReplayStorage(space, ACT, num_envs=1, batch_size=2, num_workers=0, seed=0,
+                               native=native)
+    obs = {"observation": np.zeros((1, 2), np.float32)}
+    for _ in range(3):
+        store.add(obs, np.array([0]), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), {}, obs)
+    batch = store.sample()
+    for observations in (batch.observations, batch.next_observations):
+        assert list(observations.keys()) == ["observation"]
+        assert observations["observation"].shape == (2, 2)
+    if not native:  # replay_iter's [obs, action, reward, discount, next_obs]
+        assert list(next(store.replay_iter)[0].keys()) == ["observation"]

@@ -386,12 +386,18 @@ class NStepReplayStorage:
             seed=self.seed,
         )
 
-    @staticmethod
-    def _five(data: TensorDictBase) -> list[Any]:
-        """``[obs, action, reward, discount, next_obs]`` of a sampled TensorDict."""
-        obs_keys = [k for k in data.keys() if k not in _NOT_OBSERVATIONS]
-        return [_observations(data, obs_keys), data["action"], data["next", "reward"],
-                data["discount"], _observations(data["next"], obs_keys)]
+    def _five(self, data: TensorDictBase) -> list[Any]:
+        """``[obs, action, reward, discount, next_obs]`` of a sampled TensorDict.
+
+        Observations of a ``Dict`` space are a TensorDict of its entries (even
+        a single ``"observation"`` entry), others the tensor itself.
+        """
+        if not isinstance(self.observation_space, gym.spaces.Dict):
+            obs, next_obs = data["observation"], data["next", "observation"]
+        else:
+            keys = list(self.observation_space.spaces)
+            obs, next_obs = data.select(*keys), data["next"].select(*keys)
+        return [obs, data["action"], data["next", "reward"], data["discount"], next_obs]
 
     def update(self, *args: Any) -> None:
         """No-op, as in the original (its training loop passes metrics here)."""
@@ -450,11 +456,3 @@ class NStepReplayStorage:
             f"n_step={self._rb.sampler.n}, batch_size={self.batch_size})"
         )
 
-
-_NOT_OBSERVATIONS = ("action", "next", "discount", "steps_to_next_obs", "index", "collector")
-
-
-def _observations(data: TensorDictBase, keys: list[str]) -> Any:
-    if keys == ["observation"]:
-        return data["observation"]
-    return data.select(*keys)
