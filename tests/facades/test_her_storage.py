@@ -414,3 +414,10 @@ def test_discrete_observation_entries_are_columns_as_in_the_original(column):
                                                      relabelled.observations["desired_goal"], None))
     store.native = False
     assert store.sample().observations["desired_goal"].shape == (10, 1)
+
+
+@pytest.mark.parametrize("name", ["discount", "action", "next", "index"])
+def test_dict_observation_entry_named_like_a_batch_entry_is_refused(name):
+    space = gym.spaces.Dict(observation=BOX, achieved_goal=BOX, desired_goal=BOX, **{name: BOX})
+    with pytest.raises(ValueError, match=rf"observation_space has an entry {name!r}.*rename it"):
+        HerReplayStorage(space, ACT)

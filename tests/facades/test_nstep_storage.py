@@ -263,3 +263,11 @@ def test_dict_observation_space_with_one_observation_entry_gives_dicts(native):
         assert observations["observation"].shape == (2, 2)
     if not native:  # replay_iter's [obs, action, reward, discount, next_obs]
         assert list(next(store.replay_iter)[0].keys()) == ["observation"]
+
+
+@pytest.mark.parametrize("name", ["discount", "action", "next", "index", "steps_to_next_obs"])
+def test_dict_observation_entry_named_like_a_batch_entry_is_refused(name):
+    box = gym.spaces.Box(-1, 1, (1,), np.float32)
+    space = gym.spaces.Dict({"pixels": box, name: box})
+    with pytest.raises(ValueError, match=rf"observation_space has an entry {name!r}.*rename it"):
+        NStepReplayStorage(space, ACT, num_workers=0)

@@ -10,7 +10,12 @@ import torch
 
 from torchrl_ext.core.schema import EntryKeyError
 
-__all__ = ["SpaceInput", "space_error", "step_inputs", "to_numpy"]
+__all__ = ["BATCH_ENTRIES", "SpaceInput", "space_error", "step_inputs", "to_numpy"]
+
+#: root entries of a stored or sampled row that are not observations: a ``Dict``
+#: observation entry of one of these names would be overwritten by them
+BATCH_ENTRIES = ("action", "next", "collector", "discount", "steps_to_next_obs", "index",
+                 "n_step", "her")
 
 
 def space_error(owner: str, name: str, space: Any, expected: str = "a gymnasium Space") -> TypeError:
@@ -208,12 +213,26 @@ def step_inputs(
     ``column``: ``Discrete`` values (the action, and the ``Discrete`` entries of
     the observations) are stored as ``[num_envs, 1]``, as rllte and SB3 store them.
 
+    Raises:
+        ValueError: a ``Dict`` observation space has an entry named like a
+            batch entry (:data:`BATCH_ENTRIES`: ``"action"``, ``"discount"``...),
+            which its rows' own entry would overwrite.
+
     Examples:
         >>> import gymnasium as gym
         >>> obs, nxt, act = step_inputs("F.add", gym.spaces.Box(0, 1, (2,)), gym.spaces.Discrete(2), 4)
         >>> nxt.name, act.shape
         ('next_observations', (4,))
     """
+    if isinstance(observation_space, gym.spaces.Dict):
+        for name in observation_space.spaces:
+            if name in BATCH_ENTRIES:
+                raise ValueError(
+                    f"{owner.split('.')[0]}: observation_space has an entry {name!r}, the name "
+                    f"of a batch entry ({', '.join(map(repr, BATCH_ENTRIES))}): the batch's own "
+                    f"{name!r} would overwrite it. Expected entry names other than those; "
+                    "rename it (e.g. a wrapper that maps the env's observation dict)."
+                )
     return (
         SpaceInput(owner, "observations", observation_space, num_envs, column=column),
         SpaceInput(owner, "next_observations", observation_space, num_envs, column=column),

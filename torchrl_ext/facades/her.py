@@ -218,7 +218,9 @@ class HerReplayStorage:
         TypeError: ``observation_space`` is not a ``Dict`` space, a space holds
             a ``Tuple`` space, or a count is not an int (``num_goals=2.5``).
         KeyError: a goal key is not in ``observation_space``.
-        ValueError: an unknown strategy, or a count out of range (``num_goals < 0``).
+        ValueError: an unknown strategy, a count out of range (``num_goals < 0``),
+            or an entry of ``observation_space`` named like a batch entry
+            (``"action"``, ``"discount"``, ``"next"``...).
 
     Examples:
         >>> import gymnasium as gym

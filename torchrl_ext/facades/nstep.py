@@ -190,8 +190,9 @@ class NStepReplayStorage:
     Raises:
         TypeError: a space is not a gymnasium space, is a ``Tuple`` space, or a
             count (``num_envs``, ``n_step``, ...) is not an int.
-        ValueError: a count is out of range, or ``save_snapshot`` without
-            ``snapshot_dir``.
+        ValueError: a count is out of range, ``save_snapshot`` without
+            ``snapshot_dir``, or a ``Dict`` space has an entry named like a
+            batch entry (``"action"``, ``"discount"``, ``"next"``...).
 
     Examples:
         >>> import gymnasium as gym
