@@ -271,3 +271,25 @@ def test_dict_observation_entry_named_like_a_batch_entry_is_refused(name):
     space = gym.spaces.Dict({"pixels": box, name: box})
     with pytest.raises(ValueError, match=rf"observation_space has an entry {name!r}.*rename it"):
         NStepReplayStorage(space, ACT, num_workers=0)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_held_replay_iter_sees_steps_added_after_it_was_taken(num_workers):
+    """DrQ-v2's loop: ``replay_iter = storage.replay_iter`` once, then ``next(replay_iter)`` per update."""
+    store = storage(num_workers=num_workers, batch_size=4)
+
+    def add(t):  # one running episode
+        obs = np.array([[t, 0]], np.float32)
+        store.add(obs, np.zeros(1, np.int64), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), {},
+                  obs + [1, 0])
+
+    for t in range(3):
+        add(t)
+    replay_iter = store.replay_iter
+    next(replay_iter)
+    for t in range(3, 6):  # fewer steps than a chunk of held steps
+        add(t)
+    seen = set()
+    for _ in range(2 * 2 + 4):  # past the batches the workers prepared before the adds
+        seen |= set(next(replay_iter)[0][:, 0].tolist())
+    assert seen & {3.0, 4.0, 5.0}

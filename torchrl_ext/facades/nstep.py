@@ -287,8 +287,11 @@ class NStepReplayStorage:
                                     inputs=(self._observations, self._actions, self._next_observations))
         # rows on an accelerator are sampled in this process
         self._workers = self.num_workers if self._rb.storage.device.type == "cpu" else 0
-        # the workers' batches: restarted after a failure (sampling too early, a worker killed)
-        self._iter = RestartingIterator(self._loader, "NStepReplayStorage")
+        # the workers' batches: restarted after a failure (sampling too early, a worker
+        # killed); each next writes the held steps first (an iterator kept by the caller
+        # sees every added step, bar the batches the workers prepared before)
+        self._iter = RestartingIterator(self._loader, "NStepReplayStorage",
+                                        before=self._batcher.flush)
         self._lists = map(self._five, self._iter)
 
     # ------------------------------------------------------------------ seed API
@@ -331,13 +334,13 @@ class NStepReplayStorage:
     def replay_iter(self) -> Iterator[Any]:
         """An iterator over batches from ``num_workers`` DataLoader workers.
 
-        Each worker samples the whole buffer (no shards); rows written later
-        are seen by the workers too. Each item is, as in the original, a list
+        Each worker samples the whole buffer (no shards); steps added later,
+        also after the iterator was taken, are seen by the workers too (each
+        ``next`` writes the held steps first). Each item is, as in the original, a list
         ``[obs, action, reward, discount, next_obs]`` of CPU tensors in stored
         dtypes (a TensorDict with ``native=True``).
         """
-        batches = self._batches()
-        return batches if self.native else self._lists
+        return self._iter if self.native else self._lists
 
     def sample(self) -> NStepReplayTuple | NStepReplayBatch:
         """A batch of ``batch_size`` n-step transitions on ``device``.
@@ -348,7 +351,7 @@ class NStepReplayStorage:
             stored dtypes.
         """
         if self._workers > 0:
-            data = next(self._batches())
+            data = next(self._iter)
         else:
             self._batcher.flush()
             data = self._rb.sample(self.batch_size)
@@ -366,11 +369,6 @@ class NStepReplayStorage:
             steps=data["steps_to_next_obs"],
             batch_size=data.batch_size,
         ).to(self.device)
-
-    def _batches(self) -> Iterator[TensorDictBase]:
-        """The workers' iterator of TensorDict batches, after writing the held steps."""
-        self._batcher.flush()
-        return self._iter
 
     def _loader(self) -> DataLoader:
         """The DataLoader of :attr:`replay_iter` (started on first use, and after a failure)."""
