@@ -421,3 +421,10 @@ def test_dict_observation_entry_named_like_a_batch_entry_is_refused(name):
     space = gym.spaces.Dict(observation=BOX, achieved_goal=BOX, desired_goal=BOX, **{name: BOX})
     with pytest.raises(ValueError, match=rf"observation_space has an entry {name!r}.*rename it"):
         HerReplayStorage(space, ACT)
+
+
+def test_sampling_with_fewer_transitions_than_batch_size_draws_with_replacement():
+    store = storage(batch_size=20, native=True)
+    play(store, [2], done_last=False)
+    b = store.sample()
+    assert b.batch_size == (20,) and set(b.observations["observation"].view(-1).tolist()) <= {0.0, 1.0}

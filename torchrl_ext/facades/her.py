@@ -372,13 +372,13 @@ class HerReplayStorage:
         An :class:`HerReplayTuple` of float32 tensors (the original's batch), or
         with ``native=True`` an :class:`HerReplayBatch` in stored dtypes.
 
-        Sampling works as soon as ``len(self) >= batch_size``, before any
-        episode has ended.
+        Sampling works as soon as one transition is stored, before any
+        episode has ended: transitions are drawn with replacement, as in the
+        original, so fewer than ``batch_size`` are enough.
 
         Raises:
             EmptyBufferError: nothing was added yet (or since :meth:`reset`); a
                 RuntimeError as TorchRL's, and a ValueError.
-            ValueError: fewer transitions than ``batch_size`` are stored.
         """
         self._batcher.flush()
         if len(self._rb) == 0:
