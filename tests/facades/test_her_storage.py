@@ -428,3 +428,10 @@ def test_sampling_with_fewer_transitions_than_batch_size_draws_with_replacement(
     play(store, [2], done_last=False)
     b = store.sample()
     assert b.batch_size == (20,) and set(b.observations["observation"].view(-1).tolist()) <= {0.0, 1.0}
+
+
+def test_storage_size_below_two_rows_per_env_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"storage_size=3 gives 1 row\(s\) to each of num_envs=3 "
+                                         r"envs.*at least 2.*storage_size >= 4"):
+        storage(storage_size=3, num_envs=3)
+    assert storage(storage_size=4, num_envs=3).capacity_per_env == 2

@@ -293,3 +293,10 @@ def test_a_held_replay_iter_sees_steps_added_after_it_was_taken(num_workers):
     for _ in range(2 * 2 + 4):  # past the batches the workers prepared before the adds
         seen |= set(next(replay_iter)[0][:, 0].tolist())
     assert seen & {3.0, 4.0, 5.0}
+
+
+def test_storage_size_below_two_rows_per_env_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"storage_size=5 gives 1 row\(s\) to each of num_envs=3 "
+                                         r"envs.*at least 2.*storage_size >= 6"):
+        storage(storage_size=5, num_envs=3)
+    assert len(storage(storage_size=6, num_envs=3)) == 0

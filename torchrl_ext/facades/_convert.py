@@ -10,7 +10,7 @@ import torch
 
 from torchrl_ext.core.schema import EntryKeyError
 
-__all__ = ["BATCH_ENTRIES", "SpaceInput", "space_error", "step_inputs", "to_numpy"]
+__all__ = ["BATCH_ENTRIES", "SpaceInput", "check_rows_per_env", "space_error", "step_inputs", "to_numpy"]
 
 #: root entries of a stored or sampled row that are not observations: a ``Dict``
 #: observation entry of one of these names would be overwritten by them
@@ -28,6 +28,27 @@ def space_error(owner: str, name: str, space: Any, expected: str = "a gymnasium 
         TypeError: Facade: action_space is int, expected a gymnasium Space.
     """
     return TypeError(f"{owner}: {name} is {type(space).__name__}, expected {expected}.")
+
+
+def check_rows_per_env(owner: str, storage_size: int, num_envs: int, rows: int, least: int) -> None:
+    """Refuse a ``storage_size`` that leaves an env's ring ``rows < 2`` rows.
+
+    An episode of ``L`` steps uses ``L + 1`` rows of its env's ring, so one
+    row holds no transition. ``least`` is the smallest ``storage_size`` that
+    gives 2 rows per env, as the facade splits it.
+
+    Examples:
+        >>> check_rows_per_env("Facade", 3, 3, rows=1, least=6)
+        Traceback (most recent call last):
+        ...
+        ValueError: Facade: storage_size=3 gives 1 row(s) to each of num_envs=3 envs, expected at least 2 (an episode of L steps uses L + 1 rows of its env's ring); pass storage_size >= 6.
+    """
+    if rows < 2:
+        raise ValueError(
+            f"{owner}: storage_size={storage_size} gives {rows} row(s) to each of "
+            f"num_envs={num_envs} envs, expected at least 2 (an episode of L steps uses "
+            f"L + 1 rows of its env's ring); pass storage_size >= {least}."
+        )
 
 
 def to_numpy(value: Any) -> np.ndarray:

@@ -15,7 +15,7 @@ from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._convert import space_error, step_inputs
+from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs
 from torchrl_ext.facades._tensorclass import (
     TensorclassBatch,
     as_float32,
@@ -176,7 +176,8 @@ class HerReplayStorage:
             and sampled on the GPU, no copy per batch; ``reward_fn`` then gets
             GPU tensors). Memory grows with the rows on either. Defaults to
             ``"cpu"``.
-        storage_size (int): capacity in rows, for all envs together. Defaults to ``1_000_000``.
+        storage_size (int): capacity in rows, for all envs together, at least
+            2 per env (``storage_size > num_envs``). Defaults to ``1_000_000``.
         num_envs (int): number of envs of the vector env. Defaults to ``1``.
         batch_size (int): batch size of :meth:`sample`. Defaults to ``1024``.
         goal_selection_strategy (str): ``"future"`` (default), ``"final"``,
@@ -294,6 +295,7 @@ class HerReplayStorage:
         self.native = bool(native)
         # no silent remainder (H12): every env gets ceil(storage_size / num_envs) rows
         self.capacity_per_env = -(-int(storage_size) // self.num_envs)
+        check_rows_per_env(owner, storage_size, num_envs, self.capacity_per_env, num_envs + 1)
         # the strategy, num_goals and reward_fn are checked by the components
         self._rb = make_her_replay_buffer(
             self.capacity_per_env * self.num_envs,

@@ -15,7 +15,7 @@ from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
 from torchrl_ext.core.checks import check_count
-from torchrl_ext.facades._convert import space_error, step_inputs
+from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs
 from torchrl_ext.facades._tensorclass import (
     TensorclassBatch,
     as_float32,
@@ -158,7 +158,8 @@ class NStepReplayStorage:
             either. With ``save_snapshot`` rows stay in their files and batches
             are moved. Defaults to ``"cpu"``.
         storage_size (int): capacity in rows, for all envs together (each
-            episode of ``L`` steps uses ``L + 1``). Defaults to ``1_000_000``.
+            episode of ``L`` steps uses ``L + 1``), ``storage_size // num_envs``
+            per env, at least 2. Defaults to ``1_000_000``.
         num_envs (int): number of envs of the vector env. Defaults to ``1``.
         batch_size (int): batch size of :meth:`sample`. Defaults to ``256``.
         num_workers (int): DataLoader workers of :attr:`replay_iter`; ``0``
@@ -245,6 +246,7 @@ class NStepReplayStorage:
                                  ("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
                                  ("n_step", n_step, 1), ("fetch_every", fetch_every, 1)):
             check_count(owner, name, count, low)
+        check_rows_per_env(owner, storage_size, num_envs, storage_size // num_envs, 2 * num_envs)
         if save_snapshot and snapshot_dir is None:
             raise ValueError(
                 "NStepReplayStorage: save_snapshot=True needs snapshot_dir=...; "
