@@ -435,3 +435,31 @@ def test_storage_size_below_two_rows_per_env_is_refused_at_construction():
                                          r"envs.*at least 2.*storage_size >= 4"):
         storage(storage_size=3, num_envs=3)
     assert storage(storage_size=4, num_envs=3).capacity_per_env == 2
+
+
+def test_h6_copy_info_dict_takes_a_list_of_per_env_dicts():
+    """A list of per-env dicts (SB3 VecEnv infos, LEGACY mode): the original stored each env's
+    own dict; ``reward_fn`` gets each env's values, zeros where an env's dict lacks the entry."""
+    seen = []
+
+    def reward_fn(achieved, desired, infos):
+        seen.append((achieved.view(-1).clone(), infos))
+        return mismatch(achieved, desired)
+
+    def infos(t, num_envs):
+        out = [{"step": t + 1000 * e, "TimeLimit.truncated": False} for e in range(num_envs)]
+        if t % 4 == 3:  # the episode's last step
+            for e, info in enumerate(out):
+                info["terminal_observation"] = {k: v[e] for k, v in obs_at(t + 1, num_envs).items()}
+        del out[1]["step"]
+        return out
+
+    store = storage(num_envs=3, reward_fn=reward_fn, copy_info_dict=True, autoreset_mode="legacy")
+    play(store, [4, 4], num_envs=3, infos=infos)
+    draws(store, 5)
+    assert seen
+    for achieved, info in seen:
+        assert list(info.keys()) == ["step"]
+        env = achieved.long() // 1000
+        want = torch.where(env == 1, 0, (achieved - 1).long())
+        assert torch.equal(info["step"].long(), want)

@@ -15,7 +15,7 @@ from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
 from torchrl_ext.facades._batching import ADD_CHUNK, StepBatcher
-from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs
+from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs, to_numpy
 from torchrl_ext.facades._tensorclass import (
     TensorclassBatch,
     as_float32,
@@ -190,7 +190,8 @@ class HerReplayStorage:
             (SB3's bit-flipping reward).
         copy_info_dict (bool): store the numeric per-env entries of gymnasium's
             info dict (arrays with a leading ``num_envs`` dim, ``_``-masks
-            excluded) under ``("next", "info")`` and pass them to ``reward_fn``
+            excluded), or of a list of per-env dicts (SB3 VecEnv infos, LEGACY
+            mode; zeros where an env's dict lacks an entry), under ``("next", "info")`` and pass them to ``reward_fn``
             as a ``[n]`` TensorDict. The entries of the first :meth:`add` and
             ``info_keys`` fix the set (missing ones are stored as zeros; an entry
             first seen later warns once, naming it: declare it in
@@ -501,7 +502,13 @@ class HerReplayStorage:
 
 
 def _numeric_entries(infos: Any, n: int) -> dict[str, np.ndarray]:
-    """The numeric ``[n, ...]`` arrays of a gymnasium vector info dict, ``_``-masks excluded."""
+    """The numeric ``[n, ...]`` arrays of a gymnasium vector info dict, ``_``-masks excluded.
+
+    ``infos`` may also be a list of ``n`` per-env dicts (SB3 VecEnv, LEGACY mode).
+    """
+    if isinstance(infos, (list, tuple)) and len(infos) == n and all(
+            isinstance(info, Mapping) for info in infos):
+        infos = _per_env_entries(infos)
     found: dict[str, np.ndarray] = {}
     if isinstance(infos, Mapping):
         for key, value in infos.items():
@@ -514,6 +521,28 @@ def _numeric_entries(infos: Any, n: int) -> dict[str, np.ndarray]:
             if value.dtype == bool or np.issubdtype(value.dtype, np.number):
                 found[key] = value
     return found
+
+
+#: entries of SB3 VecEnv infos that are the adapter's (final observation, truncation), not info
+_LEGACY_ENTRIES = ("terminal_observation", "TimeLimit.truncated")
+
+
+def _per_env_entries(infos: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Per-env dicts as ``[n, ...]`` arrays: each numeric entry of one shape and kind, zeros where absent."""
+    out: dict[str, np.ndarray] = {}
+    for key in dict.fromkeys(k for info in infos for k in info):  # first-seen order
+        if not isinstance(key, str) or key in _LEGACY_ENTRIES:
+            continue
+        values = [info.get(key) for info in infos]
+        given = [to_numpy(v) for v in values if v is not None]
+        first = given[0]
+        if first.dtype.kind not in "biuf" or any(
+                v.shape != first.shape or v.dtype.kind != first.dtype.kind for v in given):
+            continue
+        dtype = np.result_type(*given)
+        out[key] = np.stack([np.zeros(first.shape, dtype) if v is None else to_numpy(v).astype(dtype)
+                             for v in values])
+    return out
 
 
 def _subspace(space: gym.spaces.Dict, key: tuple[str, ...], name: str) -> gym.Space:
