@@ -282,6 +282,11 @@ class RestartingIterator(Generic[T]):
             :class:`~torchrl_ext.samplers.uniform.EmptyBufferError`).
         name (str): who iterates, for the error message.
 
+    Keyword Args:
+        before (callable, optional): called at every ``next`` before a batch is
+            taken (a facade writes the steps it holds, so that an iterator kept
+            by the caller sees every added step).
+
     Examples:
         >>> calls = []
         >>> def start():
@@ -299,15 +304,20 @@ class RestartingIterator(Generic[T]):
         (0, 1)
     """
 
-    def __init__(self, start: Callable[[], Iterable[T]], name: str) -> None:
+    def __init__(
+        self, start: Callable[[], Iterable[T]], name: str, *, before: Callable[[], None] | None = None
+    ) -> None:
         self.start = start
         self.name = name
+        self.before = before
         self._iterator: Iterator[T] | None = None
 
     def __iter__(self) -> RestartingIterator[T]:
         return self
 
     def __next__(self) -> T:
+        if self.before is not None:
+            self.before()
         if self._iterator is None:
             self._iterator = iter(self.start())
         else:

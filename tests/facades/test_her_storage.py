@@ -381,3 +381,85 @@ def test_copy_info_dict_stores_non_finite_info_values_as_one_step_adds_do():
     assert len(store) == 10
     dist = store.rb.storage.get(slice(None))["next", "info", "dist"]
     assert int(dist.isnan().sum()) == 2
+
+
+@pytest.mark.parametrize("column", [False, True])
+def test_discrete_observation_entries_are_columns_as_in_the_original(column):
+    """rllte (as SB3) stores a ``Discrete`` entry of the Dict space as ``(N, 1)``: batches and
+    ``reward_fn`` get ``(B, 1)``, whether the env gives ``(N,)`` or ``(N, 1)``."""
+    cell = gym.spaces.Discrete(10)
+    space = gym.spaces.Dict(observation=cell, achieved_goal=cell, desired_goal=cell)
+    seen = []
+
+    def reward_fn(achieved, desired, infos):
+        seen.append((achieved.shape, desired.shape))
+        return -(achieved != desired).float()
+
+    store = HerReplayStorage(space, ACT, storage_size=100, num_envs=2, batch_size=10,
+                             reward_fn=reward_fn, seed=0, native=True)
+
+    def at(t):
+        value = np.array([t, t]).reshape((2, 1) if column else (2,))
+        return {"observation": value, "achieved_goal": value, "desired_goal": np.full_like(value, 9)}
+
+    for t in range(4):
+        store.add(at(t), np.zeros(2, np.int64), -np.ones(2), np.full(2, t == 3), np.zeros(2, bool),
+                  {}, at(t + 1))
+    b = store.sample()
+    for obs in (b.observations, b.next_observations):
+        assert {k: tuple(v.shape) for k, v in obs.items()} == dict.fromkeys(space.spaces, (10, 1))
+    assert seen == [((8, 1), (8, 1))]
+    relabelled = b[2:]
+    assert torch.equal(relabelled.rewards, reward_fn(relabelled.next_observations["achieved_goal"],
+                                                     relabelled.observations["desired_goal"], None))
+    store.native = False
+    assert store.sample().observations["desired_goal"].shape == (10, 1)
+
+
+@pytest.mark.parametrize("name", ["discount", "action", "next", "index"])
+def test_dict_observation_entry_named_like_a_batch_entry_is_refused(name):
+    space = gym.spaces.Dict(observation=BOX, achieved_goal=BOX, desired_goal=BOX, **{name: BOX})
+    with pytest.raises(ValueError, match=rf"observation_space has an entry {name!r}.*rename it"):
+        HerReplayStorage(space, ACT)
+
+
+def test_sampling_with_fewer_transitions_than_batch_size_draws_with_replacement():
+    store = storage(batch_size=20, native=True)
+    play(store, [2], done_last=False)
+    b = store.sample()
+    assert b.batch_size == (20,) and set(b.observations["observation"].view(-1).tolist()) <= {0.0, 1.0}
+
+
+def test_storage_size_below_two_rows_per_env_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"storage_size=3 gives 1 row\(s\) to each of num_envs=3 "
+                                         r"envs.*at least 2.*storage_size >= 4"):
+        storage(storage_size=3, num_envs=3)
+    assert storage(storage_size=4, num_envs=3).capacity_per_env == 2
+
+
+def test_h6_copy_info_dict_takes_a_list_of_per_env_dicts():
+    """A list of per-env dicts (SB3 VecEnv infos, LEGACY mode): the original stored each env's
+    own dict; ``reward_fn`` gets each env's values, zeros where an env's dict lacks the entry."""
+    seen = []
+
+    def reward_fn(achieved, desired, infos):
+        seen.append((achieved.view(-1).clone(), infos))
+        return mismatch(achieved, desired)
+
+    def infos(t, num_envs):
+        out = [{"step": t + 1000 * e, "TimeLimit.truncated": False} for e in range(num_envs)]
+        if t % 4 == 3:  # the episode's last step
+            for e, info in enumerate(out):
+                info["terminal_observation"] = {k: v[e] for k, v in obs_at(t + 1, num_envs).items()}
+        del out[1]["step"]
+        return out
+
+    store = storage(num_envs=3, reward_fn=reward_fn, copy_info_dict=True, autoreset_mode="legacy")
+    play(store, [4, 4], num_envs=3, infos=infos)
+    draws(store, 5)
+    assert seen
+    for achieved, info in seen:
+        assert list(info.keys()) == ["step"]
+        env = achieved.long() // 1000
+        want = torch.where(env == 1, 0, (achieved - 1).long())
+        assert torch.equal(info["step"].long(), want)

@@ -247,3 +247,56 @@ def test_constructor_errors():
         storage(fetch_every=0)
     with pytest.raises(ValueError, match="the storage is empty; add steps before sampling"):
         storage(num_workers=1).sample()
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_dict_observation_space_with_one_observation_entry_gives_dicts(native):
+    space = gym.spaces.Dict({"observation": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    store = NStepReplayStorage(space, ACT, num_envs=1, batch_size=2, num_workers=0, seed=0,
+                               native=native)
+    obs = {"observation": np.zeros((1, 2), np.float32)}
+    for _ in range(3):
+        store.add(obs, np.array([0]), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), {}, obs)
+    batch = store.sample()
+    for observations in (batch.observations, batch.next_observations):
+        assert list(observations.keys()) == ["observation"]
+        assert observations["observation"].shape == (2, 2)
+    if not native:  # replay_iter's [obs, action, reward, discount, next_obs]
+        assert list(next(store.replay_iter)[0].keys()) == ["observation"]
+
+
+@pytest.mark.parametrize("name", ["discount", "action", "next", "index", "steps_to_next_obs"])
+def test_dict_observation_entry_named_like_a_batch_entry_is_refused(name):
+    box = gym.spaces.Box(-1, 1, (1,), np.float32)
+    space = gym.spaces.Dict({"pixels": box, name: box})
+    with pytest.raises(ValueError, match=rf"observation_space has an entry {name!r}.*rename it"):
+        NStepReplayStorage(space, ACT, num_workers=0)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_held_replay_iter_sees_steps_added_after_it_was_taken(num_workers):
+    """DrQ-v2's loop: ``replay_iter = storage.replay_iter`` once, then ``next(replay_iter)`` per update."""
+    store = storage(num_workers=num_workers, batch_size=4)
+
+    def add(t):  # one running episode
+        obs = np.array([[t, 0]], np.float32)
+        store.add(obs, np.zeros(1, np.int64), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), {},
+                  obs + [1, 0])
+
+    for t in range(3):
+        add(t)
+    replay_iter = store.replay_iter
+    next(replay_iter)
+    for t in range(3, 6):  # fewer steps than a chunk of held steps
+        add(t)
+    seen = set()
+    for _ in range(2 * 2 + 4):  # past the batches the workers prepared before the adds
+        seen |= set(next(replay_iter)[0][:, 0].tolist())
+    assert seen & {3.0, 4.0, 5.0}
+
+
+def test_storage_size_below_two_rows_per_env_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"storage_size=5 gives 1 row\(s\) to each of num_envs=3 "
+                                         r"envs.*at least 2.*storage_size >= 6"):
+        storage(storage_size=5, num_envs=3)
+    assert len(storage(storage_size=6, num_envs=3)) == 0

@@ -10,7 +10,12 @@ import torch
 
 from torchrl_ext.core.schema import EntryKeyError
 
-__all__ = ["SpaceInput", "space_error", "step_inputs", "to_numpy"]
+__all__ = ["BATCH_ENTRIES", "SpaceInput", "check_rows_per_env", "space_error", "step_inputs", "to_numpy"]
+
+#: root entries of a stored or sampled row that are not observations: a ``Dict``
+#: observation entry of one of these names would be overwritten by them
+BATCH_ENTRIES = ("action", "next", "collector", "discount", "steps_to_next_obs", "index",
+                 "n_step", "her")
 
 
 def space_error(owner: str, name: str, space: Any, expected: str = "a gymnasium Space") -> TypeError:
@@ -23,6 +28,27 @@ def space_error(owner: str, name: str, space: Any, expected: str = "a gymnasium 
         TypeError: Facade: action_space is int, expected a gymnasium Space.
     """
     return TypeError(f"{owner}: {name} is {type(space).__name__}, expected {expected}.")
+
+
+def check_rows_per_env(owner: str, storage_size: int, num_envs: int, rows: int, least: int) -> None:
+    """Refuse a ``storage_size`` that leaves an env's ring ``rows < 2`` rows.
+
+    An episode of ``L`` steps uses ``L + 1`` rows of its env's ring, so one
+    row holds no transition. ``least`` is the smallest ``storage_size`` that
+    gives 2 rows per env, as the facade splits it.
+
+    Examples:
+        >>> check_rows_per_env("Facade", 3, 3, rows=1, least=6)
+        Traceback (most recent call last):
+        ...
+        ValueError: Facade: storage_size=3 gives 1 row(s) to each of num_envs=3 envs, expected at least 2 (an episode of L steps uses L + 1 rows of its env's ring); pass storage_size >= 6.
+    """
+    if rows < 2:
+        raise ValueError(
+            f"{owner}: storage_size={storage_size} gives {rows} row(s) to each of "
+            f"num_envs={num_envs} envs, expected at least 2 (an episode of L steps uses "
+            f"L + 1 rows of its env's ring); pass storage_size >= {least}."
+        )
 
 
 def to_numpy(value: Any) -> np.ndarray:
@@ -205,14 +231,31 @@ def step_inputs(
 ) -> tuple[SpaceInput, SpaceInput, SpaceInput]:
     """The checks of a facade's ``add``: observations, next observations, actions.
 
+    ``column``: ``Discrete`` values (the action, and the ``Discrete`` entries of
+    the observations) are stored as ``[num_envs, 1]``, as rllte and SB3 store them.
+
+    Raises:
+        ValueError: a ``Dict`` observation space has an entry named like a
+            batch entry (:data:`BATCH_ENTRIES`: ``"action"``, ``"discount"``...),
+            which its rows' own entry would overwrite.
+
     Examples:
         >>> import gymnasium as gym
         >>> obs, nxt, act = step_inputs("F.add", gym.spaces.Box(0, 1, (2,)), gym.spaces.Discrete(2), 4)
         >>> nxt.name, act.shape
         ('next_observations', (4,))
     """
+    if isinstance(observation_space, gym.spaces.Dict):
+        for name in observation_space.spaces:
+            if name in BATCH_ENTRIES:
+                raise ValueError(
+                    f"{owner.split('.')[0]}: observation_space has an entry {name!r}, the name "
+                    f"of a batch entry ({', '.join(map(repr, BATCH_ENTRIES))}): the batch's own "
+                    f"{name!r} would overwrite it. Expected entry names other than those; "
+                    "rename it (e.g. a wrapper that maps the env's observation dict)."
+                )
     return (
-        SpaceInput(owner, "observations", observation_space, num_envs),
-        SpaceInput(owner, "next_observations", observation_space, num_envs),
+        SpaceInput(owner, "observations", observation_space, num_envs, column=column),
+        SpaceInput(owner, "next_observations", observation_space, num_envs, column=column),
         SpaceInput(owner, "actions", action_space, num_envs, column=column),
     )

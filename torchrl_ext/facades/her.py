@@ -15,7 +15,7 @@ from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
-from torchrl_ext.facades._convert import space_error, step_inputs
+from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs, to_numpy
 from torchrl_ext.facades._tensorclass import (
     TensorclassBatch,
     as_float32,
@@ -180,7 +180,8 @@ class HerReplayStorage(HeldStepsFacade):
             and sampled on the GPU, no copy per batch; ``reward_fn`` then gets
             GPU tensors). Memory grows with the rows on either. Defaults to
             ``"cpu"``.
-        storage_size (int): capacity in rows, for all envs together. Defaults to ``1_000_000``.
+        storage_size (int): capacity in rows, for all envs together, at least
+            2 per env (``storage_size > num_envs``). Defaults to ``1_000_000``.
         num_envs (int): number of envs of the vector env. Defaults to ``1``.
         batch_size (int): batch size of :meth:`sample`. Defaults to ``1024``.
         goal_selection_strategy (str): ``"future"`` (default), ``"final"``,
@@ -193,7 +194,8 @@ class HerReplayStorage(HeldStepsFacade):
             (SB3's bit-flipping reward).
         copy_info_dict (bool): store the numeric per-env entries of gymnasium's
             info dict (arrays with a leading ``num_envs`` dim, ``_``-masks
-            excluded) under ``("next", "info")`` and pass them to ``reward_fn``
+            excluded), or of a list of per-env dicts (SB3 VecEnv infos, LEGACY
+            mode; zeros where an env's dict lacks an entry), under ``("next", "info")`` and pass them to ``reward_fn``
             as a ``[n]`` TensorDict. The entries of the first :meth:`add` and
             ``info_keys`` fix the set (missing ones are stored as zeros; an entry
             first seen later warns once, naming it: declare it in
@@ -222,7 +224,9 @@ class HerReplayStorage(HeldStepsFacade):
         TypeError: ``observation_space`` is not a ``Dict`` space, a space holds
             a ``Tuple`` space, or a count is not an int (``num_goals=2.5``).
         KeyError: a goal key is not in ``observation_space``.
-        ValueError: an unknown strategy, or a count out of range (``num_goals < 0``).
+        ValueError: an unknown strategy, a count out of range (``num_goals < 0``),
+            or an entry of ``observation_space`` named like a batch entry
+            (``"action"``, ``"discount"``, ``"next"``...).
 
     Examples:
         >>> import gymnasium as gym
@@ -296,6 +300,7 @@ class HerReplayStorage(HeldStepsFacade):
         self.native = bool(native)
         # no silent remainder (H12): every env gets ceil(storage_size / num_envs) rows
         self.capacity_per_env = -(-int(storage_size) // self.num_envs)
+        check_rows_per_env(owner, storage_size, num_envs, self.capacity_per_env, num_envs + 1)
         # the strategy, num_goals and reward_fn are checked by the components
         self._rb = make_her_replay_buffer(
             self.capacity_per_env * self.num_envs,
@@ -374,13 +379,13 @@ class HerReplayStorage(HeldStepsFacade):
         An :class:`HerReplayTuple` of float32 tensors (the original's batch), or
         with ``native=True`` an :class:`HerReplayBatch` in stored dtypes.
 
-        Sampling works as soon as ``len(self) >= batch_size``, before any
-        episode has ended.
+        Sampling works as soon as one transition is stored, before any
+        episode has ended: transitions are drawn with replacement, as in the
+        original, so fewer than ``batch_size`` are enough.
 
         Raises:
             EmptyBufferError: nothing was added yet (or since :meth:`reset`); a
                 RuntimeError as TorchRL's, and a ValueError.
-            ValueError: fewer transitions than ``batch_size`` are stored.
         """
         self._batcher.flush()
         if len(self._rb) == 0:
@@ -471,7 +476,13 @@ class HerReplayStorage(HeldStepsFacade):
 
 
 def _numeric_entries(infos: Any, n: int) -> dict[str, np.ndarray]:
-    """The numeric ``[n, ...]`` arrays of a gymnasium vector info dict, ``_``-masks excluded."""
+    """The numeric ``[n, ...]`` arrays of a gymnasium vector info dict, ``_``-masks excluded.
+
+    ``infos`` may also be a list of ``n`` per-env dicts (SB3 VecEnv, LEGACY mode).
+    """
+    if isinstance(infos, (list, tuple)) and len(infos) == n and all(
+            isinstance(info, Mapping) for info in infos):
+        infos = _per_env_entries(infos)
     found: dict[str, np.ndarray] = {}
     if isinstance(infos, Mapping):
         for key, value in infos.items():
@@ -484,6 +495,28 @@ def _numeric_entries(infos: Any, n: int) -> dict[str, np.ndarray]:
             if value.dtype == bool or np.issubdtype(value.dtype, np.number):
                 found[key] = value
     return found
+
+
+#: entries of SB3 VecEnv infos that are the adapter's (final observation, truncation), not info
+_LEGACY_ENTRIES = ("terminal_observation", "TimeLimit.truncated")
+
+
+def _per_env_entries(infos: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Per-env dicts as ``[n, ...]`` arrays: each numeric entry of one shape and kind, zeros where absent."""
+    out: dict[str, np.ndarray] = {}
+    for key in dict.fromkeys(k for info in infos for k in info):  # first-seen order
+        if not isinstance(key, str) or key in _LEGACY_ENTRIES:
+            continue
+        values = [info.get(key) for info in infos]
+        given = [to_numpy(v) for v in values if v is not None]
+        first = given[0]
+        if first.dtype.kind not in "biuf" or any(
+                v.shape != first.shape or v.dtype.kind != first.dtype.kind for v in given):
+            continue
+        dtype = np.result_type(*given)
+        out[key] = np.stack([np.zeros(first.shape, dtype) if v is None else to_numpy(v).astype(dtype)
+                             for v in values])
+    return out
 
 
 def _subspace(space: gym.spaces.Dict, key: tuple[str, ...], name: str) -> gym.Space:

@@ -15,7 +15,7 @@ from torchrl_ext.buffer import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
 from torchrl_ext.core.checks import check_count
-from torchrl_ext.facades._convert import space_error, step_inputs
+from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs
 from torchrl_ext.facades._tensorclass import (
     TensorclassBatch,
     as_float32,
@@ -162,7 +162,8 @@ class NStepReplayStorage(HeldStepsFacade):
             either. With ``save_snapshot`` rows stay in their files and batches
             are moved. Defaults to ``"cpu"``.
         storage_size (int): capacity in rows, for all envs together (each
-            episode of ``L`` steps uses ``L + 1``). Defaults to ``1_000_000``.
+            episode of ``L`` steps uses ``L + 1``), ``storage_size // num_envs``
+            per env, at least 2. Defaults to ``1_000_000``.
         num_envs (int): number of envs of the vector env. Defaults to ``1``.
         batch_size (int): batch size of :meth:`sample`. Defaults to ``256``.
         num_workers (int): DataLoader workers of :attr:`replay_iter`; ``0``
@@ -194,8 +195,9 @@ class NStepReplayStorage(HeldStepsFacade):
     Raises:
         TypeError: a space is not a gymnasium space, is a ``Tuple`` space, or a
             count (``num_envs``, ``n_step``, ...) is not an int.
-        ValueError: a count is out of range, or ``save_snapshot`` without
-            ``snapshot_dir``.
+        ValueError: a count is out of range, ``save_snapshot`` without
+            ``snapshot_dir``, or a ``Dict`` space has an entry named like a
+            batch entry (``"action"``, ``"discount"``, ``"next"``...).
 
     Examples:
         >>> import gymnasium as gym
@@ -248,6 +250,7 @@ class NStepReplayStorage(HeldStepsFacade):
                                  ("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
                                  ("n_step", n_step, 1), ("fetch_every", fetch_every, 1)):
             check_count(owner, name, count, low)
+        check_rows_per_env(owner, storage_size, num_envs, storage_size // num_envs, 2 * num_envs)
         if save_snapshot and snapshot_dir is None:
             raise ValueError(
                 "NStepReplayStorage: save_snapshot=True needs snapshot_dir=...; "
@@ -290,8 +293,11 @@ class NStepReplayStorage(HeldStepsFacade):
                                     inputs=(self._observations, self._actions, self._next_observations))
         # rows on an accelerator are sampled in this process
         self._workers = self.num_workers if self._rb.storage.device.type == "cpu" else 0
-        # the workers' batches: restarted after a failure (sampling too early, a worker killed)
-        self._iter = RestartingIterator(self._loader, "NStepReplayStorage")
+        # the workers' batches: restarted after a failure (sampling too early, a worker
+        # killed); each next writes the held steps first (an iterator kept by the caller
+        # sees every added step, bar the batches the workers prepared before)
+        self._iter = RestartingIterator(self._loader, "NStepReplayStorage",
+                                        before=self._batcher.flush)
         self._lists = map(self._five, self._iter)
 
     # ------------------------------------------------------------------ seed API
@@ -334,13 +340,13 @@ class NStepReplayStorage(HeldStepsFacade):
     def replay_iter(self) -> Iterator[Any]:
         """An iterator over batches from ``num_workers`` DataLoader workers.
 
-        Each worker samples the whole buffer (no shards); rows written later
-        are seen by the workers too. Each item is, as in the original, a list
+        Each worker samples the whole buffer (no shards); steps added later,
+        also after the iterator was taken, are seen by the workers too (each
+        ``next`` writes the held steps first). Each item is, as in the original, a list
         ``[obs, action, reward, discount, next_obs]`` of CPU tensors in stored
         dtypes (a TensorDict with ``native=True``).
         """
-        batches = self._batches()
-        return batches if self.native else self._lists
+        return self._iter if self.native else self._lists
 
     def sample(self) -> NStepReplayTuple | NStepReplayBatch:
         """A batch of ``batch_size`` n-step transitions on ``device``.
@@ -351,7 +357,7 @@ class NStepReplayStorage(HeldStepsFacade):
             stored dtypes.
         """
         if self._workers > 0:
-            data = next(self._batches())
+            data = next(self._iter)
         else:
             self._batcher.flush()
             data = self._rb.sample(self.batch_size)
@@ -370,11 +376,6 @@ class NStepReplayStorage(HeldStepsFacade):
             batch_size=data.batch_size,
         ).to(self.device)
 
-    def _batches(self) -> Iterator[TensorDictBase]:
-        """The workers' iterator of TensorDict batches, after writing the held steps."""
-        self._batcher.flush()
-        return self._iter
-
     def _loader(self) -> DataLoader:
         """The DataLoader of :attr:`replay_iter` (started on first use, and after a failure)."""
         if len(self._rb) == 0:
@@ -390,12 +391,18 @@ class NStepReplayStorage(HeldStepsFacade):
             seed=self.seed,
         )
 
-    @staticmethod
-    def _five(data: TensorDictBase) -> list[Any]:
-        """``[obs, action, reward, discount, next_obs]`` of a sampled TensorDict."""
-        obs_keys = [k for k in data.keys() if k not in _NOT_OBSERVATIONS]
-        return [_observations(data, obs_keys), data["action"], data["next", "reward"],
-                data["discount"], _observations(data["next"], obs_keys)]
+    def _five(self, data: TensorDictBase) -> list[Any]:
+        """``[obs, action, reward, discount, next_obs]`` of a sampled TensorDict.
+
+        Observations of a ``Dict`` space are a TensorDict of its entries (even
+        a single ``"observation"`` entry), others the tensor itself.
+        """
+        if not isinstance(self.observation_space, gym.spaces.Dict):
+            obs, next_obs = data["observation"], data["next", "observation"]
+        else:
+            keys = list(self.observation_space.spaces)
+            obs, next_obs = data.select(*keys), data["next"].select(*keys)
+        return [obs, data["action"], data["next", "reward"], data["discount"], next_obs]
 
     def update(self, *args: Any) -> None:
         """No-op, as in the original (its training loop passes metrics here)."""
@@ -426,11 +433,3 @@ class NStepReplayStorage(HeldStepsFacade):
             f"n_step={self._rb.sampler.n}, batch_size={self.batch_size})"
         )
 
-
-_NOT_OBSERVATIONS = ("action", "next", "discount", "steps_to_next_obs", "index", "collector")
-
-
-def _observations(data: TensorDictBase, keys: list[str]) -> Any:
-    if keys == ["observation"]:
-        return data["observation"]
-    return data.select(*keys)
