@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.envs._chunk import follow_on
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
@@ -465,3 +465,53 @@ class PytorchrlSteps:
         if STORED[REW] not in entries:  # a reward function is known; the writer wants an entry
             entries[STORED[REW]] = np.zeros((n, T, 1), np.float32)
         return GymVectorAdapter.to_tensordict(entries, [n, T])
+
+
+def declared_autoreset_mode(envs: Any) -> AutoresetMode | str:
+    """The autoreset mode of the vector env ``envs``, as :class:`MBReplayBuffer` defaults to it.
+
+    A gymnasium 1.x vector env declares it (``envs.autoreset_mode``; a wrapped
+    one in ``envs.metadata["autoreset_mode"]``). An env that declares none is
+    taken for a vector env from before gymnasium 1.0 (pytorchrl's, gym's,
+    SB3's), which resets inside the step that ends an episode: ``SAME_STEP``.
+    No env: gymnasium's default, ``NEXT_STEP``.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> from types import SimpleNamespace
+        >>> env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+        >>> declared_autoreset_mode(env), declared_autoreset_mode(None)
+        (<AutoresetMode.NEXT_STEP: 'NextStep'>, <AutoresetMode.NEXT_STEP: 'NextStep'>)
+        >>> declared_autoreset_mode(SimpleNamespace(num_envs=2))  # an old-API vector env
+        <AutoresetMode.SAME_STEP: 'SameStep'>
+    """
+    if envs is None:
+        return AutoresetMode.NEXT_STEP
+    mode = getattr(envs, "autoreset_mode", None)
+    if mode is None:
+        metadata = getattr(envs, "metadata", None)
+        mode = metadata.get("autoreset_mode") if isinstance(metadata, Mapping) else None
+    return AutoresetMode.SAME_STEP if mode is None else mode
+
+
+def discrete_count(space: Any) -> int | None:
+    """One-hot width of a gym / gymnasium ``Discrete`` space; ``None`` for ``Box``."""
+    kind = type(space).__name__
+    if kind == "Discrete" and hasattr(space, "n"):
+        return int(space.n)
+    if kind == "Box":
+        return None
+    raise TypeError(
+        f"MBReplayBuffer: actor.action_space is {kind}, expected a gym or gymnasium "
+        "Discrete or Box space."
+    )
+
+
+def tail(data: dict[str, Any], keep: int) -> dict[str, Any]:
+    """The newest ``keep`` steps of a :meth:`MBReplayBuffer.get_all_buffer_data` result."""
+    return {k: None if v is None else tree_map(lambda x: x[-keep:], v) for k, v in data.items()}
+
+
+def numpy_tree(td: TensorDictBase) -> dict[str, Any]:
+    return {k: numpy_tree(v) if isinstance(v, TensorDictBase) else v.numpy().copy()
+            for k, v in td.items()}

@@ -1,7 +1,6 @@
 """pytorchrl's ``MBReplayBuffer`` API over the episode-aware components."""
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -17,6 +16,10 @@ from torchrl_ext.facades._mb_steps import (
     STORAGE_TENSORS,
     STORED,
     PytorchrlSteps,
+    declared_autoreset_mode,
+    discrete_count,
+    numpy_tree,
+    tail,
     tree_map,
 )
 from torchrl_ext.model_based import ModelEpochDataset, make_model_based_buffer
@@ -30,33 +33,6 @@ __all__ = ["MBReplayBuffer"]
 # envs) make each step's copy cheaper; 512 measured best of 256 / 512 / 1024
 # (benchmarks/model_based.py insertion, interleaved with SB3)
 _CHUNK = 512
-
-
-def _declared_autoreset_mode(envs: Any) -> AutoresetMode | str:
-    """The autoreset mode of the vector env ``envs``, as :class:`MBReplayBuffer` defaults to it.
-
-    A gymnasium 1.x vector env declares it (``envs.autoreset_mode``; a wrapped
-    one in ``envs.metadata["autoreset_mode"]``). An env that declares none is
-    taken for a vector env from before gymnasium 1.0 (pytorchrl's, gym's,
-    SB3's), which resets inside the step that ends an episode: ``SAME_STEP``.
-    No env: gymnasium's default, ``NEXT_STEP``.
-
-    Examples:
-        >>> import gymnasium as gym
-        >>> from types import SimpleNamespace
-        >>> env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
-        >>> _declared_autoreset_mode(env), _declared_autoreset_mode(None)
-        (<AutoresetMode.NEXT_STEP: 'NextStep'>, <AutoresetMode.NEXT_STEP: 'NextStep'>)
-        >>> _declared_autoreset_mode(SimpleNamespace(num_envs=2))  # an old-API vector env
-        <AutoresetMode.SAME_STEP: 'SameStep'>
-    """
-    if envs is None:
-        return AutoresetMode.NEXT_STEP
-    mode = getattr(envs, "autoreset_mode", None)
-    if mode is None:
-        metadata = getattr(envs, "metadata", None)
-        mode = metadata.get("autoreset_mode") if isinstance(metadata, Mapping) else None
-    return AutoresetMode.SAME_STEP if mode is None else mode
 
 
 class MBReplayBuffer:
@@ -174,9 +150,9 @@ class MBReplayBuffer:
                 "(set it to None when the model predicts the reward)."
             )
         self.reward_function = model.reward_function
-        self.num_actions = _num_actions(getattr(actor, "action_space", None))
+        self.num_actions = discrete_count(getattr(actor, "action_space", None))
         if autoreset_mode is None:
-            autoreset_mode = _declared_autoreset_mode(envs)
+            autoreset_mode = declared_autoreset_mode(envs)
         self.autoreset_mode = GymVectorAdapter(1, autoreset_mode=autoreset_mode).autoreset_mode
         # the sampler's own checks, now rather than at the first insert
         EpochSampler(holdout_fraction=holdout_fraction, ensemble_size=ensemble_size, bootstrap=bootstrap)
@@ -437,7 +413,7 @@ class MBReplayBuffer:
         for name in (*self._steps.keys, BOUNDARY):
             value = data.get(STORED[name])
             if isinstance(value, TensorDictBase):
-                out[name] = _numpy_tree(value)
+                out[name] = numpy_tree(value)
             else:
                 out[name] = value.numpy().copy()
         return out
@@ -598,7 +574,7 @@ class MBReplayBuffer:
             self.max_size = int(size)
             self._clear()
             if keep:
-                self.insert_data_slice(_tail(data, keep))
+                self.insert_data_slice(tail(data, keep))
         elif parameter_name in ("holdout_fraction", "validation_percentage"):
             fraction = float(new_parameter_value)
             if not 0.0 <= fraction < 1.0:
@@ -621,26 +597,3 @@ class MBReplayBuffer:
             f"{type(self).__name__}(size={self.size}/{self.max_size}, step={self.step}, "
             f"num_envs={self._steps.num_envs}, autoreset_mode={self.autoreset_mode.value})"
         )
-
-
-def _num_actions(space: Any) -> int | None:
-    """One-hot width of a gym / gymnasium ``Discrete`` space; ``None`` for ``Box``."""
-    kind = type(space).__name__
-    if kind == "Discrete" and hasattr(space, "n"):
-        return int(space.n)
-    if kind == "Box":
-        return None
-    raise TypeError(
-        f"MBReplayBuffer: actor.action_space is {kind}, expected a gym or gymnasium "
-        "Discrete or Box space."
-    )
-
-
-def _tail(data: dict[str, Any], keep: int) -> dict[str, Any]:
-    """The newest ``keep`` steps of a :meth:`MBReplayBuffer.get_all_buffer_data` result."""
-    return {k: None if v is None else tree_map(lambda x: x[-keep:], v) for k, v in data.items()}
-
-
-def _numpy_tree(td: TensorDictBase) -> dict[str, Any]:
-    return {k: _numpy_tree(v) if isinstance(v, TensorDictBase) else v.numpy().copy()
-            for k, v in td.items()}
