@@ -264,44 +264,18 @@ class PackedRows:
         else:
             at = tuple(None if r is None else self._slots(r) for r in (rows, next_rows, first_rows))
         if self.step:
-            self._store("step", self.step, leaves, (), at[0], self.row_bytes - self._step_lo)
+            step = _bytes(self.step, leaves, n, (), self.row_bytes - self._step_lo)
+            self._store("step", at[0], step)
         if self.obs:
-            self._store("obs", self.obs, leaves, ("next",), at[1], self._obs_bytes)
+            self._store("obs", at[1], _bytes(self.obs, leaves, n, ("next",), self._obs_bytes))
             if start is not None:  # packed at the starts only
                 starts = {c.key: _pick(leaves[c.key], start) for c in self.obs}
-                self._store("obs", self.obs, starts, (), at[2], self._obs_bytes)
+                first = _bytes(self.obs, starts, int(start.sum()), (), self._obs_bytes)
+                self._store("obs", at[2], first)
 
-    def _store(
-        self,
-        span: str,
-        columns: list[_Column],
-        leaves: dict[tuple[str, ...], torch.Tensor],
-        prefix: tuple[str, ...],
-        at: Any,
-        width: int,
-    ) -> None:
-        """Write ``columns`` of ``leaves`` (keys under ``prefix``) into ``span`` of the buffer slots ``at``.
-
-        In host memory, slots that come in long consecutive runs (a chunk of
-        steps of each stream) are written column by column straight into the
-        buffer: one pass over the data. Otherwise the columns are packed into
-        ``[k, width]`` bytes first and copied in as int64 words by one fancy
-        assignment (host) or ``index_copy_`` (accelerator).
-        """
+    def _store(self, span: str, at: Any, packed: np.ndarray | torch.Tensor) -> None:
+        """Copy ``packed`` (``[k, span bytes]``) into ``span`` of the buffer slots ``at``, as int64 words."""
         host = self._host_words
-        if host is not None:
-            runs = _runs(at)
-            if runs is not None:
-                rows = host[span].view(np.uint8)  # [slots, width] bytes of the span
-                lo = columns[0].lo
-                values = _host_values(columns, leaves, prefix, at.size)
-                targets = [rows[:, c.lo - lo : c.hi - lo].view(v.dtype) for v, c in zip(values, columns)]
-                for first, last, source in runs:  # run by run: its rows stay in cache across columns
-                    end = source + last - first
-                    for value, target in zip(values, targets):
-                        target[first:last] = value[source:end]
-                return  # the padding after the columns is never written: it stays zero
-        packed = _bytes(columns, leaves, at.size if host is not None else at.numel(), prefix, width)
         if host is not None:  # numpy's fancy assignment: a fraction of index_copy_'s call cost
             words = packed if isinstance(packed, np.ndarray) else packed.cpu().numpy()
             host[span][at] = words.view(np.int64)
@@ -509,7 +483,12 @@ def _bytes(
     lo = columns[0].lo
     if values[0].device.type == "cpu":
         out = np.empty((n, width), np.uint8)
-        for host, c in zip(_host_values(columns, leaves, prefix, n), columns):
+        for value, c in zip(values, columns):
+            if c.host_dtype is not None:
+                value = value.view(c.host_dtype)
+            if value.requires_grad:  # an action straight from a policy
+                value = value.detach()
+            host = value.numpy().reshape(n, c.width)
             # copied as elements of the entry's dtype, not byte by byte
             out[:, c.lo - lo : c.hi - lo].view(host.dtype)[...] = host
         out[:, columns[-1].hi - lo :] = 0
@@ -525,40 +504,6 @@ def _bytes(
     if pad:
         tensors.append(torch.zeros(n, pad, dtype=torch.uint8, device=tensors[0].device))
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors, 1)
-
-
-def _host_values(
-    columns: list[_Column], leaves: dict[tuple[str, ...], torch.Tensor], prefix: tuple[str, ...], n: int
-) -> list[np.ndarray]:
-    """Each column's CPU entry (keys under ``prefix``) as a ``[n, width]`` numpy array (views where possible)."""
-    out = []
-    for c in columns:
-        value = leaves[prefix + c.key]
-        if c.host_dtype is not None:
-            value = value.view(c.host_dtype)
-        if value.requires_grad:  # an action straight from a policy
-            value = value.detach()
-        out.append(value.numpy().reshape(n, c.width))
-    return out
-
-
-#: a write goes straight into the buffer, run by run, when its runs of consecutive
-#: slots average at least this many rows (below, one fancy assignment is cheaper)
-_RUN_ROWS = 32
-
-
-def _runs(at: np.ndarray) -> list[tuple[int, int, int]] | None:
-    """``at`` (``[n]`` slots) as runs ``(first slot, end slot, first position)``; ``None`` if they are short."""
-    n = at.size
-    if n < _RUN_ROWS:
-        return None
-    cuts = np.flatnonzero(at[1:] != at[:-1] + 1) + 1
-    if (cuts.size + 1) * _RUN_ROWS > n:
-        return None
-    starts = [0, *cuts.tolist()]
-    ends = [*cuts.tolist(), n]
-    firsts = at[starts].tolist()
-    return [(f, f + e - s, s) for f, s, e in zip(firsts, starts, ends)]
 
 
 def _pick(value: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
