@@ -236,6 +236,25 @@ def test_space_contradiction_inputs_are_refused_not_cast():
         HerReplayStorage(goals, gym.spaces.Discrete(2), num_goals=2.0)
 
 
+def test_flags_that_are_not_0_or_1_are_refused_not_cast():
+    """A termination of 0.5, 2 or NaN is not a flag: it was stored as True."""
+    env = cartpole()
+    store = nstep()
+    obs, _ = env.reset(seed=0)
+    nxt, reward, term, trunc, infos = env.step(np.zeros(N, np.int64))
+    action = np.zeros(N, np.int64)
+    store.add(obs, action, reward, term, trunc, infos, nxt)  # lays the held steps out
+    for bad in (np.array([0.5, 0.0]), np.array([2, 0]), np.array([np.nan, 0.0])):
+        with pytest.raises(ValueError, match=r"terminated holds .*, expected booleans or 0 / 1"):
+            store.add(nxt, action, reward, bad, trunc, infos, nxt)
+    with pytest.raises(ValueError, match=r"truncated holds \['no', 'yes'\], expected booleans or 0 / 1"):
+        store.add(nxt, action, reward, term, np.array(["no", "yes"]), infos, nxt)
+    store.add(nxt, action, reward, np.array([0.0, 1.0]), np.array([0, 0]), infos, nxt)  # 0 / 1 numbers
+    assert len(store) == 2 * N
+    assert store.rb.storage.get(slice(None))["next", "terminated"].view(-1).tolist().count(True) == 1
+    env.close()
+
+
 def test_space_contradiction_dict_keys_and_goal_shapes_caught_at_add():
     """Goals of another shape, keys missing from the space, obs / next obs with other keys,
     data without goals: each at the add, naming the key."""

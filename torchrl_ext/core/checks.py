@@ -8,7 +8,7 @@ import numpy as np
 
 __all__ = [
     "EMPTY_BUFFER", "EmptyBufferError", "check_count", "check_finite_entries", "check_finite_rows",
-    "sums_finite",
+    "is_flags", "sums_finite",
 ]
 
 EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
@@ -52,6 +52,20 @@ def check_count(owner: str, name: str, value: Any, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{owner}: {name}={value}, expected an int >= {minimum}.")
     return int(value)
+
+
+def is_flags(array: np.ndarray) -> bool:
+    """Whether ``array`` holds flags: booleans, or numbers that are all 0 or 1.
+
+    Examples:
+        >>> is_flags(np.array([True, False])), is_flags(np.array([0.0, 1.0])), is_flags(np.array([0.5]))
+        (True, True, False)
+        >>> is_flags(np.array(["True"])), is_flags(np.array([np.nan]))
+        (False, False)
+    """
+    if array.dtype == np.bool_:
+        return True
+    return array.dtype.kind in "biuf" and bool(((array == 0) | (array == 1)).all())
 
 
 def sums_finite(values: Iterable[np.ndarray]) -> bool:

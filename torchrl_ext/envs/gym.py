@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from torchrl_ext.core.checks import check_count, check_finite_entries
+from torchrl_ext.core.checks import check_count, check_finite_entries, is_flags
 from torchrl_ext.envs._chunk import first_nonfinite_step, follow_on, reset_steps
 from torchrl_ext.envs.modes import (
     CONVENTIONS,
@@ -581,6 +581,11 @@ class GymVectorAdapter:
             raise ValueError(
                 f"GymVectorAdapter.step: {name} has shape {tuple(array.shape)}, "
                 f"expected ({self.num_envs},)."
+            )
+        if dtype is bool and not is_flags(array):
+            raise ValueError(
+                f"GymVectorAdapter.step: {name} holds {np.unique(array)[:5].tolist()}, "
+                "expected booleans or 0 / 1."
             )
         return array.astype(dtype, copy=False)
 

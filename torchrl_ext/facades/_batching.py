@@ -29,7 +29,9 @@ SLAB_BYTES = 4 << 20
 
 # positions of GymVectorAdapter.resolve's arguments
 _OBS, _ACTION, _REWARD, _TERMINATED, _TRUNCATED, _INFOS, _NEXT = range(7)
-_COLUMN_KEYS = ((_REWARD, REWARD), (_TERMINATED, TERMINATED), (_TRUNCATED, TRUNCATED))
+# (position, key, the dtype a value must have to be copied as is: None for any)
+_COLUMN_KEYS = ((_REWARD, REWARD, None), (_TERMINATED, TERMINATED, np.dtype(bool)),
+                (_TRUNCATED, TRUNCATED, np.dtype(bool)))
 
 
 class StepBatcher:
@@ -99,7 +101,7 @@ class StepBatcher:
         # (and the facade's check of values, or None)
         self._arrays: list[tuple] | None = None
         self._dicts: list[tuple[int, int, list[tuple]]] = []
-        self._columns: list[tuple[int, list[np.ndarray]]] = []
+        self._columns: list[tuple[int, np.dtype | None, list[np.ndarray]]] = []
         self._column_shape = (adapter.num_envs,)
         self._legacy = adapter.autoreset_mode is AutoresetMode.LEGACY
         # episode ends always need the infos in these modes (true final observations)
@@ -144,14 +146,16 @@ class StepBatcher:
                     check(item)
                 views[i][...] = item
         legacy = False
-        for pos, views in self._columns:
+        for pos, dtype, views in self._columns:
             value = step[pos]
-            # any dtype: cast as GymVectorAdapter.convert's astype casts it
-            if type(value) is not np.ndarray or value.shape != self._column_shape:
+            # rewards of any dtype: cast as GymVectorAdapter.convert's astype casts them;
+            # flags other than bool arrays go through convert's 0 / 1 check
+            if type(value) is not np.ndarray or value.shape != self._column_shape or (
+                    dtype is not None and value.dtype is not dtype):
                 if value is not None or pos != _TRUNCATED or not self._legacy:
                     return False
                 legacy, value = True, False  # LEGACY dones: truncation from the infos, below
-            views[i][...] = value  # cast as astype does (float32 rewards, bool flags)
+            views[i][...] = value  # cast as astype does (float32 rewards)
         if extra:
             for key, value in extra.items():
                 self._slabs[key][:, i] = value  # the facade builds them in the held specs
@@ -217,7 +221,7 @@ class StepBatcher:
         self._specs = {k: (v.shape, v.dtype) for k, v in raw.items()}
         self._slabs = {k: np.empty((n, self.held_max, *v.shape[1:]), v.dtype) for k, v in raw.items()}
         self._extra_keys = tuple(extra) if extra else ()
-        self._columns = [(pos, _steps(self._slabs[key])) for pos, key in _COLUMN_KEYS]
+        self._columns = [(pos, dtype, _steps(self._slabs[key])) for pos, key, dtype in _COLUMN_KEYS]
         arrays, dicts = [], []
         key_of = self.adapter.observation_key
         for pos, prefix in ((_OBS, ()), (_ACTION, None), (_NEXT, ("next",))):

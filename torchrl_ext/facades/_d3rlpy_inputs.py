@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from torchrl_ext.core.checks import is_flags
+
 __all__ = ["AppendInputs", "flags", "spaces"]
 
 _NUMERIC = "biuf"  # numpy dtype kinds: bool, signed and unsigned integers, floats
@@ -43,14 +45,12 @@ def flags(value: Any, name: str, n: int) -> np.ndarray:
         raise TypeError(
             f"BatchReplayBuffer.append: {name} has dtype {array.dtype}, expected booleans or 0/1."
         )
-    if array.dtype != np.bool_:
-        if not np.isin(array, (0, 1)).all():
-            raise ValueError(
-                f"BatchReplayBuffer.append: {name} holds {np.unique(array)[:5].tolist()}, "
-                "expected booleans or 0/1."
-            )
-        array = array != 0
-    return array.copy()
+    if not is_flags(array):
+        raise ValueError(
+            f"BatchReplayBuffer.append: {name} holds {np.unique(array)[:5].tolist()}, "
+            "expected booleans or 0/1."
+        )
+    return array != 0  # a copy, as bool
 
 
 @dataclass(frozen=True)
