@@ -10,8 +10,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from torchrl_ext.core.checks import check_count, check_finite_entries, is_flags
+from torchrl_ext.core.checks import check_count, check_finite_entries
 from torchrl_ext.envs._chunk import first_nonfinite_step, follow_on, reset_steps
+from torchrl_ext.envs._inputs import column, flat, rows
 from torchrl_ext.envs.modes import (
     CONVENTIONS,
     FINAL_INFO_KEYS,
@@ -332,16 +333,16 @@ class GymVectorAdapter:
         """
         if truncated is None and self.autoreset_mode is AutoresetMode.LEGACY:
             # SB3 VecEnv: ``terminated`` holds the dones, truncation is in the infos
-            done = self._column("dones", terminated, bool)
+            done = column("dones", terminated, bool, self.num_envs)
             truncated = self.legacy_truncation(infos, done)
             terminated = done & ~truncated
         else:
-            terminated = self._column("terminated", terminated, bool)
-            truncated = self._column("truncated", truncated, bool)
-        raw = self._flat("obs", obs, ())
-        raw[ACTION] = self._rows("action", action)
-        raw.update(self._flat("next_obs", next_obs, ("next",)))
-        raw[REWARD] = self._column("reward", reward, np.float32)
+            terminated = column("terminated", terminated, bool, self.num_envs)
+            truncated = column("truncated", truncated, bool, self.num_envs)
+        raw = flat("obs", obs, (), self.observation_key, self.num_envs)
+        raw[ACTION] = rows("action", action, self.num_envs)
+        raw.update(flat("next_obs", next_obs, ("next",), self.observation_key, self.num_envs))
+        raw[REWARD] = column("reward", reward, np.float32, self.num_envs)
         raw[TERMINATED] = terminated
         raw[TRUNCATED] = truncated
         return raw
@@ -406,7 +407,7 @@ class GymVectorAdapter:
         if not owned:
             step = {k: v.copy() if k[0] == "next" else v for k, v in step.items()}
         for i in np.flatnonzero(done).tolist():
-            final = self._flat("final observation", self._final_obs(infos, i), ("next",), batch=False)
+            final = flat("final observation", self._final_obs(infos, i), ("next",), self.observation_key)
             for key, value in final.items():
                 step[key][i] = value
         return step
@@ -565,44 +566,3 @@ class GymVectorAdapter:
                 "autoreset_mode='next_step'; if it does not reset itself, 'disabled'."
             )
         return found
-
-    def _rows(self, name: str, value: Any) -> np.ndarray:
-        array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-        if array.ndim == 0 or array.shape[0] != self.num_envs:
-            raise ValueError(
-                f"GymVectorAdapter.step: {name} has shape {tuple(array.shape)}, expected "
-                f"({self.num_envs}, ...) (one row per env)."
-            )
-        return array
-
-    def _column(self, name: str, value: Any, dtype: Any) -> np.ndarray:
-        array = self._rows(name, value)
-        if array.shape != (self.num_envs,):
-            raise ValueError(
-                f"GymVectorAdapter.step: {name} has shape {tuple(array.shape)}, "
-                f"expected ({self.num_envs},)."
-            )
-        if dtype is bool and not is_flags(array):
-            raise ValueError(
-                f"GymVectorAdapter.step: {name} holds {np.unique(array)[:5].tolist()}, "
-                "expected booleans or 0 / 1."
-            )
-        return array.astype(dtype, copy=False)
-
-    def _flat(
-        self, name: str, value: Any, prefix: tuple[str, ...], batch: bool = True
-    ) -> dict[tuple[str, ...], np.ndarray]:
-        """Observation entries by key; dict observations keep their entries at the root."""
-        if isinstance(value, np.ndarray) or not isinstance(value, Mapping):
-            array = self._rows(name, value) if batch else np.asarray(value)
-            return {prefix + (self.observation_key,): array}
-        out: dict[tuple[str, ...], np.ndarray] = {}
-        for key, item in value.items():
-            if isinstance(item, Mapping):
-                sub = self._flat(f"{name}[{key!r}]", item, prefix + (key,), batch)
-                out.update(sub)
-            elif batch:
-                out[prefix + (key,)] = self._rows(f"{name}[{key!r}]", item)
-            else:
-                out[prefix + (key,)] = np.asarray(item)
-        return out

@@ -1,0 +1,84 @@
+"""A vector-env step's inputs as numpy arrays, checked for one row per env (``GymVectorAdapter.convert``)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from torchrl_ext.core.checks import is_flags
+
+__all__ = ["column", "flat", "rows"]
+
+
+def rows(name: str, value: Any, num_envs: int) -> np.ndarray:
+    """``value`` (array, tensor, list) as a numpy array of ``num_envs`` rows, not copied where it can be.
+
+    Examples:
+        >>> rows("action", [[0.5], [1.0]], 2).shape
+        (2, 1)
+        >>> rows("action", [0.5], 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: GymVectorAdapter.step: action has shape (1,), expected (2, ...) (one row per env).
+    """
+    array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    if array.ndim == 0 or array.shape[0] != num_envs:
+        raise ValueError(
+            f"GymVectorAdapter.step: {name} has shape {tuple(array.shape)}, expected "
+            f"({num_envs}, ...) (one row per env)."
+        )
+    return array
+
+
+def column(name: str, value: Any, dtype: Any, num_envs: int) -> np.ndarray:
+    """``value`` as a ``[num_envs]`` array of ``dtype``; ``dtype=bool``: flags, booleans or 0 / 1.
+
+    Examples:
+        >>> column("terminated", [0, 1], bool, 2)
+        array([False,  True])
+        >>> column("terminated", [0.5, 0.0], bool, 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: GymVectorAdapter.step: terminated holds [0.0, 0.5], expected booleans or 0 / 1.
+    """
+    array = rows(name, value, num_envs)
+    if array.shape != (num_envs,):
+        raise ValueError(
+            f"GymVectorAdapter.step: {name} has shape {tuple(array.shape)}, "
+            f"expected ({num_envs},)."
+        )
+    if dtype is bool and not is_flags(array):
+        raise ValueError(
+            f"GymVectorAdapter.step: {name} holds {np.unique(array)[:5].tolist()}, "
+            "expected booleans or 0 / 1."
+        )
+    return array.astype(dtype, copy=False)
+
+
+def flat(
+    name: str, value: Any, prefix: tuple[str, ...], observation_key: str, num_envs: int | None = None
+) -> dict[tuple[str, ...], np.ndarray]:
+    """Observation entries by key; dict observations keep their entries at the root.
+
+    ``num_envs``: each entry has one row per env (checked); ``None``: one env's
+    observation (a final observation), taken as it is.
+
+    Examples:
+        >>> obs = {"pos": [[0.0], [1.0]], "goal": {"xy": [[1, 2], [3, 4]]}}
+        >>> {k: v.shape for k, v in flat("obs", obs, ("next",), "observation", 2).items()}
+        {('next', 'pos'): (2, 1), ('next', 'goal', 'xy'): (2, 2)}
+    """
+    if isinstance(value, np.ndarray) or not isinstance(value, Mapping):
+        array = np.asarray(value) if num_envs is None else rows(name, value, num_envs)
+        return {prefix + (observation_key,): array}
+    out: dict[tuple[str, ...], np.ndarray] = {}
+    for key, item in value.items():
+        if isinstance(item, Mapping):
+            out.update(flat(f"{name}[{key!r}]", item, prefix + (key,), observation_key, num_envs))
+        elif num_envs is not None:
+            out[prefix + (key,)] = rows(f"{name}[{key!r}]", item, num_envs)
+        else:
+            out[prefix + (key,)] = np.asarray(item)
+    return out
