@@ -6,13 +6,10 @@ from typing import Any
 import numpy as np
 from tensordict.utils import NestedKey
 
+from torchrl_ext.core.schema import as_key
 from torchrl_ext.export.episodes import nonempty_episodes_of, observations_of, require
 
 __all__ = ["to_d3rlpy"]
-
-
-def _path(key: NestedKey) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def to_d3rlpy(
@@ -89,7 +86,7 @@ def to_d3rlpy(
         terminated = steps.get(terminated_key, None)
         ended_terminal = bool(terminated[-1].any()) if terminated is not None else False
         if not ended_terminal:  # the final observation's row: [1, ...] each
-            final_action = steps.get(("next", *_path(action_key)), None)
+            final_action = steps.get(("next", *as_key(action_key)), None)
             obs.append(observations_of(episode, observation_key)[-1:].numpy())
             actions.append(np.zeros_like(actions[-1][-1:]) if final_action is None
                            else final_action[-1:].numpy())

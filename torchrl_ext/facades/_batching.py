@@ -8,7 +8,6 @@ import numpy as np
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext.buffer import TransitionReplayBuffer
-
 from torchrl_ext.envs.gym import (
     REWARD,
     TERMINATED,

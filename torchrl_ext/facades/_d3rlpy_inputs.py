@@ -61,6 +61,15 @@ class AppendInputs:
     ``(n, 1)`` int32 (``Discrete``) or ``(n, action_size)`` float32. Every
     error names the input (``observations``, ``episode.actions``...), what came
     and what was expected.
+
+    Examples:
+        >>> inputs = AppendInputs((1, 4, 4), discrete=True, action_size=3, n_envs=2)
+        >>> inputs.actions("actions", [2, 0], 2, "append").tolist(), inputs.obs_dtype.__name__
+        ([[2], [0]], 'uint8')
+        >>> inputs.actions("actions", [2, 3], 2, "append")
+        Traceback (most recent call last):
+        ...
+        ValueError: BatchReplayBuffer.append: actions holds [3], expected integers in [0, 3) (the Discrete action space's n).
     """
 
     observation_shape: tuple[int, ...]

@@ -513,5 +513,6 @@ def tail(data: dict[str, Any], keep: int) -> dict[str, Any]:
 
 
 def numpy_tree(td: TensorDictBase) -> dict[str, Any]:
+    """A TensorDict as nested dicts of numpy copies (pytorchrl's slice values)."""
     return {k: numpy_tree(v) if isinstance(v, TensorDictBase) else v.numpy().copy()
             for k, v in td.items()}

@@ -507,14 +507,14 @@ def _per_env_entries(infos: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray
     for key in dict.fromkeys(k for info in infos for k in info):  # first-seen order
         if not isinstance(key, str) or key in _LEGACY_ENTRIES:
             continue
-        values = [info.get(key) for info in infos]
-        given = [to_numpy(v) for v in values if v is not None]
+        values = [None if (v := info.get(key)) is None else to_numpy(v) for info in infos]
+        given = [v for v in values if v is not None]
         first = given[0]
         if first.dtype.kind not in "biuf" or any(
                 v.shape != first.shape or v.dtype.kind != first.dtype.kind for v in given):
             continue
         dtype = np.result_type(*given)
-        out[key] = np.stack([np.zeros(first.shape, dtype) if v is None else to_numpy(v).astype(dtype)
+        out[key] = np.stack([np.zeros(first.shape, dtype) if v is None else v.astype(dtype, copy=False)
                              for v in values])
     return out
 
