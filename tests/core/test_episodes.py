@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from conftest import column, run, steps, transitions_of, workloads
 from torchrl_ext import make_replay_buffer
+from torchrl_ext.core import EpisodeIndex
 
 
 def one_env(obs, nxt, *, terminated=None, truncated=None):
@@ -224,3 +225,21 @@ def test_index_queries_match_reference(workload, seed):
     if ref.live_transitions():
         tau, s = index.draw_transitions(64, torch.Generator().manual_seed(seed))
         assert index.is_transition(index.physical_rows(tau, s)).all()
+
+
+def test_draw_rows_is_uniform_over_live_transitions_of_unevenly_filled_streams():
+    # stream 0 wrapped (every slot live), stream 1 empty, stream 2 on its
+    # first pass: each live transition is drawn with the same probability, and
+    # nothing else is ever drawn (not the final-observation rows, not an
+    # unwritten slot)
+    index = EpisodeIndex(num_streams=3, stream_capacity=8)
+    for steps in (6, 5):  # 11 steps and the pending observation: 12 rows, the ring wrapped
+        index.plan(np.array([0]), np.zeros((1, steps), dtype=bool), None).commit()
+    index.plan(np.array([2]), np.array([[False, False, True]]), None).commit()  # 3 steps + final
+    live = np.flatnonzero(index.is_transition(np.arange(index.num_rows)))
+    assert live.tolist() == [0, 1, 2, 4, 5, 6, 7, 16, 17, 18]  # row 3: stream 0's pending observation
+    rows = index.draw_rows(100_000, torch.Generator().manual_seed(0))
+    counts = np.bincount(rows, minlength=index.num_rows)
+    assert set(np.flatnonzero(counts).tolist()) == set(live.tolist())
+    expected = rows.size / live.size  # 10,000 each; 5 standard deviations is ~470
+    assert np.abs(counts[live] - expected).max() < 5 * np.sqrt(expected)

@@ -102,6 +102,7 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
         super()._bind()
         self._np["episode_start_flat"] = self._np["episode_start"].reshape(-1)
         self._np["episode_length_flat"] = self._np["episode_length"].reshape(-1)
+        self._stream_base = np.arange(self.num_streams) * self.stream_capacity
 
     # ------------------------------------------------------------------ layout
     @property
@@ -231,19 +232,61 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
             length += inside
         return length
 
-    def draw_transitions(
-        self, count: int, generator: torch.Generator | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``count`` live transitions, uniform, with replacement: ``(tau, stream)``.
+    def draw_rows(self, count: int, generator: torch.Generator | None) -> np.ndarray:
+        """``count`` live transitions, uniform, with replacement: their physical rows.
 
-        A live row is drawn uniformly over all streams and redrawn while it is an
-        observation-only row (exact rejection sampling; such rows are one per
-        episode, so a redraw round is rarely needed). O(count + num_streams).
-        Callers check ``count >= 1`` (see :func:`torchrl_ext.samplers.draw_transitions`).
+        The live rows of stream ``s`` are its slots ``0 .. min(written, C) - 1``
+        (the ring's first pass, or all of it), so the ``u``-th live row overall
+        is one offset away from ``u`` (none once every stream is full). A row
+        that holds only an observation (an episode's final or pending one) is
+        redrawn: exact rejection sampling; such rows are one per episode, so a
+        redraw round is rarely needed. O(count + num_streams). Callers check
+        ``count >= 1`` (see :func:`torchrl_ext.samplers.draw_transitions`).
 
         Raises:
             ValueError: the index holds no transition.
             RuntimeError: no transition found after many rounds (an inconsistent index).
+
+        Examples:
+            >>> import numpy as np, torch
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=8)
+            >>> index.plan(np.array([1]), np.array([[False, True]]), None).commit()
+            >>> rows = index.draw_rows(6, torch.Generator().manual_seed(0))
+            >>> sorted(set(rows.tolist()))  # stream 1's steps, never its final observation (row 10)
+            [8, 9]
+        """
+        live = np.minimum(self._np["written"], self.stream_capacity)  # [S] live rows
+        ends = live.cumsum()
+        total = int(ends[-1])
+        if (total - self.num_streams) // 2 < 1 and not self.num_transitions():
+            # (rows - S) / 2 bounds the transitions from below: count only near it
+            raise EmptyBufferError(EMPTY_BUFFER)
+        # stream s's live rows are u in [ends - live, ends)[s], physical row u + shift[s]
+        shift = None if total == self.num_rows else self._stream_base - ends + live
+        is_step = self._np["row_is_step"]
+
+        def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+            rows = torch.randint(total, (n,), generator=generator).numpy()
+            if shift is not None:
+                rows += shift[ends.searchsorted(rows, side="right")]
+            return rows, is_step[rows]
+
+        rows, ok = draw(count)
+        if ok.all():
+            return rows
+        todo = np.flatnonzero(~ok)  # observation-only rows: redrawn
+        for _ in range(_MAX_ROUNDS):
+            again, ok = draw(todo.size)
+            rows[todo[ok]] = again[ok]
+            todo = todo[~ok]
+            if not todo.size:
+                return rows
+        raise RuntimeError("draw_rows: too many redraws; the episode index is inconsistent.")
+
+    def draw_transitions(
+        self, count: int, generator: torch.Generator | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`draw_rows` as ``(tau, stream)``.
 
         Examples:
             >>> import numpy as np, torch
@@ -253,34 +296,7 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
             >>> sorted(set(tau.tolist())), set(stream.tolist())  # never the final observation (tau 2)
             ([0, 1], {0})
         """
-        written = self._np["written"]
-        live = np.minimum(written, self.stream_capacity)  # [S] live rows
-        ends = live.cumsum()
-        if (int(ends[-1]) - self.num_streams) // 2 < 1 and not self.num_transitions():
-            # (rows - S) / 2 bounds the transitions from below: count only near it
-            raise EmptyBufferError(EMPTY_BUFFER)
-        # the u-th live row overall is tau = u - (ends - written)[s] of stream s
-        offset = ends - written
-        is_step = self._np["row_is_step"]
-
-        def draw(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            u = torch.randint(int(ends[-1]), (n,), generator=generator).numpy()
-            s = ends.searchsorted(u, side="right")
-            t = u - offset[s]
-            return t, s, is_step[self.physical_rows(t, s)]
-
-        tau, stream, ok = draw(count)
-        if ok.all():
-            return tau, stream
-        todo = np.flatnonzero(~ok)  # observation-only rows: redrawn
-        for _ in range(_MAX_ROUNDS):
-            t, s, ok = draw(todo.size)
-            tau[todo[ok]] = t[ok]
-            stream[todo[ok]] = s[ok]
-            todo = todo[~ok]
-            if not todo.size:
-                return tau, stream
-        raise RuntimeError("draw_transitions: too many redraws; the episode index is inconsistent.")
+        return self.row_coordinates(self.draw_rows(count, generator))
 
     def episode_at(self, slots: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(stream, start, length)`` of the episodes at table ``slots`` (:meth:`episode_slot`).
@@ -375,8 +391,9 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
             >>> sorted(set(step.tolist())) <= [0, 1, 2], set(length.tolist())
             (True, {3})
         """
-        tau, stream = self.draw_transitions(count, generator)
-        slot = self.episode_slot(stream, self._np["row_episode"][self.physical_rows(tau, stream)])
+        rows = self.draw_rows(count, generator)
+        tau, stream = self.row_coordinates(rows)
+        slot = self.episode_slot(stream, self._np["row_episode"][rows])
         return slot, tau - self._np["episode_start_flat"][slot], self._np["episode_length_flat"][slot]
 
     # ------------------------------------------------------------------ writes

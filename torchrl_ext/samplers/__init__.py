@@ -10,6 +10,7 @@ from torchrl_ext.samplers.sequence import SequenceSampler
 from torchrl_ext.samplers.uniform import (
     EmptyBufferError,
     UniformTransitionSampler,
+    draw_rows,
     draw_transitions,
 )
 
@@ -26,6 +27,7 @@ __all__ = [
     "SequenceSampler",
     "UniformTransitionSampler",
     "bootstrap_masks",
+    "draw_rows",
     "draw_transitions",
     "frame_steps",
 ]

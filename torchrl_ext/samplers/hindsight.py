@@ -11,7 +11,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.nstep import NStepSampler, StepWindows
-from torchrl_ext.samplers.uniform import draw_transitions, storage_index
+from torchrl_ext.samplers.uniform import draw_rows, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["HindsightSampler", "HindsightStrategy"]
@@ -118,8 +118,7 @@ class HindsightSampler(RefiningSampler):
         generator = self._rng
         tau, stream = index.row_coordinates(rows)
         if self.strategy is HindsightStrategy.RANDOM:
-            g_tau, g_stream = draw_transitions(storage, rows.size, generator)
-            return index.physical_rows(g_tau + 1, g_stream)
+            return storage.next_rows(draw_rows(storage, rows.size, generator))
         _, step, start, length = index.locate(tau, stream)
         last = start + length - 1  # tau of the episode's last written step
         if self.strategy is HindsightStrategy.FINAL:

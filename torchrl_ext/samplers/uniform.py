@@ -14,7 +14,8 @@ from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = [
-    "EmptyBufferError", "UniformTransitionSampler", "check_batch_size", "draw_transitions",
+    "EmptyBufferError", "UniformTransitionSampler", "check_batch_size", "draw_rows",
+    "draw_transitions",
     "storage_index",
 ]
 
@@ -49,10 +50,29 @@ def draw_transitions(
         >>> tau.tolist(), set(stream.tolist()) <= {0, 1}  # step 0 of either stream
         ([0, 0], True)
     """
+    return storage_index(storage).row_coordinates(draw_rows(storage, batch_size, generator))
+
+
+def draw_rows(
+    storage: TransitionStorage, batch_size: int, generator: torch.Generator | None
+) -> np.ndarray:
+    """:func:`draw_transitions` as physical rows of ``storage`` (``[batch_size]`` int64).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl_ext import make_replay_buffer
+        >>> rb = make_replay_buffer(16, seed=0)
+        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 1), "action": torch.zeros(1, 1),
+        ...     "next": {"observation": torch.ones(1, 1), "reward": torch.ones(1, 1),
+        ...              "done": torch.ones(1, 1, dtype=torch.bool)}}, [1]))
+        >>> draw_rows(rb.storage, 3, torch.Generator().manual_seed(0)).tolist()  # the one step
+        [0, 0, 0]
+    """
     index = storage_index(storage)
     if batch_size < 1:
         check_batch_size(batch_size, len(storage))
-    return index.draw_transitions(batch_size, generator)
+    return index.draw_rows(batch_size, generator)
 
 
 def storage_index(storage: TransitionStorage) -> EpisodeIndex:
@@ -138,8 +158,7 @@ class UniformTransitionSampler(Sampler):
         return self._rng if self._rng is not None else self.generator
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
-        tau, stream = draw_transitions(storage, batch_size, self._generator())
-        return torch.from_numpy(storage_index(storage).physical_rows(tau, stream)), {}
+        return torch.from_numpy(draw_rows(storage, batch_size, self._generator())), {}
 
     def _empty(self) -> None:
         pass

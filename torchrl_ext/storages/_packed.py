@@ -193,6 +193,10 @@ class PackedRows:
         self._cut_row = _Cut(self.obs + self.step, 0, self.row_bytes)
         self._cut_obs = _Cut(self.obs, 0, self._obs_bytes)
         self._cut_step = _Cut(self.step, self._step_lo, self.row_bytes - self._step_lo)
+        # CPU indices address this buffer as they are: no mapping, no transfer
+        self._slots_are_rows = (
+            self._rows.device.type == "cpu" and self.allocated == self.stream_capacity
+        )
 
     @property
     def _step_lo(self) -> int:
@@ -311,6 +315,8 @@ class PackedRows:
 
         See :func:`~torchrl_ext.storages._memory.move_together`.
         """
+        if self._slots_are_rows:
+            return indices
         return move_together(tuple(None if i is None else self._slots(i) for i in indices), self.device)
 
     # ------------------------------------------------------------------ reads

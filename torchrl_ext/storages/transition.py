@@ -258,7 +258,7 @@ class TransitionStorage(TensorStorage):
             if np.array_equal(self.next_rows(r[:, :-1]), r[:, 1:]):
                 after = self.next_rows(r[:, -1:])
                 return self.packed.gather_sequences(torch.from_numpy(np.concatenate([r, after], 1)))
-        flat = rows.reshape(-1)
+        flat = rows if rows.ndim == 1 else rows.reshape(-1)
         out = self.packed.gather(flat, torch.from_numpy(self.next_rows(flat.numpy())))
         return out if rows.ndim == 1 else out.reshape(rows.shape)
 
@@ -279,8 +279,7 @@ class TransitionStorage(TensorStorage):
         The index's own draw (O(batch)), as :class:`~torchrl_ext.samplers.UniformTransitionSampler`'s.
         """
         index = self._ready("_rand_given_ndim")[1]
-        tau, stream = index.draw_transitions(batch_size, self._rng)
-        return torch.from_numpy(index.physical_rows(tau, stream))
+        return torch.from_numpy(index.draw_rows(batch_size, self._rng))
 
     def _transition_rows(self) -> torch.Tensor:
         """:meth:`live_transition_rows`, cached until the next write or reset."""
