@@ -9,8 +9,8 @@ from tensordict.utils import NestedKey
 from torch.utils.data import IterableDataset, get_worker_info
 
 from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
+from torchrl_ext.core.schema import unchecked_tensordict
 from torchrl_ext.samplers.epoch import EpochSampler
-from torchrl_ext.storages._packed import _put, _tree
 from torchrl_ext.transforms.model_pair import ModelPairTransform
 from torchrl_ext.transforms.scaler import StandardScaler
 
@@ -244,10 +244,7 @@ class ModelEpochDataset(IterableDataset):
         keys = (self.transform.inputs_key, self.transform.targets_key)
         for pair in self.epoch():
             # two fresh tensors of the batch's shape: built without per-entry checks
-            tree: dict[str, Any] = {}
-            for key, value in zip(keys, pair):
-                _put(tree, key, value)
-            yield _tree(tree, pair[0].shape[:-1])
+            yield unchecked_tensordict(dict(zip(keys, pair)), pair[0].shape[:-1])
 
     def __getstate__(self) -> dict[str, Any]:
         # DataLoader workers started by spawn get the dataset pickled: not the kept pairs

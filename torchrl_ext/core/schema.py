@@ -8,11 +8,14 @@ key once (``shared``), plus the ``root_only`` and ``next_only`` entries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Mapping
+from typing import Any
 
 import torch
+from tensordict import TensorDict
 from tensordict.utils import NestedKey
 
-__all__ = ["EntryKeyError", "RowSchema", "as_key", "key_str"]
+__all__ = ["EntryKeyError", "RowSchema", "as_key", "key_str", "put_leaf", "unchecked_tensordict"]
 
 
 class EntryKeyError(KeyError):
@@ -35,6 +38,42 @@ def as_key(key: NestedKey) -> tuple[str, ...]:
         (('reward',), ('next', 'reward'))
     """
     return (key,) if isinstance(key, str) else tuple(key)
+
+
+def put_leaf(tree: dict[str, Any], key: tuple[str, ...], value: Any) -> None:
+    """Put ``value`` at the tuple ``key`` of the nested dicts ``tree``, making the dicts on the way.
+
+    Examples:
+        >>> tree = {}
+        >>> put_leaf(tree, ("next", "reward"), 1.0); put_leaf(tree, ("action",), 2.0)
+        >>> tree
+        {'next': {'reward': 1.0}, 'action': 2.0}
+    """
+    for part in key[:-1]:
+        tree = tree.setdefault(part, {})
+    tree[key[-1]] = value
+
+
+def unchecked_tensordict(
+    leaves: Mapping[tuple[str, ...], torch.Tensor],
+    batch_size: torch.Size,
+    device: torch.device | None = None,
+) -> TensorDict:
+    """A TensorDict of ``leaves`` (tuple keys), with no check of their shapes or devices.
+
+    For entries whose leading dims are ``batch_size`` and which are on
+    ``device`` by construction (a gather's views, a write's checked inputs):
+    TensorDict's own checks would cost more than building them.
+
+    Examples:
+        >>> td = unchecked_tensordict({("next", "reward"): torch.zeros(2, 1)}, torch.Size([2]))
+        >>> td["next", "reward"].shape, td["next"].batch_size
+        (torch.Size([2, 1]), torch.Size([2]))
+    """
+    tree: dict[str, Any] = {}
+    for key, value in leaves.items():
+        put_leaf(tree, key, value)
+    return TensorDict._new_unsafe(tree, batch_size=batch_size, device=device)
 
 
 def key_str(key: NestedKey) -> str:

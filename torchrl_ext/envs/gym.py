@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDict
 
 from torchrl_ext.core.checks import check_count, check_finite_entries
+from torchrl_ext.core.schema import unchecked_tensordict
 from torchrl_ext.envs._chunk import first_nonfinite_step, follow_on, reset_steps
 from torchrl_ext.envs._inputs import column, flat, rows
 from torchrl_ext.envs.modes import (
@@ -506,17 +507,14 @@ class GymVectorAdapter:
     @staticmethod
     def to_tensordict(entries: dict[tuple[str, ...], np.ndarray], batch_size: list[int]) -> TensorDict:
         """A TensorDict of ``batch_size`` from :meth:`resolve`'s entries."""
-        tree: dict[str, Any] = {}
-        for key, value in entries.items():
-            node = tree
-            for part in key[:-1]:
-                node = node.setdefault(part, {})
-            node[key[-1]] = torch.from_numpy(np.ascontiguousarray(value))
         # unchecked: every entry's leading dims were checked against the batch
         # by whoever built them (this adapter, the facades), and the writer
         # checks each full shape again; TensorDict's own checks cost more than
         # the rest of a one-step write
-        return TensorDict._new_unsafe(tree, batch_size=torch.Size(batch_size))
+        return unchecked_tensordict(
+            {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in entries.items()},
+            torch.Size(batch_size),
+        )
 
     # ---------------------------------------------------------------- helpers
     def _check_mode(self, infos: Any, done: np.ndarray) -> None:

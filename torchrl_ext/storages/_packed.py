@@ -21,7 +21,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyMemmapStorage
 
-from torchrl_ext.core.schema import RowSchema
+from torchrl_ext.core.schema import RowSchema, put_leaf
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
 
 __all__ = ["PackedRows"]
@@ -348,7 +348,7 @@ class PackedRows:
         (rows,) = self._on_device(rows)
         span = gather_rows(self._obs_span, rows.reshape(-1))
         for c, value in zip(self.obs, self._cut_obs.pieces(span)):
-            _put(root, c.key, value.view(*batch, *c.shape))
+            put_leaf(root, c.key, value.view(*batch, *c.shape))
         return _tree(root, batch, self.device)
 
     def gather_sequences(self, rows: torch.Tensor) -> TensorDictBase:
@@ -423,10 +423,10 @@ class PackedRows:
         window: dict[str, Any] = {}
         for c, values in zip(self.step, self._cut_step.pieces(steps)):
             if c.key[0] == "next":  # next-only entry: at the last step, and the whole window
-                _put(nxt, c.key[1:], values.select(1, W - 1))
-                _put(window, c.key[1:], values)
+                put_leaf(nxt, c.key[1:], values.select(1, W - 1))
+                put_leaf(window, c.key[1:], values)
             else:
-                _put(root, c.key, values.select(1, 0))
+                put_leaf(root, c.key, values.select(1, 0))
         # observation spans, one gather: [rows; after] [2B], then [goals; window next] [B + B * W]
         parts = [] if after_rows is None else [rows, after_rows]
         if goal_rows is not None and window_next_rows is not None:
@@ -437,12 +437,12 @@ class PackedRows:
             at = 0  # where the goal rows start in the block
             for c, value in zip(self.obs, self._cut_obs.pieces(block)):
                 if after_rows is not None:
-                    _put(root, c.key, value[:B])
-                    _put(nxt, c.key, value[B : 2 * B])
+                    put_leaf(root, c.key, value[:B])
+                    put_leaf(nxt, c.key, value[B : 2 * B])
                     at = 2 * B
                 if goal_rows is not None:
-                    _put(her, c.key, value[at : at + B])
-                    _put(window, c.key, value[at + B :].view(B, W, *c.shape))
+                    put_leaf(her, c.key, value[at : at + B])
+                    put_leaf(window, c.key, value[at + B :].view(B, W, *c.shape))
         if goal_rows is not None:
             if relabel is not None:
                 her["relabel"] = relabel
@@ -520,13 +520,7 @@ def _pick(value: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
 def _put_all(tree: dict[str, Any], prefix: tuple[str, ...], cut: _Cut, block: torch.Tensor) -> None:
     """Every column of ``cut`` from ``block`` into ``tree``, under ``prefix``."""
     for c, value in zip(cut.columns, cut.pieces(block)):
-        _put(tree, prefix + c.key, value)
-
-
-def _put(tree: dict[str, Any], key: tuple[str, ...], value: torch.Tensor) -> None:
-    for part in key[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[key[-1]] = value
+        put_leaf(tree, prefix + c.key, value)
 
 
 def _tree(tree: dict[str, Any], batch: torch.Size, device: torch.device | None = None) -> TensorDictBase:
