@@ -14,6 +14,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
 from torchrl_ext._atomic import atomic_dir, recover
+from torchrl_ext._checkpoint import check_saved_components, write_components
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.sample_index import SampleIndex
@@ -119,13 +120,24 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         Storage, sampler, writer and RNG are written into a hidden sibling of
         ``path`` and renamed into place: a process killed at any moment leaves
         the previous complete checkpoint or the new one, never parts of both.
+        How the sampler and writer were built goes along (``components.json``).
         """
         with atomic_dir(path) as tmp:
             super().dumps(tmp)
+            write_components(tmp, self._sampler, self._writer)
 
     def loads(self, path: str | Path) -> None:
-        """TorchRL's ``loads``, after putting back the last complete checkpoint of a crashed :meth:`dumps`."""
-        super().loads(recover(path))
+        """TorchRL's ``loads``, after putting back the last complete checkpoint of a crashed :meth:`dumps`.
+
+        Raises:
+            ValueError: this buffer's sampler kinds, sampler settings
+                (``holdout_fraction``, ``alpha``...) or writer keys differ from
+                those of the buffer that wrote the checkpoint (the message names
+                each); nothing is loaded then.
+        """
+        path = recover(path)
+        check_saved_components("TransitionReplayBuffer.loads", path, self._sampler, self._writer)
+        super().loads(path)
 
     def add(self, data: TensorDictBase) -> Any:
         """Write one transition (TorchRL's ``add``); refused where :meth:`extend` is."""

@@ -77,3 +77,51 @@ def test_load_into_buffer_with_other_entries_refused(tmp_path):
     other.extend(steps(torch.zeros(2, 3), torch.ones(2, 3)))
     with pytest.raises(ValueError, match="entries or stream count differ"):
         other.loads(tmp_path)
+
+
+def _uniform(**kwargs):
+    return make_replay_buffer(40, batch_size=4, seed=1, **kwargs)
+
+
+def _prioritized(**kwargs):
+    from torchrl_ext.samplers import PrioritizedTransitionSampler
+
+    return make_replay_buffer(40, batch_size=4, seed=1, sampler=PrioritizedTransitionSampler(), **kwargs)
+
+
+def _epoch(**kwargs):
+    from torchrl_ext.samplers import EpochSampler
+
+    return make_replay_buffer(40, batch_size=4, seed=1, sampler=EpochSampler(**kwargs))
+
+
+@pytest.mark.parametrize(
+    "saved, built, message",
+    [
+        (_uniform, _prioritized, r"sampler: the checkpoint has UniformTransitionSampler, "
+                                 r"this buffer PrioritizedTransitionSampler"),
+        (_prioritized, _uniform, r"the checkpoint has PrioritizedTransitionSampler, "
+                                 r"this buffer UniformTransitionSampler"),
+        (_epoch, _uniform, r"the checkpoint has EpochSampler, this buffer UniformTransitionSampler"),
+        (lambda: _uniform(n_step=3), _uniform,
+         r"the checkpoint has NStepSampler > UniformTransitionSampler, this buffer UniformTransitionSampler"),
+        (_epoch, lambda: _epoch(ensemble_size=2),
+         r"EpochSampler ensemble_size: the checkpoint has None, this buffer 2"),
+        (_epoch, lambda: _epoch(holdout_fraction=0.2),
+         r"EpochSampler holdout_fraction: the checkpoint has 0.0, this buffer 0.2"),
+        (_uniform, lambda: _uniform(done_keys=[("next", "done")]),
+         r"writer done_keys: the checkpoint has \[\['next', 'done'\], \['next', 'terminated'\], "
+         r"\['next', 'truncated'\]\], this buffer \[\['next', 'done'\]\]"),
+    ],
+    ids=["uniform-to-prioritized", "prioritized-to-uniform", "epoch-to-uniform", "nstep-to-plain",
+         "ensemble", "holdout", "done-keys"],
+)
+def test_loads_into_a_buffer_built_otherwise_names_what_differs(saved, built, message, tmp_path):
+    rb = saved()
+    fill(rb)
+    rb.dumps(tmp_path / "ckpt")
+    other = built()
+    with pytest.raises(ValueError, match=r"TransitionReplayBuffer.loads\('.*ckpt'\): the checkpoint was "
+                                         r"written by a buffer built otherwise: .*" + message):
+        other.loads(tmp_path / "ckpt")
+    assert len(other) == 0  # refused before anything was loaded
