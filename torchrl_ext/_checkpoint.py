@@ -27,8 +27,8 @@ def _sampler_chain(sampler: Sampler) -> list[dict[str, Any]]:
 
     Each sampler class lists in ``checkpoint_settings`` the constructor
     settings its draws and state depend on; those that change per call (the
-    refining samplers' ``n``, ``n_frames``...) are not compared. Refining
-    samplers are followed to their ``base``.
+    refining samplers' ``n``, ``n_frames``...) are restored by the checkpoint
+    instead of compared. Refining samplers are followed to their ``base``.
     """
     chain = []
     while sampler is not None:

@@ -125,3 +125,51 @@ def test_loads_into_a_buffer_built_otherwise_names_what_differs(saved, built, me
                                          r"written by a buffer built otherwise: .*" + message):
         other.loads(tmp_path / "ckpt")
     assert len(other) == 0  # refused before anything was loaded
+
+
+def _her(seed=1):
+    from torchrl_ext import make_her_replay_buffer
+
+    rb = make_her_replay_buffer(40, lambda a, d, i: -(a != d).any(-1).float(), n_step=2,
+                                batch_size=6, seed=seed)
+    extend = rb.extend
+
+    def extend_with_goals(td):  # the achieved goal is the observation; the desired one 0
+        for key in (("achieved_goal",), ("next", "achieved_goal")):
+            td[key] = td[(*key[:-1], "observation")].clone()
+            td[(*key[:-1], "desired_goal")] = torch.zeros_like(td[key])
+        return extend(td)
+
+    rb.extend = extend_with_goals
+    return rb
+
+
+def _change_frames(rb):
+    rb.sampler.n_frames, rb.sampler.base.n = 2, 1
+    return lambda s: (s.n_frames, s.base.n)
+
+
+def _change_goals(rb):
+    from torchrl_ext.samplers import HindsightStrategy
+
+    rb.sampler.strategy, rb.sampler.num_goals, rb.sampler.base.n = HindsightStrategy.FINAL, 2, 1
+    return lambda s: (s.strategy, s.num_goals, s.base.n)
+
+
+@pytest.mark.parametrize(
+    "make, change",
+    [(lambda seed=1: make_replay_buffer(40, batch_size=4, seed=seed, n_step=3, n_frames=4), _change_frames),
+     (_her, _change_goals)],
+    ids=["frames-nstep", "hindsight"],
+)
+def test_dumps_keeps_sampler_settings_changed_after_build(make, change, tmp_path):
+    """n, n_frames, strategy, num_goals may change per call; a checkpoint keeps the current ones."""
+    rb = make()
+    fill(rb, n_steps=13)
+    settings = change(rb)
+    rb.dumps(tmp_path / "ckpt")
+    restored = make(seed=5)  # built with the same arguments as rb
+    restored.loads(tmp_path / "ckpt")
+    assert settings(restored.sampler) == settings(rb.sampler)
+    a, b = rb.sample(), restored.sample()
+    assert torch.equal(a["index"], b["index"]) and (a == b).all()
