@@ -13,7 +13,7 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
-from torchrl_ext._atomic import atomic_dir, recover
+from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext._checkpoint import check_saved_components, write_components
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import as_key
@@ -135,9 +135,9 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
                 those of the buffer that wrote the checkpoint (the message names
                 each); nothing is loaded then.
         """
-        path = recover(path)
-        check_saved_components("TransitionReplayBuffer.loads", path, self._sampler, self._writer)
-        super().loads(path)
+        with reading(path) as path:  # a save of path in another process finishes first
+            check_saved_components("TransitionReplayBuffer.loads", path, self._sampler, self._writer)
+            super().loads(path)
 
     def add(self, data: TensorDictBase) -> Any:
         """Write one transition (TorchRL's ``add``); refused where :meth:`extend` is."""
