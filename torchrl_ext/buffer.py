@@ -1,8 +1,10 @@
 """Assemble the components into a plain TorchRL replay buffer."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 
@@ -114,6 +116,14 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             self._sampler.extend(index)
         return index
 
+    @contextlib.contextmanager
+    def _capture_prefetch_state(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        # TorchRL's dumps and state_dict read every component inside this, under the
+        # replay lock; writers in other processes (workers of a shared buffer) take
+        # the write lock only: without it a checkpoint mixes rows of two moments.
+        with super()._capture_prefetch_state(**kwargs) as state, self._write_lock:
+            yield state
+
     def dumps(self, path: str | Path) -> None:
         """TorchRL's ``dumps``, atomic as a whole (see :func:`torchrl_ext._atomic.atomic_dir`).
 
@@ -130,10 +140,8 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         """TorchRL's ``loads``, after putting back the last complete checkpoint of a crashed :meth:`dumps`.
 
         Raises:
-            ValueError: this buffer's sampler kinds, sampler settings
-                (``holdout_fraction``, ``alpha``...) or writer keys differ from
-                those of the buffer that wrote the checkpoint (the message names
-                each); nothing is loaded then.
+            ValueError: this buffer's sampler kinds, sampler settings or writer keys
+                differ from the checkpoint's (each is named); nothing is loaded then.
         """
         with reading(path) as path:  # a save of path in another process finishes first
             check_saved_components("TransitionReplayBuffer.loads", path, self._sampler, self._writer)

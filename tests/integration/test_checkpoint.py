@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 
 import pytest
 import torch
@@ -173,3 +174,38 @@ def test_dumps_keeps_sampler_settings_changed_after_build(make, change, tmp_path
     assert settings(restored.sampler) == settings(rb.sampler)
     a, b = rb.sample(), restored.sample()
     assert torch.equal(a["index"], b["index"]) and (a == b).all()
+
+
+def _write_until(rb, stop) -> None:
+    t = 0
+    while not stop.is_set():  # obs t, next obs t + 1; an episode ends every 5 steps
+        obs = torch.tensor([[float(t)]])
+        rb.extend(steps(obs, obs + 1, terminated=torch.tensor([[t % 5 == 4]])))
+        t += 1
+
+
+def test_dumps_while_another_process_writes_is_one_point_in_time(tmp_path):
+    """A shared buffer (rb.share(), as multi-process collectors make it) saved while
+    a worker process writes and its ring wraps: each checkpoint holds the rows its
+    episode index describes, none written after."""
+    import multiprocessing
+
+    rb = make_replay_buffer(64, batch_size=4, seed=1, num_streams=2).share()
+    rb.extend(steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))
+    ctx = multiprocessing.get_context("fork")
+    stop = ctx.Event()
+    worker = ctx.Process(target=_write_until, args=(rb, stop))
+    worker.start()
+    try:
+        while int(rb.storage.episode_index.written.sum()) < 200:  # its 32-row ring wraps
+            time.sleep(0.01)
+        for i in range(20):
+            rb.dumps(tmp_path / str(i))
+    finally:
+        stop.set()
+        worker.join(60)
+    for i in range(20):
+        restored = make_replay_buffer(64, batch_size=4, seed=1, num_streams=2)
+        restored.loads(tmp_path / str(i))
+        td = restored.storage.get(slice(None))
+        assert torch.equal(td["next", "observation"], td["observation"] + 1), i
