@@ -7,8 +7,8 @@ a swap a crash interrupted, so a reopen sees the previous or the new snapshot,
 never a mix of both.
 
 Saves and reads of one path, in any process, take turns on an advisory lock
-(``flock`` of a hidden ``.<name>.lock`` sibling, released by the kernel when a
-process dies, even by ``kill -9``): a process reloading a checkpoint that
+(``flock`` of a hidden ``.<name>.lock`` sibling, removed on release and
+released by the kernel when a process dies, even by ``kill -9``): a process reloading a checkpoint that
 another keeps saving waits for the save in progress, instead of reading files
 of two snapshots or taking the half-written one for a crash's leftover.
 """
@@ -39,17 +39,27 @@ def _turn(path: Path) -> Iterator[None]:
     Where the lock file cannot be created (a read-only checkpoint, a missing
     parent) nobody can be saving there, and the block runs unlocked.
     """
-    descriptor = None
-    if fcntl is not None:
-        with contextlib.suppress(OSError):
-            descriptor = os.open(_sibling(path, "lock"), os.O_RDWR | os.O_CREAT)
-    if descriptor is None:
-        yield
-        return
-    try:
+    lock = _sibling(path, "lock")
+    while True:
+        descriptor = None
+        if fcntl is not None:
+            with contextlib.suppress(OSError):
+                descriptor = os.open(lock, os.O_RDWR | os.O_CREAT)
+        if descriptor is None:
+            yield
+            return
         fcntl.flock(descriptor, fcntl.LOCK_EX)
+        # the holder before us removes the file on release (no lock files left
+        # behind): the lock is ours only if the file we hold is still the one there
+        with contextlib.suppress(OSError):
+            if os.fstat(descriptor).st_ino == os.stat(lock).st_ino:
+                break
+        os.close(descriptor)
+    try:
         yield
     finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
         os.close(descriptor)  # releases the lock
 
 
