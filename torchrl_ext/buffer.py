@@ -1,8 +1,10 @@
 """Assemble the components into a plain TorchRL replay buffer."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence, overload
 
@@ -13,7 +15,8 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
-from torchrl_ext._atomic import atomic_dir, recover
+from torchrl_ext._atomic import atomic_dir, reading
+from torchrl_ext._checkpoint import check_saved_components, write_components
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.sample_index import SampleIndex
@@ -113,19 +116,36 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             self._sampler.extend(index)
         return index
 
+    @contextlib.contextmanager
+    def _capture_prefetch_state(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        # TorchRL's dumps and state_dict read every component inside this, under the
+        # replay lock; writers in other processes (workers of a shared buffer) take
+        # the write lock only: without it a checkpoint mixes rows of two moments.
+        with super()._capture_prefetch_state(**kwargs) as state, self._write_lock:
+            yield state
+
     def dumps(self, path: str | Path) -> None:
         """TorchRL's ``dumps``, atomic as a whole (see :func:`torchrl_ext._atomic.atomic_dir`).
 
         Storage, sampler, writer and RNG are written into a hidden sibling of
         ``path`` and renamed into place: a process killed at any moment leaves
         the previous complete checkpoint or the new one, never parts of both.
+        How the sampler and writer were built goes along (``components.json``).
         """
         with atomic_dir(path) as tmp:
             super().dumps(tmp)
+            write_components(tmp, self._sampler, self._writer)
 
     def loads(self, path: str | Path) -> None:
-        """TorchRL's ``loads``, after putting back the last complete checkpoint of a crashed :meth:`dumps`."""
-        super().loads(recover(path))
+        """TorchRL's ``loads``, after putting back the last complete checkpoint of a crashed :meth:`dumps`.
+
+        Raises:
+            ValueError: this buffer's sampler kinds, sampler settings or writer keys
+                differ from the checkpoint's (each is named); nothing is loaded then.
+        """
+        with reading(path) as path:  # a save of path in another process finishes first
+            check_saved_components("TransitionReplayBuffer.loads", path, self._sampler, self._writer)
+            super().loads(path)
 
     def add(self, data: TensorDictBase) -> Any:
         """Write one transition (TorchRL's ``add``); refused where :meth:`extend` is."""

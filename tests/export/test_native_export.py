@@ -43,6 +43,23 @@ def test_round_trip_into_a_new_buffer(tmp_path):
     assert [len(e) for e in episodes_of(back)] == [len(e) for e in episodes_of(rb)]
 
 
+def test_round_trip_keeps_episodes_cut_without_a_done_flag(tmp_path):
+    """An episode cut without a done flag (env reset by hand, a writer released)
+    comes back as its own episode, not joined to the next one of its stream."""
+    rb = make_replay_buffer(40, seed=0)
+    for start in (0, 10):
+        for t in range(start, start + 3):
+            obs = torch.tensor([[float(t)], [100.0 + t]])
+            rb.extend(steps(obs, obs + 1))
+        rb.writer.end_episodes([0, 1])  # both envs reset by hand
+    save_episodes(rb, tmp_path / "export")
+    back = load_buffer(tmp_path / "export", seed=0)
+    assert [(e.stream, e.finished, len(e)) for e in episodes_of(back)] == [
+        (e.stream, e.finished, len(e)) for e in episodes_of(rb)] == [
+        (0, True, 3), (0, True, 3), (1, True, 3), (1, True, 3)]
+    assert transitions_of(back.storage.get(slice(None))) == transitions_of(rb.storage.get(slice(None)))
+
+
 def test_load_episodes_reads_back_steps(tmp_path):
     rb = two_streams()
     save_episodes(rb, tmp_path)

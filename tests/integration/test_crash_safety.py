@@ -191,3 +191,46 @@ def test_atomic_checkpoints_storage_refuses_a_torn_directory(tmp_path):
     (tmp_path / "storage" / "meta.json").write_text("")  # what a non-atomic dumps left
     with pytest.raises(ValueError, match="TransitionStorage.loads: .*storage holds no complete snapshot"):
         TransitionStorage(64).loads(tmp_path / "storage")
+
+
+# Extends and saves in a loop; step t of env e stores obs 1000 e + t, next obs + 1.
+SAVER = textwrap.dedent(
+    """
+    import sys, torch
+    from tensordict import TensorDict
+    from torchrl_ext import make_replay_buffer
+    rb = make_replay_buffer(4000, batch_size=4, seed=1)
+    def extend(t0):
+        obs = (torch.arange(t0, t0 + 50.0) + 1000 * torch.arange(2.0)[:, None]).unsqueeze(-1)
+        done = torch.zeros(2, 50, 1, dtype=torch.bool)
+        rb.extend(TensorDict({"observation": obs, "action": obs.clone(), "next": {
+            "observation": obs + 1, "reward": obs.clone(), "done": done}}, [2, 50]))
+    for t in range(0, 1500, 50):
+        extend(t)
+    rb.dumps(sys.argv[1])
+    print("ready", flush=True)
+    for t in range(1500, 3000, 50):
+        extend(t)
+        rb.dumps(sys.argv[1])
+    """
+)
+
+
+def test_atomic_checkpoints_read_by_another_process_while_saving(tmp_path):
+    """An evaluation process reloads the checkpoint a training process keeps saving:
+    each load gets one whole snapshot, and the saves go on undisturbed."""
+    from torchrl_ext import make_replay_buffer
+
+    saver = subprocess.Popen([sys.executable, "-c", SAVER, str(tmp_path / "ckpt")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert saver.stdout is not None and saver.stdout.readline().startswith("ready")
+    loads = 0
+    while saver.poll() is None or not loads:
+        rb = make_replay_buffer(4000, batch_size=4, seed=1)
+        rb.loads(tmp_path / "ckpt")
+        td = rb.storage.get(slice(None))
+        assert torch.equal(td["next", "observation"], td["observation"] + 1)  # rows of one save
+        assert rb.write_count == 2 * (int(td["observation"].max()) - 999)  # cursors of that save
+        loads += 1
+    _, errors = saver.communicate()
+    assert saver.returncode == 0, errors[-2000:]

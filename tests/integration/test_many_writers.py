@@ -376,3 +376,35 @@ def test_prioritized_buffer_refuses_writes_from_a_process_copy(prioritized):
         assert (outcome, detail) == ("written", 4)
     rb.extend(make_steps(torch.zeros(2, 1, 1) + 1, torch.ones(2, 1, 1) + 1))  # here: allowed
     assert len(rb) == 4
+
+
+def _write_in_fork(rb, k: int) -> None:
+    from conftest import steps as make_steps
+
+    for t in range(20):  # env of writer k: obs 1000 k + t, next obs + 1
+        obs = torch.tensor([[1000.0 * k + t]])
+        rb.extend(make_steps(obs, obs + 1))
+
+
+def test_forked_processes_are_writers_of_their_own():
+    """Processes forked with the buffer (multiprocessing "fork", a collector under
+    mp.set_start_method("fork")) inherit it without unpickling: each is still a
+    writer of its own, in its own streams, never continuing another's episode."""
+    import multiprocessing
+
+    from conftest import steps as make_steps
+
+    rb = make_replay_buffer(96, num_streams=3, batch_size=8, seed=0)
+    rb.extend(make_steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))  # this process: stream 0
+    ctx = multiprocessing.get_context("fork")
+    children = [ctx.Process(target=_write_in_fork, args=(rb, k)) for k in (1, 2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    assert len(rb) == 41
+    everything = rb.storage.get(slice(None))
+    assert torch.equal(everything["next", "observation"], everything["observation"] + 1)
+    owners = rb.storage.index.stream_writer.tolist()
+    assert owners[0] == 0 and len(set(owners)) == 3 and min(owners[1:]) >= 2**32

@@ -105,7 +105,8 @@ def load_buffer(path: str | Path, **kwargs: Any) -> Any:
     ``max_size`` and stream count (override with ``capacity=`` /
     ``num_streams=``; other keywords go to ``make_replay_buffer``). Each
     stream's episodes are written back in order; an episode that was still
-    being written stays open, so writing the stream's next steps continues it.
+    being written stays open, so writing the stream's next steps continues it,
+    and one that ended without a done flag (cut) stays ended.
 
     Raises:
         ValueError: the directory is not an export of :func:`save_episodes`.
@@ -131,21 +132,41 @@ def load_buffer(path: str | Path, **kwargs: Any) -> Any:
     meta = _meta(path)
     num_streams = kwargs.pop("num_streams", meta["num_streams"])
     rb = make_replay_buffer(kwargs.pop("capacity", meta["max_size"]), num_streams=num_streams, **kwargs)
-    episodes = load_episodes(path)
-    if not episodes:
-        return rb
-    per_stream: list[list[TensorDictBase]] = [[] for _ in range(num_streams)]
-    for episode in episodes:
-        per_stream[episode.stream].append(episode.steps)
-    joined = [cast(TensorDictBase, torch.cat(parts)) if parts else None for parts in per_stream]
-    T = max(len(j) for j in joined if j is not None)
-    template = next(j for j in joined if j is not None)
-    data = template[:1].expand(num_streams, T).clone()  # [streams, T]
-    mask = torch.zeros(num_streams, T, dtype=torch.bool)
+    # Each stream's episodes go back in order, one write per run of episodes
+    # the writer can tell apart by their done flags. An episode that ended
+    # without one (cut: an env reset by hand, a writer released) ends its
+    # run, and is ended after the write as it was in the saved buffer:
+    # written on, the next episode would be joined to it.
+    runs: list[list[list[TensorDictBase]]] = [[[]] for _ in range(num_streams)]
+    for episode in load_episodes(path):
+        runs[episode.stream][-1].append(episode.steps)
+        if episode.finished and not _done_flagged(rb.writer, episode.steps[-1]):
+            runs[episode.stream].append([])  # cut: the next episode starts a new run
+    for j in range(max(len(r) for r in runs)):
+        parts = [r[j] if j < len(r) else [] for r in runs]
+        _write_run(rb, [cast(TensorDictBase, torch.cat(p)) if p else None for p in parts])
+        cut = [s for s, r in enumerate(runs) if j < len(r) - 1]
+        if cut:
+            rb.writer.end_episodes(cut)
+    return rb
+
+
+def _done_flagged(writer: Any, step: TensorDictBase) -> bool:
+    """Whether one of ``writer``'s done entries is set at ``step``."""
+    return any(bool(step.get(key).any()) for key in writer.done_keys if key in step.keys(True))
+
+
+def _write_run(rb: Any, joined: list[TensorDictBase | None]) -> None:
+    """Write ``joined[s]`` (steps in time order, or None) to stream ``s``: one ``[streams, T]`` write."""
+    present = [j for j in joined if j is not None]
+    if not present:
+        return
+    T = max(len(j) for j in present)
+    data = present[0][:1].expand(len(joined), T).clone()  # [streams, T]
+    mask = torch.zeros(len(joined), T, dtype=torch.bool)
     for s, steps in enumerate(joined):
         if steps is not None:
             data[s, : len(steps)] = steps
             mask[s, : len(steps)] = True
-    data.set(("collector", "mask"), mask)
+    data.set(rb.writer.mask_key, mask)
     rb.extend(data)
-    return rb

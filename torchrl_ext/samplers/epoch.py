@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -127,6 +127,9 @@ class EpochSampler(Sampler):
         >>> [len(b) for b in batches], sorted(torch.cat(batches).tolist()) == list(range(10))
         ([4, 4, 2], True)
     """
+
+    # settings a checkpoint must be loaded with (torchrl_ext._checkpoint)
+    checkpoint_settings: ClassVar[tuple[str, ...]] = ("holdout_fraction", "ensemble_size", "bootstrap")
 
     def __init__(
         self,

@@ -297,12 +297,11 @@ class FrameStackSampler(RefiningSampler):
         """Give ``base`` the index as sampled (frame stacks add no column)."""
         self.base.update_priority(index, priority, storage=storage)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"n_frames": self.n_frames, "base": self.base.state_dict()}
+    def settings(self) -> dict[str, Any]:
+        return {"n_frames": self.n_frames}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.n_frames = int(state_dict["n_frames"])
-        self.base.load_state_dict(state_dict["base"])
+    def load_settings(self, settings: dict[str, Any]) -> None:
+        self.n_frames = int(settings["n_frames"])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_frames={self.n_frames}, keys={self.keys}, base={self.base!r})"

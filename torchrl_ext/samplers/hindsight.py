@@ -133,14 +133,12 @@ class HindsightSampler(RefiningSampler):
         # the achieved goal after step j is the observation of the row after it
         return index.physical_rows(goal + 1, stream)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"strategy": self.strategy.value, "num_goals": self.num_goals,
-                "base": self.base.state_dict()}
+    def settings(self) -> dict[str, Any]:
+        return {"strategy": HindsightStrategy(self.strategy).value, "num_goals": self.num_goals}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.strategy = HindsightStrategy(state_dict["strategy"])
-        self.num_goals = int(state_dict["num_goals"])
-        self.base.load_state_dict(state_dict["base"])
+    def load_settings(self, settings: dict[str, Any]) -> None:
+        self.strategy = HindsightStrategy(settings["strategy"])
+        self.num_goals = int(settings["num_goals"])
 
     def __repr__(self) -> str:
         return (

@@ -1,8 +1,6 @@
 """Bootstrap masks for ensembles: fixed Bernoulli bits per transition, stored nowhere."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -167,24 +165,16 @@ class BootstrapMaskSampler(RefiningSampler):
         """Give ``base`` the index as sampled (masks add no column)."""
         self.base.update_priority(index, priority, storage=storage)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "mask_size": self.mask_size, "p": self.p,
-                "base": self.base.state_dict()}
+    settings_file = "bootstrap_mask.json"  # its name before other samplers saved settings
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.key = state_dict["key"]
-        self.mask_size, self.p = int(state_dict["mask_size"]), float(state_dict["p"])
-        self.base.load_state_dict(state_dict["base"])
+    def settings(self) -> dict[str, Any]:
+        return {"key": self.key, "mask_size": self.mask_size, "p": self.p}
 
-    def dumps(self, path: str | Path) -> None:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "bootstrap_mask.json").write_text(json.dumps({"key": self.key}))
-        self.base.dumps(path)
-
-    def loads(self, path: str | Path) -> None:
-        self.key = json.loads((Path(path) / "bootstrap_mask.json").read_text())["key"]
-        self.base.loads(path)
+    def load_settings(self, settings: dict[str, Any]) -> None:
+        self.key = settings["key"]
+        # checkpoints written before held the key alone
+        self.mask_size = int(settings.get("mask_size", self.mask_size))
+        self.p = float(settings.get("p", self.p))
 
     def __repr__(self) -> str:
         return (

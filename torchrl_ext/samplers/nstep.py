@@ -209,12 +209,11 @@ class NStepSampler(RefiningSampler):
         index[:, 1] = storage_index(storage).window_lengths(rows, self.n)
         return SampleIndex.wrap(torch.from_numpy(index), StepWindows()), info
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "base": self.base.state_dict()}
+    def settings(self) -> dict[str, Any]:
+        return {"n": self.n}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.n = int(state_dict["n"])
-        self.base.load_state_dict(state_dict["base"])
+    def load_settings(self, settings: dict[str, Any]) -> None:
+        self.n = int(settings["n"])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, base={self.base!r})"

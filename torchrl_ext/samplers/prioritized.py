@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -222,6 +222,9 @@ class PrioritizedTransitionSampler(Sampler):
         >>> round((drawn == 2).float().mean().item(), 1)  # P = 8 / (8 + 4 * 1)
         0.7
     """
+
+    # settings a checkpoint must be loaded with (torchrl_ext._checkpoint)
+    checkpoint_settings: ClassVar[tuple[str, ...]] = ("alpha", "eps")
 
     def __init__(
         self,

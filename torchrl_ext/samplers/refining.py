@@ -1,8 +1,9 @@
 """Samplers that refine another sampler's draws (windows, goals)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
@@ -49,6 +50,11 @@ class RefiningSampler(Sampler):
     HindsightSampler, FrameStackSampler and BootstrapMaskSampler are refining
     samplers; the buffer finds the priorities of ``base`` through them.
 
+    A subclass's own settings (``n``, ``n_frames``, ``strategy``..., which may
+    change per call) are its :meth:`settings`: checkpoints (``state_dict``
+    and ``dumps``, beside its base's) restore the current values, so the next
+    sample after a reload is the one the saved buffer would have drawn.
+
     Args:
         base (Sampler): the sampler whose draws are refined.
 
@@ -92,8 +98,33 @@ class RefiningSampler(Sampler):
     def _empty(self) -> None:
         self.base._empty()
 
+    # ------------------------------------------------------------ checkpoints
+    settings_file: ClassVar[str | None] = None  # defaults to "<ClassName>.json"
+
+    def settings(self) -> dict[str, Any]:
+        """This sampler's own settings (not its base's), JSON-ready."""
+        return {}
+
+    def load_settings(self, settings: dict[str, Any]) -> None:
+        """Restore :meth:`settings`."""
+
+    def _settings_path(self, path: str | Path) -> Path:
+        return Path(path) / (self.settings_file or f"{type(self).__name__}.json")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.settings(), "base": self.base.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.load_settings(state_dict)
+        self.base.load_state_dict(state_dict["base"])
+
     def dumps(self, path: str | Path) -> None:
+        """The base's checkpoint, and this sampler's :meth:`settings` beside it."""
         self.base.dumps(path)
+        self._settings_path(path).write_text(json.dumps(self.settings()))
 
     def loads(self, path: str | Path) -> None:
         self.base.loads(path)
+        saved = self._settings_path(path)
+        if saved.exists():  # absent from checkpoints written before settings were saved
+            self.load_settings(json.loads(saved.read_text()))

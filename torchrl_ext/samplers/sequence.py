@@ -1,7 +1,7 @@
 """Sequences inside episodes: fixed-length windows or whole episodes, O(batch)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -163,6 +163,9 @@ class SequenceSampler(UniformTransitionSampler):
         >>> sorted({tuple(s) for s in sample["observation"].squeeze(-1).tolist()})
         [(0.0, 1.0, 2.0), (1.0, 2.0, 3.0)]
     """
+
+    # settings a checkpoint must be loaded with (torchrl_ext._checkpoint)
+    checkpoint_settings: ClassVar[tuple[str, ...]] = ("sequence_length", "pad")
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import RandomSampler, Storage, TensorStorage
 
-from torchrl_ext._atomic import atomic_dir, recover
+from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext.core.schema import LeafSpec, RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
 from torchrl_ext.sample_index import SampleIndex, reader_of
@@ -467,7 +467,10 @@ class TransitionStorage(TensorStorage):
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` wrote, in place."""
-        path = recover(path)
+        with reading(path) as path:  # a save of path in another process finishes first
+            self._loads(path)
+
+    def _loads(self, path: Path) -> None:
         try:
             meta = json.loads((path / "meta.json").read_text())
         except (OSError, ValueError) as error:

@@ -190,7 +190,7 @@ class TransitionWriter(Writer):
         else:
             storage.schema.validate(leaves, batch, where)
         if writer is None:
-            writer = self._default_writer
+            writer = self._writer_here()
         if layout is None:
             placed = self._write_fragments(leaves, mask, writer, where)
             rows = torch.from_numpy(placed)
@@ -265,12 +265,20 @@ class TransitionWriter(Writer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("check_continuation", True)  # pickled before the option existed
         self.__dict__.update(state)
+        self._writer_here()
+
+    def _writer_here(self) -> int:
+        """The writer id of data without a ``writer_key`` entry, in this process.
+
+        A copy in another process (a multi-process collector's worker, a
+        process forked with the buffer, which inherits it without unpickling)
+        is a writer of its own: its id comes from its process, as no other
+        writer of this buffer runs there.
+        """
         if self._home_pid != os.getpid():
-            # A copy in another process (a multi-process collector's worker) is a
-            # writer of its own: its id comes from its process, as no other
-            # writer of this buffer runs there.
             self._home_pid = os.getpid()
             self._default_writer = _PROCESS_IDS + self._home_pid
+        return self._default_writer
 
     def release(self, writer: int = 0) -> None:
         """End ``writer``'s running episodes and free its streams for other writers.
