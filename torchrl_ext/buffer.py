@@ -192,7 +192,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         with self._replay_lock, self._write_lock:
             return self._writer.new_writer_id()
 
-    def release_writer(self, writer_id: int = 0) -> None:
+    def release_writer(self, writer_id: int | None = None) -> None:
         """End a writer's running episodes and free its streams (see :meth:`TransitionWriter.release`)."""
         with self._replay_lock, self._write_lock:
             self._writer.release(writer_id)

@@ -408,3 +408,33 @@ def test_forked_processes_are_writers_of_their_own():
     assert torch.equal(everything["next", "observation"], everything["observation"] + 1)
     owners = rb.storage.index.stream_writer.tolist()
     assert owners[0] == 0 and len(set(owners)) == 3 and min(owners[1:]) >= 2**32
+
+
+def _write_then_end_in_fork(rb) -> None:
+    from conftest import steps as make_steps
+
+    obs = torch.tensor([[1000.0]])
+    rb.extend(make_steps(obs, obs + 1))
+    rb.writer.end_episodes([0])  # this process's env 0: its own episode, not the parent's
+    rb.extend(make_steps(obs + 10, obs + 11))
+
+
+def test_end_episodes_in_a_process_copy_ends_that_process_s_episode():
+    """Called without a writer id in a process copy, end_episodes / release act on
+    that process's own writer; they defaulted to writer 0, the parent's, ending
+    its running episode and leaving the copy's to be continued."""
+    import multiprocessing
+
+    from conftest import steps as make_steps
+
+    rb = make_replay_buffer(64, num_streams=2, batch_size=8, seed=0)
+    rb.extend(make_steps(torch.tensor([[0.0]]), torch.tensor([[1.0]])))  # parent: stream 0
+    child = multiprocessing.get_context("fork").Process(target=_write_then_end_in_fork, args=(rb,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    index = rb.storage.index
+    assert index.is_open.tolist() == [True, True]  # the parent's episode still runs
+    assert index.episode_count.tolist() == [1, 2]  # the copy's env was reset by hand
+    rb.extend(make_steps(torch.tensor([[1.0]]), torch.tensor([[2.0]])))  # the parent's continues
+    assert rb.storage.index.episode_count.tolist() == [1, 2]

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from torchrl_ext import make_her_replay_buffer
-from torchrl_ext.samplers import HindsightSampler
+from torchrl_ext.samplers import HindsightSampler, HindsightStrategy
 from torchrl_ext.transforms import HindsightTransform
 
 
@@ -190,8 +190,24 @@ def test_reward_fn_shapes_and_errors():
 def test_argument_errors():
     with pytest.raises(ValueError, match="strategy='later', expected one of"):
         HindsightSampler("later")
-    with pytest.raises(ValueError, match="num_goals=-1, expected >= 0"):
+    with pytest.raises(ValueError, match="num_goals=-1, expected an int >= 0"):
         HindsightSampler(num_goals=-1)
+
+
+def test_strategy_and_num_goals_set_between_samples_are_checked_like_the_constructor_s():
+    # a plain string set after construction was compared by identity with the
+    # enum members and silently served as "episode"
+    rb = make_her_replay_buffer(100, reward, batch_size=8, seed=0)
+    rb.extend(episodes_td([[5]]))
+    rb.sampler.strategy = "final"
+    assert rb.sampler.strategy is HindsightStrategy.FINAL
+    # final: every relabelled goal is the episode's last achieved goal
+    goals = {goal for *_, goal in relabelled(rb.sample(), rb.sampler.n_virtual(8))}
+    assert goals == {goal_code(0, 0, 4)}
+    with pytest.raises(ValueError, match="strategy='last', expected one of"):
+        rb.sampler.strategy = "last"
+    with pytest.raises(TypeError, match=r"num_goals=2.5 \(float\), expected an int >= 0"):
+        rb.sampler.num_goals = 2.5
     with pytest.raises(TypeError, match="reward_fn is int, expected a callable"):
         HindsightTransform(3)
 

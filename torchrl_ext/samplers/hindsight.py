@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.nstep import NStepSampler, StepWindows
@@ -81,17 +82,33 @@ class HindsightSampler(RefiningSampler):
         *,
         base: Sampler | None = None,
     ) -> None:
+        self.strategy = strategy  # type: ignore[assignment]  # the setter converts a str
+        self.num_goals = num_goals
+        super().__init__(base if base is not None else NStepSampler(1))
+
+    @property
+    def strategy(self) -> HindsightStrategy:
+        """How goals are chosen; may be set between samples (a :class:`HindsightStrategy` or its value)."""
+        return self._strategy
+
+    @strategy.setter
+    def strategy(self, value: HindsightStrategy | str) -> None:
         try:
-            self.strategy = HindsightStrategy(strategy)
+            self._strategy = HindsightStrategy(value)
         except ValueError:
             raise ValueError(
-                f"HindsightSampler: strategy={strategy!r}, expected one of "
+                f"HindsightSampler: strategy={value!r}, expected one of "
                 f"{[s.value for s in HindsightStrategy]}."
             ) from None
-        if int(num_goals) < 0:
-            raise ValueError(f"HindsightSampler: num_goals={num_goals}, expected >= 0.")
-        super().__init__(base if base is not None else NStepSampler(1))
-        self.num_goals = int(num_goals)
+
+    @property
+    def num_goals(self) -> int:
+        """``k``, virtual goals per real transition; may be set between samples."""
+        return self._num_goals
+
+    @num_goals.setter
+    def num_goals(self, value: int) -> None:
+        self._num_goals = check_count("HindsightSampler", "num_goals", value, minimum=0)
 
     def n_virtual(self, batch_size: int) -> int:
         """How many rows of a batch are relabelled."""

@@ -280,7 +280,7 @@ class TransitionWriter(Writer):
             self._default_writer = _PROCESS_IDS + self._home_pid
         return self._default_writer
 
-    def release(self, writer: int = 0) -> None:
+    def release(self, writer: int | None = None) -> None:
         """End ``writer``'s running episodes and free its streams for other writers.
 
         Its episodes stay in the buffer; each running one ends at its last
@@ -289,13 +289,14 @@ class TransitionWriter(Writer):
         restarts its envs (e.g. a new collector after ``rb.loads``).
 
         Args:
-            writer (int): the writer id (``handle.writer_id``). Defaults to ``0``,
-                the writer of data without a ``writer_key`` entry.
+            writer (int, optional): the writer id (``handle.writer_id``). Defaults to
+                the writer of data without a ``writer_key`` entry in this process
+                (``0`` in the process that built the buffer; a process copy's own).
         """
         if self._storage.index is not None:
-            self._storage.index.release_streams(int(writer))
+            self._storage.index.release_streams(self._writer_here() if writer is None else int(writer))
 
-    def end_episodes(self, envs: Any, writer: int = 0) -> None:
+    def end_episodes(self, envs: Any, writer: int | None = None) -> None:
         """End the running episodes of ``writer``'s envs ``envs`` at their last written step.
 
         For an env reset without a done flag (``env.reset()`` mid-episode): its
@@ -304,12 +305,12 @@ class TransitionWriter(Writer):
 
         Args:
             envs: env positions in ``writer``'s batches (ints or a ``[num_envs]`` bool mask).
-            writer (int): the writer id. Defaults to ``0``.
+            writer (int, optional): the writer id. Defaults as in :meth:`release`.
         """
         index = self._storage.index
         if index is None:
             return
-        streams = index.owned_streams(int(writer))
+        streams = index.owned_streams(self._writer_here() if writer is None else int(writer))
         index.end_episodes(streams[np.asarray(envs)])
 
     # ---------------------------------------------------------------- writing
