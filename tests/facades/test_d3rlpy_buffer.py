@@ -180,6 +180,22 @@ def test_d5_d3rlpy_style_env_with_len():
     assert BatchReplayBuffer(40, BatchEnv()).n_envs == 2
 
 
+def test_maxlen_is_the_envs_fifo_as_in_d3rlpy():
+    # d3rlpy keeps the last maxlen transitions of all appends in one FIFO; the
+    # envs' streams kept maxlen // (n_envs + 1) each (half of maxlen for one
+    # env), a share set aside for whole episodes
+    for n_envs in (1, 2):
+        buf = buffer(maxlen=40, n_envs=n_envs)
+        for t in range(100):
+            buf.append(np.full((n_envs, 2), t, np.float32), np.zeros(n_envs, np.int64),
+                       np.ones(n_envs), np.zeros(n_envs, bool))
+        assert len(buf) == buf.size() == 40
+        assert min(all_of(buf)) == 100 - 40 // n_envs - 1  # the newest, FIFO
+    # whole episodes have a FIFO of their own (of maxlen // n_envs transitions)
+    buf.append_episode(Episode(np.zeros((6, 2), np.float32), np.zeros(6, np.int64), np.ones(6)))
+    assert len(buf) == 40 + 5
+
+
 def test_d6_export_marks_in_progress_episodes_unfinished():
     from torchrl_ext.export import episodes_of
 
@@ -269,8 +285,8 @@ def test_shape_errors_name_the_input():
     buf = buffer(n_envs=2)
     with pytest.raises(ValueError, match=r"observations has shape \(1, 2\), expected \(2, 2\)"):
         buf.append(np.zeros((1, 2)), np.zeros(2), np.zeros(2), np.zeros(2))
-    with pytest.raises(ValueError, match=r"maxlen=2 gives no transition to each of 3 streams"):
-        buffer(maxlen=2, n_envs=2)
+    with pytest.raises(ValueError, match=r"maxlen=1 gives no transition to each of the n_envs=2 envs"):
+        buffer(maxlen=1, n_envs=2)
 
 
 def test_image_observations_of_another_dtype_are_refused_not_cast():

@@ -175,8 +175,11 @@ class BatchReplayBuffer:
     env-side: a gymnasium vector env resets once, and appending its
     ``reset()`` observation then each ``step()``'s gives no such transition.
 
-    Capacity: ``maxlen`` transitions at most in all; each of the ``n_envs + 1``
-    streams keeps its last ``maxlen // (n_envs + 1)`` transitions, FIFO.
+    Capacity: the envs' appends keep their last ``maxlen`` transitions (each
+    env its last ``maxlen // n_envs``, FIFO: d3rlpy's one FIFO of ``maxlen``
+    for envs appended in lockstep), so ``len() <= maxlen`` for them. Whole
+    episodes (``episodes``, :meth:`append_episode`) go to a FIFO of their own
+    of ``maxlen // n_envs`` transitions, which takes memory only once used.
 
     Args:
         maxlen (int): capacity in transitions.
@@ -239,16 +242,16 @@ class BatchReplayBuffer:
         self.image, self.obs_dtype = self._inputs.image, self._inputs.obs_dtype
         self.maxlen = int(maxlen)
         streams = self.n_envs + 1  # the last one takes whole episodes
-        per_stream = self.maxlen // streams
+        per_stream = self.maxlen // self.n_envs
         if per_stream < 1:
             raise ValueError(
-                f"BatchReplayBuffer: maxlen={maxlen} gives no transition to each of {streams} "
-                f"streams (n_envs={self.n_envs} plus one for whole episodes); expected "
-                f"maxlen >= {streams}."
+                f"BatchReplayBuffer: maxlen={maxlen} gives no transition to each of the "
+                f"n_envs={self.n_envs} envs; expected maxlen >= {self.n_envs}."
             )
         self.create_mask, self.mask_size = bool(create_mask), int(mask_size)
         # a stream's episode of L transitions uses L + 1 rows: per_stream + 1 rows
-        # hold at most per_stream transitions, so len() <= maxlen (D2)
+        # hold at most per_stream transitions, so the envs' appends keep <= maxlen
+        # (D2); rows are committed to memory only as they are written
         self._rb = make_replay_buffer(
             streams * (per_stream + 1), num_streams=streams, n_step=1, n_frames=1,
             mask_size=self.mask_size if self.create_mask else None, mask_p=mask_p, seed=seed,
