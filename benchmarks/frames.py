@@ -193,8 +193,8 @@ class OursD3rlpy(D3rlpyAppends):
 
         from torchrl_ext import BatchReplayBuffer
 
-        # one stream per env and one for whole episodes (unused here): rows / ENVS each
-        self.buf = BatchReplayBuffer(rows // ENVS * (ENVS + 1), None, n_envs=ENVS, seed=0,
+        # maxlen transitions in all, as d3rlpy's FIFO: rows / ENVS per env
+        self.buf = BatchReplayBuffer(rows, None, n_envs=ENVS, seed=0,
                                      observation_space=gym.spaces.Box(0, 255, FRAME, np.uint8),
                                      action_space=gym.spaces.Discrete(6))
 
