@@ -10,11 +10,12 @@ PACKAGE = Path(torchrl_ext.__file__).parent
 
 # layer of each top-level folder / module; a module imports only from layers <= its own
 LAYERS = {
-    "_compat": 0, "_atomic": 0, "core": 0,
+    "_compat": 0, "_atomic": 0, "_checkpoint": 0, "core": 0,
     "sample_index": 0,  # arriving with the d3 branch (storages import it)
     "storages": 1, "transforms": 1, "envs": 1,
     "writers": 2, "samplers": 2,
     "buffer": 3,
+    "builders": 3,  # make_replay_buffer / make_her_replay_buffer: assemble a buffer.py buffer
     "remote": 3,  # the buffer in a Ray actor (buffer.py builds it for service_backend="ray")
     "model_based": 3,  # arriving with the mb branch: assembles like buffer.py
     "loader": 4,

@@ -14,7 +14,8 @@ inconsistent.
 import logging
 
 from torchrl_ext._compat import moved_names
-from torchrl_ext.buffer import TransitionReplayBuffer, make_her_replay_buffer, make_replay_buffer
+from torchrl_ext.buffer import TransitionReplayBuffer
+from torchrl_ext.builders import make_her_replay_buffer, make_replay_buffer
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.facades import (
     BatchReplayBatch,

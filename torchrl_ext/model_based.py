@@ -8,7 +8,8 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch.utils.data import IterableDataset, get_worker_info
 
-from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
+from torchrl_ext.buffer import TransitionReplayBuffer
+from torchrl_ext.builders import make_replay_buffer
 from torchrl_ext.core.schema import unchecked_tensordict
 from torchrl_ext.samplers.epoch import EpochSampler
 from torchrl_ext.transforms.model_pair import ModelPairTransform

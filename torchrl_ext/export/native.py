@@ -126,7 +126,7 @@ def load_buffer(path: str | Path, **kwargs: Any) -> Any:
         ...     len(restored), restored.sample()["next", "reward"].shape
         (2, torch.Size([4, 1]))
     """
-    from torchrl_ext.buffer import make_replay_buffer
+    from torchrl_ext.builders import make_replay_buffer
 
     path = Path(path)
     meta = _meta(path)

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl_ext.buffer import TransitionReplayBuffer, make_replay_buffer
+from torchrl_ext.buffer import TransitionReplayBuffer
+from torchrl_ext.builders import make_replay_buffer
 from torchrl_ext.facades._d3rlpy_inputs import AppendInputs, flags, spaces
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.sample_index import SampleIndex

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 from tensordict import TensorDictBase
 
 from torchrl_ext._atomic import atomic_dir, recover
-from torchrl_ext.buffer import make_replay_buffer
+from torchrl_ext.builders import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
 from torchrl_ext.core.checks import check_count

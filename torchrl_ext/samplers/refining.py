@@ -10,7 +10,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.sample_index import RowReads, SampleIndex
 
-__all__ = ["RefiningSampler", "plain_rows"]
+__all__ = ["RefiningSampler", "drawing_sampler", "plain_rows"]
 
 
 def plain_rows(index: Any, sampler: Sampler) -> torch.Tensor:
@@ -36,6 +36,21 @@ def plain_rows(index: Any, sampler: Sampler) -> torch.Tensor:
             )
         return index.as_subclass(torch.Tensor)
     return index
+
+
+def drawing_sampler(sampler: Sampler) -> Sampler:
+    """The sampler that draws the transitions under a chain of refining samplers.
+
+    ``sampler`` itself if it refines none.
+
+    Examples:
+        >>> from torchrl_ext.samplers import FrameStackSampler, NStepSampler
+        >>> type(drawing_sampler(FrameStackSampler(4, base=NStepSampler(3)))).__name__
+        'UniformTransitionSampler'
+    """
+    while isinstance(sampler, RefiningSampler):
+        sampler = sampler.base
+    return sampler
 
 
 class RefiningSampler(Sampler):
