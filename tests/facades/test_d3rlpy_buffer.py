@@ -219,6 +219,11 @@ def test_d7_transitions_are_chronological_and_re_entrant():
     # created in append order: env 0 then env 1 at each step, oldest first
     assert first == sorted(first, key=lambda o: (o % 100, o >= 100))
     assert float(transitions[-1].observations[0]) == 118.0  # the newest, after the wrap
+    # the items answer to d3rlpy Transition's names, as code written for it reads them
+    last = transitions[-1]
+    assert float(last.observation[0]) == 118.0 and last.action.shape == ()
+    assert torch.equal(last.next_reward, last.next_rewards) and torch.equal(last.terminal, last.terminals)
+    assert [float(t.reward) for t in transitions[:2]] == [float(r) for r in transitions.rewards[:2]]
     outer = [float(t.observations[0]) for t in transitions]
     inner = [[float(u.observations[0]) for u in transitions][:2] for _ in transitions[:2]]
     assert outer == first and inner[0] == inner[1] == first[:2]

@@ -26,6 +26,19 @@ _ORDER = "append_order"  # root-only entry: global creation order of a transitio
 _CHUNK = 64  # appends held before one write (a write costs about as much for one as for 64)
 
 
+def _field_alias(field: str) -> property:
+    """A read-only attribute giving the field ``field``, under d3rlpy ``Transition``'s singular name.
+
+    Examples:
+        >>> class Pair:
+        ...     observations = 3
+        ...     observation = _field_alias("observations")
+        >>> Pair().observation
+        3
+    """
+    return property(lambda self: getattr(self, field), doc=f"``{field}`` (d3rlpy ``Transition``'s name).")
+
+
 @documented_tensorclass
 class BatchReplayBatch(TensorclassBatch):
     """A mini-batch with the fields of d3rlpy's ``TransitionMiniBatch``.
@@ -98,6 +111,16 @@ class BatchReplayBatch(TensorclassBatch):
         def from_tensordict(
             cls, tensordict: TensorDictBase, non_tensordict: dict[str, Any] | None = None
         ) -> BatchReplayBatch: ...
+
+    # d3rlpy ``Transition``'s attribute names, for the items of
+    # BatchReplayBuffer.transitions (``for t in buffer.transitions: t.observation``)
+    observation = _field_alias("observations")
+    action = _field_alias("actions")
+    reward = _field_alias("rewards")
+    next_observation = _field_alias("next_observations")
+    next_action = _field_alias("next_actions")
+    next_reward = _field_alias("next_rewards")
+    terminal = _field_alias("terminals")
 
     @property
     def masks(self) -> torch.Tensor | None:
