@@ -438,3 +438,36 @@ def test_end_episodes_in_a_process_copy_ends_that_process_s_episode():
     assert index.episode_count.tolist() == [1, 2]  # the copy's env was reset by hand
     rb.extend(make_steps(torch.tensor([[1.0]]), torch.tensor([[2.0]])))  # the parent's continues
     assert rb.storage.index.episode_count.tolist() == [1, 2]
+
+
+def _extend_in_fork(rb, queue) -> None:
+    from conftest import steps as make_steps
+
+    try:
+        rb.extend(make_steps(torch.zeros(2, 1, 1) + 5, torch.ones(2, 1, 1) + 5))
+        queue.put(("written", len(rb)))
+    except ValueError as error:
+        queue.put(("refused", str(error)))
+
+
+def test_prioritized_buffer_refuses_writes_from_a_forked_process():
+    """A process forked with a PER buffer (not pickled: multiprocessing "fork") is a
+    process copy too: its rows would never get a priority in the building process."""
+    import multiprocessing
+
+    from conftest import steps as make_steps
+
+    sampler = PrioritizedTransitionSampler(alpha=0.6, beta=0.4)
+    rb = make_replay_buffer(64, batch_size=2, sampler=sampler, num_streams=4, seed=0)
+    rb.extend(make_steps(torch.zeros(2, 1, 1), torch.ones(2, 1, 1)))
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.SimpleQueue()
+    child = ctx.Process(target=_extend_in_fork, args=(rb, queue))
+    child.start()
+    outcome, detail = queue.get()
+    child.join(30)
+    assert outcome == "refused", detail
+    assert "PrioritizedTransitionSampler keeps the priorities in the process that built" in detail
+    assert len(rb) == 2 and rb.sampler.total > 0
+    rb.extend(make_steps(torch.zeros(2, 1, 1) + 1, torch.ones(2, 1, 1) + 1))  # here: allowed
+    assert len(rb) == 4
