@@ -294,6 +294,7 @@ def test_multi_sync_collector_workers_are_writers_of_their_own():
     owners = index.stream_writer.tolist()
     assert len(set(owners)) == 2 and min(owners) >= 2**32  # two worker processes
     assert len(rb) == 8 * FRAMES_PER_BATCH
+    assert rb.write_count == 8 * FRAMES_PER_BATCH  # the workers' writes, as TorchRL counts them
     everything = rb.storage.get(slice(None))
     assert broken_transitions(everything) == 0
     # a trajectory lives in one stream, contiguous: the sampler sees whole episodes
@@ -471,3 +472,26 @@ def test_prioritized_buffer_refuses_writes_from_a_forked_process():
     assert len(rb) == 2 and rb.sampler.total > 0
     rb.extend(make_steps(torch.zeros(2, 1, 1) + 1, torch.ones(2, 1, 1) + 1))  # here: allowed
     assert len(rb) == 4
+
+
+def test_write_count_counts_the_writes_of_every_process():
+    """rb.write_count of a buffer shared with worker processes counts their writes too,
+    as TorchRL's writers do (their count is shared memory): it counted only the
+    writes of the process asking, 1 of 41 here."""
+    import multiprocessing
+
+    from conftest import steps as make_steps
+
+    rb = make_replay_buffer(96, num_streams=3, batch_size=8, seed=0).share()
+    rb.extend(make_steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))
+    ctx = multiprocessing.get_context("fork")
+    children = [ctx.Process(target=_write_in_fork, args=(rb, k)) for k in (1, 2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    assert len(rb) == rb.write_count == 41
+    assert rb.stats()["write_count"] == 41
+    rb.empty()
+    assert rb.write_count == 0

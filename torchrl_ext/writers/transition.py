@@ -149,7 +149,11 @@ class TransitionWriter(Writer):
                 f"({type(check_continuation).__name__}), expected True or False."
             )
         self.check_continuation = check_continuation
-        self._write_count = 0
+        # steps written by every process holding this writer (the workers of a
+        # shared buffer, forked or spawned): shared memory, as TorchRL keeps its
+        # writers' count in a multiprocessing.Value, so rb.write_count is the buffer's
+        self._writes = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._count = self._writes.numpy()  # its view: a fraction of a tensor op's cost
         self._writers_issued = 0  # ids handed to writer handles: 1, 2, ...
         # writes without a writer_key entry: writer 0 in this process; a copy
         # unpickled in another process (a multi-process collector's worker, a
@@ -264,8 +268,16 @@ class TransitionWriter(Writer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("check_continuation", True)  # pickled before the option existed
+        if "_writes" not in state:  # pickled when the count was this process's own
+            state["_writes"] = torch.tensor([state.pop("_write_count", 0)])
         self.__dict__.update(state)
+        self._count = self._writes.numpy()
         self._writer_here()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()  # TorchRL's: without the buffer's generator
+        del state["_count"]  # a view of _writes, made again on arrival
+        return state
 
     def _writer_here(self) -> int:
         """The writer id of data without a ``writer_key`` entry, in this process.
@@ -556,6 +568,15 @@ class TransitionWriter(Writer):
         return None if value is None else value.reshape(shape).long().cpu().numpy()  # long(): no copy if int64
 
     # -------------------------------------------------- TorchRL writer contract
+    @property
+    def _write_count(self) -> int:
+        """Steps written (``rb.write_count``), by every process sharing this writer."""
+        return int(self._count[0])
+
+    @_write_count.setter
+    def _write_count(self, value: int) -> None:
+        self._count[0] = value
+
     def _mark_update_entities(self, index: torch.Tensor) -> None:
         for entity in self._storage._attached_entities_iter():
             entity.mark_update(index)
