@@ -495,3 +495,42 @@ def test_write_count_counts_the_writes_of_every_process():
     assert rb.stats()["write_count"] == 41
     rb.empty()
     assert rb.write_count == 0
+
+
+def _handle_in_fork(rb, ready, go) -> None:
+    from conftest import steps as make_steps
+
+    handle = rb.writer_handle()
+    ready.put(handle.writer_id)
+    go.get()
+    for t in range(5):
+        obs = torch.tensor([[1000.0 + t]])
+        handle.extend(make_steps(obs, obs + 1))
+
+
+def test_writer_handles_made_in_two_processes_get_their_own_ids():
+    """rb.writer_handle() in a worker process and in the trainer: the count of ids
+    handed out was each process's own, so both got id 1 and wrote into one stream,
+    stitching their steps into one episode."""
+    import multiprocessing
+
+    from conftest import steps as make_steps
+
+    rb = make_replay_buffer(96, num_streams=3, batch_size=8, seed=0).share()
+    rb.extend(make_steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))  # rows exist: shared
+    ctx = multiprocessing.get_context("fork")
+    ready, go = ctx.SimpleQueue(), ctx.SimpleQueue()
+    child = ctx.Process(target=_handle_in_fork, args=(rb, ready, go))
+    child.start()
+    child_id = ready.get()
+    handle = rb.writer_handle()
+    go.put(None)
+    for t in range(5):
+        obs = torch.tensor([[float(t)]])
+        handle.extend(make_steps(obs, obs + 1))
+    child.join(60)
+    assert child.exitcode == 0
+    assert handle.writer_id != child_id
+    everything = rb.storage.get(slice(None))
+    assert len(rb) == 11 and rb.storage.index.episode_count.tolist() == [1, 1, 1]
+    assert torch.equal(everything["next", "observation"], everything["observation"] + 1)
