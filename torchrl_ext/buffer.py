@@ -57,6 +57,12 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         torch.Size([2])
     """
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # where the sampler's state (a PrioritizedTransitionSampler's priorities)
+        # lives: copies keep it, unpickled (spawn) or inherited (fork) alike
+        self._built_in_pid = os.getpid()
+
     def _lean(self) -> bool:
         return (
             not self._prefetch
@@ -81,7 +87,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             ValueError: this is a copy of a buffer with a
                 :class:`~torchrl_ext.samplers.PrioritizedTransitionSampler` in
                 another process (e.g. ``MultiSyncCollector(replay_buffer=rb)``'s
-                workers): the priorities live in the process that built the
+                workers, or a process forked with it): the priorities live in the process that built the
                 buffer, and rows written here would never get one.
         """
         self._check_priorities_here()
@@ -135,8 +141,8 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         return super().add(data)
 
     def _check_priorities_here(self) -> None:
-        built_in = getattr(self, "_built_in_pid", None)  # set on copies only
-        if built_in is None or built_in == os.getpid():
+        built_in = self._built_in_pid
+        if built_in == os.getpid():
             return
         if isinstance(drawing_sampler(self._sampler), PrioritizedTransitionSampler):
             raise ValueError(
@@ -205,7 +211,6 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         # spawned from it (a multi-process collector's worker getting
         # replay_buffer=rb) cannot always open: send its bytes instead.
         state = super().__getstate__()
-        state["_built_in_pid"] = getattr(self, "_built_in_pid", None) or os.getpid()
         if state.get("_rng") is not None:
             state["_rng_bytes"] = bytes(state["_rng"]["rng_state"].numpy())
             state["_rng"] = None

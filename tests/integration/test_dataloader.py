@@ -11,6 +11,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from test_concurrent_writers import SyntheticEnvs, broken
 from torchrl_ext import make_loader, make_replay_buffer
 
 NUM_ENVS = 2
@@ -158,3 +159,42 @@ def test_large_worker_batches_arrive_whole(tmp_path):
     for batch in loader:
         assert batch["observation"].shape == (32, wide)
         check_batch(batch)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_sample_the_whole_ring_and_each_write_while_it_wraps(context):
+    """The main process writes while 2 workers sample, and the ring turns over 4 times.
+
+    Steps carry ``[writer, env, episode, t]`` (see ``SyntheticEnvs``). After each
+    write, the batches in flight (``num_workers * prefetch_factor``) may predate
+    it; every later batch, one per worker, is drawn from the buffer as written
+    then: only live transitions (none overwritten), some from the write just
+    made, some older, from both envs (the whole buffer, not a shard); no batch
+    ever holds a transition spanning two episodes or two steps.
+    """
+    rb = make_replay_buffer(256, batch_size=64, seed=0)  # 2 envs: 128 rows each
+    envs = SyntheticEnvs(0)
+    for _ in range(8):
+        rb.extend(envs.batch())
+    workers, in_flight = 2, 2  # prefetch_factor=1
+    it = iter(make_loader(rb, num_workers=workers, multiprocessing_context=context,
+                          seed=0, prefetch_factor=1))
+    index = rb.storage.index
+    try:
+        while index.written.min() < 4 * index.stream_capacity:
+            written = [envs.batch() for _ in range(6)]  # 48 steps per env
+            for data in written:
+                rb.extend(data)
+            fresh = {tuple(o) for d in written for o in d["observation"].reshape(-1, 4).tolist()}
+            live = {tuple(o) for o in rb.storage.get(slice(None))["observation"].tolist()}
+            for b in range(in_flight + workers):
+                batch = next(it)
+                assert broken(batch) == 0
+                if b < in_flight:
+                    continue  # drawn before this write, maybe
+                drawn = [tuple(o) for o in batch["observation"].tolist()]
+                assert set(drawn) <= live, "a row overwritten before the batch was drawn"
+                assert fresh & set(drawn) and set(drawn) - fresh, "not drawn from the whole buffer"
+                assert {o[1] for o in drawn} == {0.0, 1.0}, "one env only"
+    finally:
+        del it

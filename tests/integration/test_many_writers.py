@@ -294,6 +294,7 @@ def test_multi_sync_collector_workers_are_writers_of_their_own():
     owners = index.stream_writer.tolist()
     assert len(set(owners)) == 2 and min(owners) >= 2**32  # two worker processes
     assert len(rb) == 8 * FRAMES_PER_BATCH
+    assert rb.write_count == 8 * FRAMES_PER_BATCH  # the workers' writes, as TorchRL counts them
     everything = rb.storage.get(slice(None))
     assert broken_transitions(everything) == 0
     # a trajectory lives in one stream, contiguous: the sampler sees whole episodes
@@ -438,3 +439,98 @@ def test_end_episodes_in_a_process_copy_ends_that_process_s_episode():
     assert index.episode_count.tolist() == [1, 2]  # the copy's env was reset by hand
     rb.extend(make_steps(torch.tensor([[1.0]]), torch.tensor([[2.0]])))  # the parent's continues
     assert rb.storage.index.episode_count.tolist() == [1, 2]
+
+
+def _extend_in_fork(rb, queue) -> None:
+    from conftest import steps as make_steps
+
+    try:
+        rb.extend(make_steps(torch.zeros(2, 1, 1) + 5, torch.ones(2, 1, 1) + 5))
+        queue.put(("written", len(rb)))
+    except ValueError as error:
+        queue.put(("refused", str(error)))
+
+
+def test_prioritized_buffer_refuses_writes_from_a_forked_process():
+    """A process forked with a PER buffer (not pickled: multiprocessing "fork") is a
+    process copy too: its rows would never get a priority in the building process."""
+    import multiprocessing
+
+    from conftest import steps as make_steps
+
+    sampler = PrioritizedTransitionSampler(alpha=0.6, beta=0.4)
+    rb = make_replay_buffer(64, batch_size=2, sampler=sampler, num_streams=4, seed=0)
+    rb.extend(make_steps(torch.zeros(2, 1, 1), torch.ones(2, 1, 1)))
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.SimpleQueue()
+    child = ctx.Process(target=_extend_in_fork, args=(rb, queue))
+    child.start()
+    outcome, detail = queue.get()
+    child.join(30)
+    assert outcome == "refused", detail
+    assert "PrioritizedTransitionSampler keeps the priorities in the process that built" in detail
+    assert len(rb) == 2 and rb.sampler.total > 0
+    rb.extend(make_steps(torch.zeros(2, 1, 1) + 1, torch.ones(2, 1, 1) + 1))  # here: allowed
+    assert len(rb) == 4
+
+
+def test_write_count_counts_the_writes_of_every_process():
+    """rb.write_count of a buffer shared with worker processes counts their writes too,
+    as TorchRL's writers do (their count is shared memory): it counted only the
+    writes of the process asking, 1 of 41 here."""
+    import multiprocessing
+
+    from conftest import steps as make_steps
+
+    rb = make_replay_buffer(96, num_streams=3, batch_size=8, seed=0).share()
+    rb.extend(make_steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))
+    ctx = multiprocessing.get_context("fork")
+    children = [ctx.Process(target=_write_in_fork, args=(rb, k)) for k in (1, 2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    assert len(rb) == rb.write_count == 41
+    assert rb.stats()["write_count"] == 41
+    rb.empty()
+    assert rb.write_count == 0
+
+
+def _handle_in_fork(rb, ready, go) -> None:
+    from conftest import steps as make_steps
+
+    handle = rb.writer_handle()
+    ready.put(handle.writer_id)
+    go.get()
+    for t in range(5):
+        obs = torch.tensor([[1000.0 + t]])
+        handle.extend(make_steps(obs, obs + 1))
+
+
+def test_writer_handles_made_in_two_processes_get_their_own_ids():
+    """rb.writer_handle() in a worker process and in the trainer: the count of ids
+    handed out was each process's own, so both got id 1 and wrote into one stream,
+    stitching their steps into one episode."""
+    import multiprocessing
+
+    from conftest import steps as make_steps
+
+    rb = make_replay_buffer(96, num_streams=3, batch_size=8, seed=0).share()
+    rb.extend(make_steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))  # rows exist: shared
+    ctx = multiprocessing.get_context("fork")
+    ready, go = ctx.SimpleQueue(), ctx.SimpleQueue()
+    child = ctx.Process(target=_handle_in_fork, args=(rb, ready, go))
+    child.start()
+    child_id = ready.get()
+    handle = rb.writer_handle()
+    go.put(None)
+    for t in range(5):
+        obs = torch.tensor([[float(t)]])
+        handle.extend(make_steps(obs, obs + 1))
+    child.join(60)
+    assert child.exitcode == 0
+    assert handle.writer_id != child_id
+    everything = rb.storage.get(slice(None))
+    assert len(rb) == 11 and rb.storage.index.episode_count.tolist() == [1, 1, 1]
+    assert torch.equal(everything["next", "observation"], everything["observation"] + 1)

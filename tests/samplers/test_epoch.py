@@ -160,6 +160,32 @@ def test_checkpoint_resumes_mid_epoch():
     assert all(torch.equal(rb.sample()["observation"], e) for e in expected)
 
 
+def test_a_write_overwriting_the_rest_of_the_epoch_ends_it_after_a_reload_too(tmp_path):
+    """After rb.loads the sampler no longer knew its storage: a write that overwrote the
+    rest of the epoch left it running (ran_out unset), so ``for batch in rb:`` went on
+    into a new epoch where the buffer that was never saved stopped."""
+    def build():
+        return make_replay_buffer(20, batch_size=3, sampler=EpochSampler(), seed=0)
+
+    saved = build()
+    saved.extend(steps(torch.arange(12.0).view(1, 12, 1), torch.arange(1.0, 13.0).view(1, 12, 1)))
+    saved.sample()  # mid-epoch
+    saved.dumps(tmp_path / "checkpoint")
+    loaded = build()
+    loaded.loads(tmp_path / "checkpoint")
+    later = steps(torch.arange(12.0, 32.0).view(1, 20, 1), torch.arange(13.0, 33.0).view(1, 20, 1))
+    runs = []
+    for rb in (saved, loaded):
+        served = []
+        for batch in rb:
+            served.append(batch["observation"].view(-1).tolist())
+            if len(served) == 1:
+                rb.extend(later)  # the ring turns over: nothing of the epoch is left
+        runs.append((served, rb.sampler.epochs, rb.sampler.ran_out, rb.sampler.position))
+    assert runs[1] == runs[0]
+    assert len(runs[0][0]) == 1 and runs[0][1:3] == (1, True)
+
+
 def test_sampler_state_dict_carries_its_own_generator():
     rb, _ = fed((1, 20, [9], [[0] * 9]))
     sampler = EpochSampler(generator=torch.Generator().manual_seed(5))

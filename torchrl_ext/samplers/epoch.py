@@ -164,7 +164,6 @@ class EpochSampler(Sampler):
         self._tau = np.empty(0, dtype=np.int64)  # [n] their logical time (liveness check)
         self._order: torch.Tensor | None = None  # [n] or [E, n] positions into _rows
         self._position = 0
-        self._storage: TransitionStorage | None = None  # of the epoch: writes are checked against it
 
     def _generator(self) -> torch.Generator | None:
         return self._rng if self._rng is not None else self.generator
@@ -240,7 +239,6 @@ class EpochSampler(Sampler):
         )
         self._position = 0
         self._ran_out = False
-        self._storage = storage
         self.epochs += 1
         return self._rows.numel()
 
@@ -306,13 +304,17 @@ class EpochSampler(Sampler):
             self._position += alive.numel()
         self._ran_out = self._position >= n
 
+    def mark_update(self, index: Any, *, storage: Any = None) -> None:
+        """After a write (the buffer passes its storage): skip the epoch's rows it
+        overwrote (may end the epoch)."""
+        if self._order is not None and storage is not None:
+            self._skip_dead(storage)
+
     def extend(self, index: Any) -> None:
-        """After a write: skip the epoch's rows it overwrote (may end the epoch)."""
-        if self._order is not None and self._storage is not None:
-            self._skip_dead(self._storage)
+        """Nothing: the write's :meth:`mark_update` came first."""
 
     def add(self, index: Any) -> None:
-        self.extend(index)
+        """Nothing: the write's :meth:`mark_update` came first."""
 
     @property
     def ran_out(self) -> bool:  # type: ignore[override]

@@ -149,8 +149,12 @@ class TransitionWriter(Writer):
                 f"({type(check_continuation).__name__}), expected True or False."
             )
         self.check_continuation = check_continuation
-        self._write_count = 0
-        self._writers_issued = 0  # ids handed to writer handles: 1, 2, ...
+        # [steps written, writer ids handed out (1, 2, ...)] by every process holding
+        # this writer (the workers of a shared buffer, forked or spawned): shared
+        # memory, as TorchRL keeps its writers' count in a multiprocessing.Value, so
+        # rb.write_count is the buffer's and no two processes hand out one id
+        self._counts = torch.zeros(2, dtype=torch.int64).share_memory_()
+        self._counts_np = self._counts.numpy()  # its view: a fraction of a tensor op's cost
         # writes without a writer_key entry: writer 0 in this process; a copy
         # unpickled in another process (a multi-process collector's worker, a
         # Ray actor) is a writer of its own, see __setstate__
@@ -265,7 +269,13 @@ class TransitionWriter(Writer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("check_continuation", True)  # pickled before the option existed
         self.__dict__.update(state)
+        self._counts_np = self._counts.numpy()
         self._writer_here()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()  # TorchRL's: without the buffer's generator
+        del state["_counts_np"]  # a view of _counts, made again on arrival
+        return state
 
     def _writer_here(self) -> int:
         """The writer id of data without a ``writer_key`` entry, in this process.
@@ -556,6 +566,13 @@ class TransitionWriter(Writer):
         return None if value is None else value.reshape(shape).long().cpu().numpy()  # long(): no copy if int64
 
     # -------------------------------------------------- TorchRL writer contract
+    # steps written (rb.write_count) and writer ids handed out (new_writer_id),
+    # by every process sharing this writer
+    _write_count = property(lambda self: int(self._counts_np[0]),
+                            lambda self, value: self._counts_np.__setitem__(0, value))
+    _writers_issued = property(lambda self: int(self._counts_np[1]),
+                               lambda self, value: self._counts_np.__setitem__(1, value))
+
     def _mark_update_entities(self, index: torch.Tensor) -> None:
         for entity in self._storage._attached_entities_iter():
             entity.mark_update(index)
