@@ -84,13 +84,15 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         """Write ``tensordicts`` (see :class:`~torchrl_ext.writers.TransitionWriter`); returns their rows.
 
         Raises:
-            ValueError: this is a copy of a buffer with a
+            ValueError: this is a copy of the buffer in another process, made
+                before its first write (its storage would be this process's
+                own); or a copy of a buffer with a
                 :class:`~torchrl_ext.samplers.PrioritizedTransitionSampler` in
                 another process (e.g. ``MultiSyncCollector(replay_buffer=rb)``'s
                 workers, or a process forked with it): the priorities live in the process that built the
                 buffer, and rows written here would never get one.
         """
-        self._check_priorities_here()
+        self._check_writes_here()
         if (
             not isinstance(tensordicts, TensorDictBase)
             or not self._lean()
@@ -137,13 +139,22 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
 
     def add(self, data: TensorDictBase) -> Any:
         """Write one transition (TorchRL's ``add``); refused where :meth:`extend` is."""
-        self._check_priorities_here()
+        self._check_writes_here()
         return super().add(data)
 
-    def _check_priorities_here(self) -> None:
+    def _check_writes_here(self) -> None:
         built_in = self._built_in_pid
         if built_in == os.getpid():
             return
+        if getattr(self._storage, "schema", True) is None:
+            raise ValueError(
+                f"extend: this buffer was copied to process {os.getpid()} (built in process "
+                f"{built_in}) before its first write; its storage is allocated by the first "
+                "write, so rows written here would stay in this process, unseen by the "
+                "others. Write a first batch in the process that built the buffer before "
+                "starting the other processes (TorchRL's multi-process collectors do), and "
+                "rb.empty() it if it is not wanted."
+            )
         if isinstance(drawing_sampler(self._sampler), PrioritizedTransitionSampler):
             raise ValueError(
                 f"extend: this buffer was built in process {built_in} and copied to process "

@@ -534,3 +534,32 @@ def test_writer_handles_made_in_two_processes_get_their_own_ids():
     everything = rb.storage.get(slice(None))
     assert len(rb) == 11 and rb.storage.index.episode_count.tolist() == [1, 1, 1]
     assert torch.equal(everything["next", "observation"], everything["observation"] + 1)
+
+
+def _first_write_in_fork(rb, errors) -> None:
+    from conftest import steps as make_steps
+
+    try:
+        rb.extend(make_steps(torch.tensor([[1.0]]), torch.tensor([[2.0]])))
+    except ValueError as error:
+        errors.put(str(error))
+    else:
+        errors.put(None)
+
+
+def test_a_copy_made_before_the_first_write_refuses_to_write():
+    """The storage is allocated by the first write: a process forked with a buffer
+    that was never written would write rows nobody else sees (the parent's buffer
+    stayed empty); it is refused, naming the fix."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    rb = make_replay_buffer(64, num_streams=2, batch_size=8, seed=0)
+    errors = ctx.Queue()
+    child = ctx.Process(target=_first_write_in_fork, args=(rb, errors))
+    child.start()
+    message = errors.get(timeout=60)
+    child.join(60)
+    assert message is not None and "before its first write" in message
+    assert "Write a first batch in the process that built the buffer" in message
+    assert len(rb) == 0
