@@ -22,6 +22,8 @@ from torchrl_ext.writers.handle import WriterHandle
 __all__ = ["TransitionReplayBuffer"]
 
 _MAX_REDRAWS = 100
+# torchrl >= 0.14 reads a checkpoint's components under its replay lock
+_CAPTURES_UNDER_LOCK = hasattr(TensorDictReplayBuffer, "_capture_prefetch_state")
 
 
 class TransitionReplayBuffer(TensorDictReplayBuffer):
@@ -106,13 +108,28 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             self._sampler.extend(index)
         return index
 
+    # A checkpoint (dumps, state_dict) reads every component at one moment: under the
+    # replay lock, and under the write lock too, the only one that writers in other
+    # processes (workers of a shared buffer) take. TorchRL >= 0.14 reads them inside
+    # _capture_prefetch_state, under its replay lock: the write lock is added there,
+    # in the order extend takes them. TorchRL 0.13 takes no lock: _captured does.
     @contextlib.contextmanager
     def _capture_prefetch_state(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        # TorchRL's dumps and state_dict read every component inside this, under the
-        # replay lock; writers in other processes (workers of a shared buffer) take
-        # the write lock only: without it a checkpoint mixes rows of two moments.
         with super()._capture_prefetch_state(**kwargs) as state, self._write_lock:
             yield state
+
+    @contextlib.contextmanager
+    def _captured(self) -> Iterator[None]:
+        if _CAPTURES_UNDER_LOCK:
+            yield
+        else:
+            with self._replay_lock, self._write_lock:
+                yield
+
+    def state_dict(self) -> dict[str, Any]:
+        """TorchRL's ``state_dict``, every component read at one moment (see :meth:`dumps`)."""
+        with self._captured():
+            return super().state_dict()
 
     def dumps(self, path: str | Path) -> None:
         """TorchRL's ``dumps``, atomic as a whole (see :func:`torchrl_ext._atomic.atomic_dir`).
@@ -122,7 +139,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         the previous complete checkpoint or the new one, never parts of both.
         How the sampler and writer were built goes along (``components.json``).
         """
-        with atomic_dir(path) as tmp:
+        with atomic_dir(path) as tmp, self._captured():
             super().dumps(tmp)
             write_components(tmp, self._sampler, self._writer)
 
