@@ -427,3 +427,42 @@ def test_a_step_retried_after_a_non_finite_one_continues_the_episode():
         adapter.step(*_one_env_step(3, reward=np.inf))
     rb.extend(adapter.step(*_one_env_step(3)))
     assert len(rb) == 4 and rb.storage.index.episode_count.tolist() == [1]
+
+
+# ----------------------------------------------------------- Tuple spaces
+class PairEnv(gym.Env):
+    """Tuple observation and action spaces of two same-shaped entries, as many as the envs."""
+
+    metadata: dict = {"render_modes": []}
+
+    def __init__(self) -> None:
+        box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.observation_space = spaces.Tuple((box, box))
+        self.action_space = spaces.Tuple((spaces.Discrete(3), spaces.Discrete(3)))
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 1.0, False, False, {}
+
+
+@pytest.mark.parametrize("tuple_entry", ["obs", "action"])
+def test_tuple_space_batches_are_refused_not_transposed(tuple_entry):
+    """A Tuple space's batch is a tuple of per-entry arrays: ``np.asarray`` of it is
+    ``[entries, num_envs, ...]``, so with as many entries as envs every env's row
+    held one entry of all the envs. It is refused, naming the entry."""
+    env = gym.vector.SyncVectorEnv([PairEnv] * 2)
+    obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)
+    action = env.action_space.sample()
+    next_obs, reward, terminated, truncated, infos = env.step(action)
+    env.close()
+    if tuple_entry == "obs":  # one [num_envs, 2] action array: the observation alone is a tuple
+        action = np.stack(action, -1)
+    else:  # one entry of the observations: the action alone is a tuple
+        obs, next_obs = obs[0], next_obs[0]
+    with pytest.raises(TypeError, match=rf"{tuple_entry} is a tuple of 2 arrays \(a gymnasium "
+                                        r"Tuple space's batch\).*gymnasium.spaces.Dict"):
+        GymVectorAdapter(2).step(obs, action, reward, terminated, truncated, infos, next_obs)
