@@ -73,3 +73,23 @@ def test_dict_observations_from_a_vector_env_round_trip(tmp_path, monkeypatch):
     with pytest.raises(KeyError, match=r"observation_space has the entry .desired_goal., which the "
                                        r"buffer does not hold \(its step entries: .action., .*observation"):
         to_minari(rb, "test/wrong-v0", observation_space=wrong, action_space=box(1), root=tmp_path)
+
+
+def test_one_hot_actions_of_a_torchrl_env_export_as_a_discrete_space(tmp_path, monkeypatch):
+    """TorchRL's OneHot actions of a Discrete(2) env failed with numpy's reshape error."""
+    from torchrl.envs import GymEnv
+
+    env = GymEnv("CartPole-v1")
+    env.set_seed(0)
+    torch.manual_seed(0)
+    rollout = env.rollout(30, break_when_any_done=False)
+    rb = make_replay_buffer(64, seed=0)
+    rb.extend(rollout)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module="minari")
+        to_minari(rb, "test/cartpole-v0", root=tmp_path, action_space=gym.spaces.Discrete(2),
+                  observation_space=gym.make("CartPole-v1").observation_space)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    episodes = list(minari.load_dataset("test/cartpole-v0").iterate_episodes())
+    exported = np.concatenate([e.actions for e in episodes])
+    assert exported.tolist() == rollout["action"].argmax(-1).tolist()

@@ -11,7 +11,7 @@ import numpy as np
 from tensordict.utils import NestedKey
 
 from torchrl_ext.core.schema import as_key, key_str
-from torchrl_ext.export.episodes import HeldEpisode, nonempty_episodes_of, observations_of, require
+from torchrl_ext.export.episodes import HeldEpisode, action_indices, nonempty_episodes_of, observations_of, require
 
 __all__ = ["to_minari"]
 
@@ -138,8 +138,8 @@ def to_minari(
             return [False] * L if value is None else value.reshape(L).tolist()
 
         action = steps.get(action_key).numpy()
-        if isinstance(action_space, gym.spaces.Discrete):
-            action = action.reshape(L)
+        if isinstance(action_space, gym.spaces.Discrete):  # an integer, or one-hot (TorchRL)
+            action = action_indices(action, "to_minari", action_key)[0]
         buffers.append(minari.data_collector.EpisodeBuffer(
             id=i,
             observations=_observations(episode, observation_space, observation_key),
