@@ -253,3 +253,19 @@ def test_nstep_windows_of_collector_batches_match_brute_force():
             assert torch.equal(batch["next", "observation"][b], next_obs)
             assert bool(batch["next", "terminated"][b]) == terminated
             assert abs(float(batch["discount"][b]) - discount) < 1e-6
+
+
+def test_compact_obs_batches_are_refused_not_stored_without_next_observations():
+    """``Collector(compact_obs=True)`` drops the observations under "next", and with them
+    every episode's true final observation. The root done flags, present under "next"
+    too, passed for an observation: the buffer stored the steps and served batches
+    without any next observation. The first write is refused, naming the option."""
+    rb = make_replay_buffer(1000, seed=0)
+    collector = make_collector(2 * FRAMES_PER_BATCH, seed=0, replay_buffer=rb, compact_obs=True)
+    try:
+        with pytest.raises(KeyError, match=r"no observation found: no entry other than the done "
+                                           r"flags.*compact_obs=True"):
+            next(iter(collector))
+    finally:
+        collector.shutdown()
+    assert len(rb) == 0

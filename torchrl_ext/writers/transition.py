@@ -520,10 +520,15 @@ class TransitionWriter(Writer):
                 raise TypeError(
                     f"{where}: {key_str(key)} has dtype {leaves[key].dtype}, expected torch.bool."
                 )
-        if not any(k[0] != "next" and ("next", *k) in leaves for k in leaves):
+        nexts = leaves.keys() - {*self.done_keys, self.reward_key}  # done flags sit at the root too
+        if not any(k[0] != "next" and ("next", *k) in nexts for k in leaves):
             raise EntryKeyError(
-                f"{where}: no observation found: no entry is present both at the root and "
-                "under 'next' (e.g. 'observation' and ('next', 'observation'))."
+                f"{where}: no observation found: no entry other than the done flags is present "
+                "both at the root and under 'next' (e.g. 'observation' and ('next', "
+                f"'observation'); entries: {names}). A TorchRL collector with compact_obs=True "
+                "drops the observations under 'next', and each episode's true final observation "
+                "with them: leave compact_obs=False (the default; this buffer stores each "
+                "observation once anyway)."
             )
         schema = RowSchema.infer(leaves, nb)
         if layout is None:
