@@ -52,6 +52,8 @@ class HeldEpisode:
             writing (D6).
         complete (bool): its first step is still held (False when the ring
             overwrote its first rows: ``steps`` start at its oldest held step).
+        first_step (int): the step number of ``steps[0]`` in the episode (0
+            when complete).
 
     Examples:
         >>> import torch
@@ -65,6 +67,7 @@ class HeldEpisode:
     steps: TensorDictBase
     finished: bool
     complete: bool
+    first_step: int = 0
 
     def __len__(self) -> int:
         return int(self.steps.shape[0])
@@ -116,6 +119,7 @@ def episodes_of(rb: Any) -> list[HeldEpisode]:
             steps=steps[int(lo):int(hi)],
             finished=not (open_stream[s] and e == last_episode[s]),
             complete=bool(step[lo] == 0),
+            first_step=int(step[lo]),
         ))
     return out
 
