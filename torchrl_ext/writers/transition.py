@@ -535,7 +535,8 @@ class TransitionWriter(Writer):
             if self.num_streams is None:
                 raise ValueError(
                     f"{where}: a flat batch with {key_str(self.traj_key)} needs the number of "
-                    "envs: build TransitionWriter(num_streams=...), or pass [num_envs, time] data."
+                    "envs: build TransitionWriter(num_streams=...) (make_replay_buffer(..., "
+                    "num_streams=1) for a collector over one env), or pass [num_envs, time] data."
                 )
             num_streams = self.num_streams
         elif self.num_streams is None:
