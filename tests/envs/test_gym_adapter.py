@@ -409,8 +409,7 @@ def test_a_step_refused_as_non_finite_is_never_glued_over():
     with pytest.raises(ValueError, match=r"the observation of env\(s\) \[0\] is not their previous "
                                          r"step's next observation"):
         adapter.step(*_one_env_step(4))
-    rb.writer.end_episodes([0])  # as the message says
-    adapter.reset()
+    adapter.reset(rb)  # as the message says
     rb.extend(adapter.step(*_one_env_step(4)))
     td = rb[:]
     pairs = list(zip(td["observation"][:, 0].tolist(), td["next", "observation"][:, 0].tolist()))
@@ -427,3 +426,79 @@ def test_a_step_retried_after_a_non_finite_one_continues_the_episode():
         adapter.step(*_one_env_step(3, reward=np.inf))
     rb.extend(adapter.step(*_one_env_step(3)))
     assert len(rb) == 4 and rb.storage.index.episode_count.tolist() == [1]
+
+
+@pytest.mark.parametrize("mode", GYM_MODES, ids=lambda m: m.value)
+def test_reset_by_hand_mid_episode_never_glues_two_episodes(mode):
+    """``env.reset()`` mid-episode, then ``adapter.reset()`` as its docstring said: the
+    adapter stopped checking the next observation, and the buffer (never told) wrote
+    the new episode onto the running one. Now ``adapter.reset(rb)`` ends them in the
+    buffer; ``adapter.reset()`` alone makes the next step raise, and a partial
+    ``reset_mask`` reset ends only the envs reset."""
+    def run(reset_with_rb, envs=None):
+        env = make_cartpole(mode, max_episode_steps=500)
+        adapter, rb = GymVectorAdapter(NUM_ENVS, autoreset_mode=mode), make_replay_buffer(1000, seed=0)
+        obs, _ = env.reset(seed=0)
+        for t in range(6):
+            if t == 3:  # every episode is running (CartPole does not end in 3 steps)
+                if envs is None:
+                    obs, _ = env.reset(seed=7)
+                else:  # DISABLED: the other envs keep their observations
+                    obs, _ = env.reset(options={"reset_mask": np.isin(np.arange(NUM_ENVS), envs)})
+                adapter.reset(rb if reset_with_rb else None, envs)
+            action = np.zeros(NUM_ENVS, np.int64)
+            next_obs, reward, terminated, truncated, infos = env.step(action)
+            assert not (terminated | truncated).any()
+            rb.extend(adapter.step(obs, action, reward, terminated, truncated, infos, next_obs))
+            obs = next_obs
+        env.close()
+        return rb
+
+    rb = run(reset_with_rb=True)
+    assert rb.storage.index.episode_count.tolist() == [2] * NUM_ENVS
+    assert len(rb) == 6 * NUM_ENVS
+    with pytest.raises(ValueError, match=r"env\(s\) \[0, 1, 2\] .* adapter.reset\(\) was called "
+                                         r"without the buffer.*Call adapter.reset\(rb\)"):
+        run(reset_with_rb=False)
+    if mode is GymMode.DISABLED:  # env 1 alone reset by hand
+        rb = run(reset_with_rb=True, envs=[1])
+        assert rb.storage.index.episode_count.tolist() == [1, 2, 1]
+
+
+# ----------------------------------------------------------- Tuple spaces
+class PairEnv(gym.Env):
+    """Tuple observation and action spaces of two same-shaped entries, as many as the envs."""
+
+    metadata: dict = {"render_modes": []}
+
+    def __init__(self) -> None:
+        box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.observation_space = spaces.Tuple((box, box))
+        self.action_space = spaces.Tuple((spaces.Discrete(3), spaces.Discrete(3)))
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 1.0, False, False, {}
+
+
+@pytest.mark.parametrize("tuple_entry", ["obs", "action"])
+def test_tuple_space_batches_are_refused_not_transposed(tuple_entry):
+    """A Tuple space's batch is a tuple of per-entry arrays: ``np.asarray`` of it is
+    ``[entries, num_envs, ...]``, so with as many entries as envs every env's row
+    held one entry of all the envs. It is refused, naming the entry."""
+    env = gym.vector.SyncVectorEnv([PairEnv] * 2)
+    obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)
+    action = env.action_space.sample()
+    next_obs, reward, terminated, truncated, infos = env.step(action)
+    env.close()
+    if tuple_entry == "obs":  # one [num_envs, 2] action array: the observation alone is a tuple
+        action = np.stack(action, -1)
+    else:  # one entry of the observations: the action alone is a tuple
+        obs, next_obs = obs[0], next_obs[0]
+    with pytest.raises(TypeError, match=rf"{tuple_entry} is a tuple of 2 arrays \(a gymnasium "
+                                        r"Tuple space's batch\).*gymnasium.spaces.Dict"):
+        GymVectorAdapter(2).step(obs, action, reward, terminated, truncated, infos, next_obs)

@@ -9,8 +9,10 @@ d3rlpy = pytest.importorskip(
 )
 
 import gymnasium as gym  # noqa: E402
+import torch  # noqa: E402
+from torchrl.envs import GymEnv  # noqa: E402
 
-from torchrl_ext import BatchReplayBuffer  # noqa: E402
+from torchrl_ext import BatchReplayBuffer, make_replay_buffer  # noqa: E402
 from torchrl_ext.export import to_d3rlpy  # noqa: E402
 
 BOX = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
@@ -84,3 +86,29 @@ def test_d6_export_keeps_the_last_transition_of_unfinished_and_truncated_episode
     assert not first.terminated and first.observations[:, 0].tolist() == [0, 1, 2]
     assert first.rewards[:, 0].tolist() == [1.0, 1.0, 0.0]
     assert [e.transition_count for e in dataset.episodes] == [2, 2, 1, 4, 1]  # env 0, then env 1
+
+
+
+def test_one_hot_actions_of_a_torchrl_env_export_as_action_indices():
+    """TorchRL stores a Discrete action one-hot (its OneHot spec): flattened, it gave d3rlpy
+    twice as many actions as steps, the one-hot digits, misaligned with the observations
+    without a word. Each step now exports its action index."""
+    env = GymEnv("CartPole-v1")
+    env.set_seed(0)
+    torch.manual_seed(0)
+    rollout = env.rollout(60, break_when_any_done=False)  # [60] named "time": one env's episodes
+    assert rollout["action"].shape == (60, 2) and rollout["next", "done"].any()
+    rb = make_replay_buffer(100, seed=0)
+    rb.extend(rollout)
+    dataset = to_d3rlpy(rb)
+    assert dataset.dataset_info.action_size == 2
+    for e in dataset.episodes:
+        assert e.actions.shape == (e.observations.shape[0], 1)
+    exported = np.concatenate([e.actions[: e.transition_count, 0] for e in dataset.episodes])
+    assert exported.tolist() == rollout["action"].argmax(-1).tolist()
+    rollout["action"][5] = torch.tensor([1, 1])  # not one-hot: refused, not guessed
+    rb = make_replay_buffer(100, seed=0)
+    rb.extend(rollout)
+    with pytest.raises(ValueError, match=r"to_d3rlpy: 'action' holds \[1, 1\] at a step, neither one "
+                                         r"integer per step nor a one-hot vector"):
+        to_d3rlpy(rb)

@@ -9,9 +9,9 @@ from torchrl_ext import make_replay_buffer
 from torchrl_ext.export import episodes_of, load_buffer, load_episodes, save_episodes
 
 
-def two_streams():
+def two_streams(**kwargs):
     """Stream 0: an episode cut by the ring, then complete ones; stream 1: one running."""
-    rb = make_replay_buffer(2 * 10, seed=0)
+    rb = make_replay_buffer(2 * 10, seed=0, **kwargs)
     for t in range(14):
         obs = torch.tensor([[float(t)], [100.0 + t]])
         term = torch.tensor([[t in (8, 11)], [False]])
@@ -41,6 +41,22 @@ def test_round_trip_into_a_new_buffer(tmp_path):
     rb.extend(more)
     back.extend(more.clone())
     assert [len(e) for e in episodes_of(back)] == [len(e) for e in episodes_of(rb)]
+
+
+def test_round_trip_keeps_episodes_that_lost_their_first_rows_incomplete(tmp_path):
+    """Reloaded, an episode whose first rows the ring had overwritten was taken to begin at
+    its oldest held step: frame stacks there were padded with that step's frame, as at an
+    episode start, where the original buffer holds no such window. It comes back
+    incomplete, its steps numbered as before."""
+    rb = two_streams(n_frames=3)
+    save_episodes(rb, tmp_path / "export")
+    back = load_buffer(tmp_path / "export", seed=0, n_frames=3)
+    assert [(e.stream, e.complete, len(e)) for e in episodes_of(back)] == [
+        (e.stream, e.complete, len(e)) for e in episodes_of(rb)]
+
+    def stacks(buffer):
+        return {tuple(row) for _ in range(20) for row in buffer.sample(64)["observation"].flatten(1).tolist()}
+    assert stacks(back) == stacks(rb)
 
 
 def test_round_trip_keeps_episodes_cut_without_a_done_flag(tmp_path):

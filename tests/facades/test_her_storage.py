@@ -177,6 +177,20 @@ def test_h8_sampling_before_the_first_episode_ends():
         assert last[1:].tolist() == [4, 4, 4, 4]  # the last written step
 
 
+
+def test_adapter_reset_after_an_episode_without_a_done_flag_starts_a_new_one():
+    """``store.adapter.reset()`` (after ``env.reset()``) once stopped the adapter checking the
+    next observation: a new episode whose first observation happened to follow on was glued
+    onto the running one, and its final goal relabelled the old one's steps."""
+    store = storage(goal_selection_strategy="final")
+    play(store, [3], done_last=False)  # steps 0 .. 2, no done flag; then store.adapter.reset()
+    play(store, [4], start=3)  # steps 3 .. 6: a new episode, observing on from step 2
+    assert store.rb.storage.index.episode_count.tolist() == [2]
+    for obs, _, goal, _, _ in draws(store):
+        relabelled = goal >= 0
+        final = torch.where(obs <= 2, 2, 6)  # the last step of each obs' own episode
+        assert relabelled.any() and torch.equal(goal[relabelled], final[relabelled])
+
 def test_h9_dtypes_are_kept():
     bits = gym.spaces.MultiBinary(4)
     space = gym.spaces.Dict(observation=gym.spaces.Box(0, 255, (2,), np.uint8),

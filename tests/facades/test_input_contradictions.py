@@ -121,14 +121,15 @@ def test_unseen_reset_in_her_storage_and_the_adapter():
     # [1, 0]. Glued, the third step would observe [0, 0] and relabel episode 1 with [1, 0].
     assert ((0, 0), (1, 0)) not in pairs
     assert {((0, 0), (0, 0)), ((1, 0), (0, 0)), ((1, 0), (1, 0))} <= pairs
-    adapter = GymVectorAdapter(1)
+    adapter, rb = GymVectorAdapter(1), make_replay_buffer(16)
     flags = (np.zeros(1), np.zeros(1, bool), np.zeros(1, bool), {})
-    adapter.step(np.zeros((1, 2)), np.zeros(1), *flags, np.ones((1, 2)))
+    rb.extend(adapter.step(np.zeros((1, 2)), np.zeros(1), *flags, np.ones((1, 2))))
     with pytest.raises(ValueError, match=r"env\(s\) \[0\] is not their previous step's next "
-                                         r"observation.*rb.writer.end_episodes\(\[0\]\)"):
+                                         r"observation.*Call adapter.reset\(rb\)"):
         adapter.step(np.zeros((1, 2)), np.zeros(1), *flags, np.ones((1, 2)))
-    adapter.reset()  # after env.reset(), the adapter follows the new observation
-    adapter.step(np.zeros((1, 2)), np.zeros(1), *flags, np.ones((1, 2)))
+    adapter.reset(rb)  # after env.reset(): the episode ends in rb, the next step opens one
+    rb.extend(adapter.step(np.zeros((1, 2)), np.zeros(1), *flags, np.ones((1, 2))))
+    assert rb.storage.index.episode_count.tolist() == [2]
 
 
 # ----------------------------------------------------------- 2. autoreset mode

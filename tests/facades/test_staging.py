@@ -143,8 +143,7 @@ def test_reset_by_hand_of_the_adapter_mid_chunk_resolves_the_held_steps_first():
         if t == 5:  # env.reset(): the adapter and the buffer are told, the next obs is new
             adapter.reset()  # writes the held steps first
             rb.writer.end_episodes([0, 1])
-            ref.writer.end_episodes([0, 1])
-            ref_adapter.reset()
+            ref_adapter.reset(ref)
             step = (step[0] + 100, *step[1:])
         batcher.add(*step)
         ref.extend(ref_adapter.step(*step))

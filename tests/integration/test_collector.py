@@ -253,3 +253,43 @@ def test_nstep_windows_of_collector_batches_match_brute_force():
             assert torch.equal(batch["next", "observation"][b], next_obs)
             assert bool(batch["next", "terminated"][b]) == terminated
             assert abs(float(batch["discount"][b]) - discount) < 1e-6
+
+
+def test_compact_obs_batches_are_refused_not_stored_without_next_observations():
+    """``Collector(compact_obs=True)`` drops the observations under "next", and with them
+    every episode's true final observation. The root done flags, present under "next"
+    too, passed for an observation: the buffer stored the steps and served batches
+    without any next observation. The first write is refused, naming the option."""
+    rb = make_replay_buffer(1000, seed=0)
+    collector = make_collector(2 * FRAMES_PER_BATCH, seed=0, replay_buffer=rb, compact_obs=True)
+    try:
+        with pytest.raises(KeyError, match=r"no observation found: no entry other than the done "
+                                           r"flags.*compact_obs=True"):
+            next(iter(collector))
+    finally:
+        collector.shutdown()
+    assert len(rb) == 0
+
+
+
+def test_single_env_collector_is_told_to_pass_num_streams_1():
+    """A collector over one (unbatched) env writes ``[T]`` batches with trajectory ids (not
+    named "time" on the way to the buffer), which read as flat fragments of any number of
+    envs: the error asked for num_streams without saying that one env means 1."""
+    env = make_env(max_steps=7)
+    collector = Collector(env, policy=None, frames_per_batch=10, total_frames=20,
+                          replay_buffer=make_replay_buffer(1000, seed=0))
+    try:
+        with pytest.raises(ValueError, match=r"needs the number of envs: .*num_streams=1\) for a "
+                                             r"collector over one env"):
+            next(iter(collector))
+    finally:
+        collector.shutdown()
+    rb = make_replay_buffer(1000, num_streams=1, seed=0)  # as the message says
+    collector = Collector(env, policy=None, frames_per_batch=10, total_frames=40, replay_buffer=rb)
+    try:
+        for _ in collector:
+            pass
+    finally:
+        collector.shutdown()
+    assert len(rb) == 40 and (rb.storage.get(slice(None))["next", "step_count"] <= 7).all()

@@ -595,6 +595,25 @@ class EpisodeIndex(StreamOwnership, NumpyViews):
         self.stream_writer.fill_(-1)
         self.row_episode.fill_(-1)
 
+    def backdate(self, stream: int, steps: int) -> None:
+        """The episode of ``stream``'s oldest live row began ``steps`` steps before that row.
+
+        For a reload of an episode whose first rows a ring had overwritten:
+        its rows keep their step numbers, and no window reaches before them.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> index.plan(np.array([0]), np.zeros((1, 3), bool), None).commit()
+            >>> index.backdate(0, 5)
+            >>> index.locate(np.array([0]), np.array([0]))[1:]  # (step, start, length)
+            (array([5]), array([-5]), array([8]))
+        """
+        episode = self._np["row_episode"][self.physical_rows(self.live_start()[stream], stream)]
+        slot = self.episode_slot(np.asarray(stream), episode)
+        self._np["episode_start_flat"][slot] -= steps
+        self._np["episode_length_flat"][slot] += steps
+
     # ------------------------------------------------------- state and sharing
     def state(self) -> TensorDict:
         """All index tensors (shared with the data, checkpointed with it)."""

@@ -23,6 +23,15 @@ def rows(name: str, value: Any, num_envs: int) -> np.ndarray:
         ...
         ValueError: GymVectorAdapter.step: action has shape (1,), expected (2, ...) (one row per env).
     """
+    if isinstance(value, tuple) and value and isinstance(value[0], (np.ndarray, torch.Tensor)):
+        # np.asarray would stack it as [entries, num_envs, ...]: rows of entries, not envs
+        raise TypeError(
+            f"GymVectorAdapter.step: {name} is a tuple of {len(value)} arrays (a gymnasium "
+            "Tuple space's batch), which would be stacked across envs; a Tuple space is not "
+            "supported. Use a Dict space (gymnasium.spaces.Dict({'a': ..., 'b': ...})) or "
+            "flatten it (gymnasium.wrappers.FlattenObservation), or pass one "
+            f"[{num_envs}, ...] array."
+        )
     array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
     if array.ndim == 0 or array.shape[0] != num_envs:
         raise ValueError(

@@ -145,6 +145,9 @@ class GymVectorAdapter:
         # it (the reset observation after a done in SAME_STEP / LEGACY mode)
         self._last_next: dict[tuple[str, ...], np.ndarray] | None = None
         self._was_done = np.ones(self.num_envs, dtype=bool)  # no step seen yet
+        # envs reset by hand (reset() without the buffer) while their episode ran:
+        # their next step is an unseen reset, whatever its observation
+        self._cut = np.zeros(self.num_envs, dtype=bool)
         #: envs whose observation in the last :meth:`resolve` did not follow on
         #: from their previous next observation (an ``env.reset()`` the adapter
         #: did not see): each opens a new episode
@@ -161,15 +164,45 @@ class GymVectorAdapter:
             CONVENTIONS[self.autoreset_mode],
         )
 
-    def reset(self) -> None:
-        """Forget the pending reset steps and last observations (call after ``env.reset()``).
+    def reset(self, rb: Any | None = None, envs: Any | None = None) -> None:
+        """Call after ``env.reset()``: the reset envs' next steps open new episodes.
 
-        Optional: a step whose observation is not its env's previous next
-        observation is recognised as following an unseen reset anyway.
+        Forgets their pending NEXT_STEP reset steps and last observations.
+        Their episodes still running in the buffer must end there, or the
+        buffer would glue the new episodes onto them: given ``rb``, they are
+        ended (``rb.writer.end_episodes``); without it, each reset env's next
+        step is reported as an unseen reset (:attr:`unseen_resets`), which
+        :meth:`step` refuses and the facades end themselves.
+
+        Args:
+            rb: the buffer (or writer handle) this adapter's steps go to.
+            envs: the envs reset, as ints or a ``[num_envs]`` bool mask (as
+                gymnasium's ``reset_mask``). Defaults to all.
+
+        Examples:
+            >>> import numpy as np
+            >>> from torchrl_ext import make_replay_buffer
+            >>> rb, adapter = make_replay_buffer(16), GymVectorAdapter(1)
+            >>> step = lambda o: adapter.step(np.array([[o]]), np.zeros(1), [1.0], [False], [False],
+            ...                               {}, np.array([[o + 1.0]]))
+            >>> _ = rb.extend(step(0.0))
+            >>> adapter.reset(rb)  # after env.reset(): the running episode ends in rb
+            >>> _ = rb.extend(step(5.0))
+            >>> rb.storage.index.episode_count.tolist()
+            [2]
         """
         self._resolve_held()
-        self._resetting[:] = False
-        self._was_done[:] = True
+        reset = np.zeros(self.num_envs, dtype=bool)
+        reset[np.arange(self.num_envs) if envs is None else np.asarray(envs)] = True
+        ending = reset & (~self._was_done | self._cut)  # [num_envs] episodes left running
+        if rb is None:
+            self._cut |= ending
+        else:
+            if ending.any():
+                rb.writer.end_episodes(ending, writer=getattr(rb, "writer_id", None))
+            self._cut &= ~reset
+        self._resetting[reset] = False
+        self._was_done[reset] = True
 
     def hold_steps(self, flush: Callable[[], None]) -> None:
         """Register who holds steps for this adapter to resolve later (a facade's staging).
@@ -208,6 +241,7 @@ class GymVectorAdapter:
             "steps": self.steps,
             "resetting": self._resetting.tolist(),
             "was_done": self._was_done.tolist(),
+            "cut": self._cut.tolist(),
             # each env's last next observation, to tell a reset by hand after a reopen
             "last_next": None if last is None else {
                 "/".join(k): [v.dtype.str, list(v.shape), base64.b64encode(np.ascontiguousarray(v).tobytes()).decode()]
@@ -227,6 +261,7 @@ class GymVectorAdapter:
         self._resolve_held()
         self._resetting = np.array(state["resetting"], dtype=bool)
         self._was_done = np.array(state["was_done"], dtype=bool)
+        self._cut = np.array(state.get("cut", [False] * self.num_envs), dtype=bool)
         self.steps = int(state["steps"])
         last = state["last_next"]
         self._last_next = None if last is None else {
@@ -253,7 +288,9 @@ class GymVectorAdapter:
         An observation that is not its env's previous next observation (the
         env was reset by hand, ``env.reset()`` or a partial ``reset_mask``
         reset, without a done) cannot be stored by a buffer this adapter does
-        not own without gluing two episodes: it raises. The facades
+        not own without gluing two episodes: it raises (as does the first
+        step of an env after :meth:`reset` without the buffer); call
+        ``adapter.reset(rb)`` after ``env.reset()``. The facades
         (``NStepReplayStorage``, ``HerReplayStorage``) end the running episode
         instead and open a new one. A step refused for a NaN or infinity
         (``check_finite``) is not stored, and the adapter stands after the
@@ -270,10 +307,11 @@ class GymVectorAdapter:
             envs = np.flatnonzero(self.unseen_resets).tolist()
             raise ValueError(
                 f"GymVectorAdapter.step: the observation of env(s) {envs} is not their "
-                "previous step's next observation: the env was reset (env.reset(), "
-                "reset_mask) without a done flag, and the buffer would glue the new "
-                "episode onto the old one. End the buffer's running episodes first: "
-                f"rb.writer.end_episodes({envs}), then call adapter.reset() after env.reset()."
+                "previous step's next observation, or adapter.reset() was called without "
+                "the buffer: the env was reset (env.reset(), reset_mask) without a done "
+                "flag, and the buffer would glue the new episode onto the old one. Call "
+                "adapter.reset(rb) (or adapter.reset(rb, reset_mask)) after env.reset(): it "
+                "ends the buffer's running episodes of the reset envs; then step again."
             )
         return self.to_tensordict(entries, [self.num_envs])
 
@@ -471,6 +509,7 @@ class GymVectorAdapter:
         ended_before[:, 0] = self._was_done
         ended_before[:, 1:] = was_done[:, :-1]
         unseen = ~follows & ~ended_before
+        unseen[:, 0] |= self._cut
         keys = list(raw)  # convert()'s order: observations, action, next observations, columns
         columns = keys.index(REWARD)
         entries = {k: raw[k] for k in keys[:columns]}
@@ -500,6 +539,7 @@ class GymVectorAdapter:
                 self._resetting = was_done[:, kept - 1].copy()
             self._was_done = was_done[:, kept - 1].copy()
             self._last_next = {("next", *k): raw[("next", *k)][:, kept - 1].copy() for k in obs_keys}
+            self._cut[:] = False
         self.unseen_resets = unseen[:, kept - 1] if kept else np.zeros(n, dtype=bool)
         self.steps += kept
         return ResolvedSteps(entries, unseen, kept, error)

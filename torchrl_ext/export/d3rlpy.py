@@ -7,7 +7,7 @@ import numpy as np
 from tensordict.utils import NestedKey
 
 from torchrl_ext.core.schema import as_key
-from torchrl_ext.export.episodes import nonempty_episodes_of, observations_of, require
+from torchrl_ext.export.episodes import action_indices, nonempty_episodes_of, observations_of, require
 
 __all__ = ["to_d3rlpy"]
 
@@ -46,17 +46,21 @@ def to_d3rlpy(
     Keyword Args:
         observation_key, action_key, reward_key, terminated_key (NestedKey): entries.
         discrete (bool, optional): discrete actions; defaults to integer action dtypes.
+            A discrete action is one integer per step, or a one-hot vector
+            (TorchRL's ``OneHot`` spec), exported as its index.
         action_size (int, optional): number of discrete actions (the action
             space's ``n``), or the width of continuous ones. Defaults to the
-            largest action held plus one (discrete; give it when some actions
-            were never taken) or the actions' last dim (continuous).
+            one-hot width, else the largest action held plus one (discrete;
+            give it when some actions were never taken), or the actions' last
+            dim (continuous).
 
     Returns:
         ``d3rlpy.dataset.MDPDataset``.
 
     Raises:
         ImportError: d3rlpy is not installed (the message names the extra).
-        ValueError: the buffer holds no transition, or an action does not fit ``action_size``.
+        ValueError: the buffer holds no transition, an action does not fit
+            ``action_size``, or discrete actions are neither integers nor one-hot.
 
     Examples:
         >>> import torch
@@ -76,12 +80,24 @@ def to_d3rlpy(
     """
     d3rlpy = require("d3rlpy", "d3rlpy")
     episodes = nonempty_episodes_of(rb, "to_d3rlpy")
+    if discrete is None:
+        discrete = not episodes[0].steps.get(action_key).is_floating_point()
+    one_hot: int | None = None  # the width of one-hot actions (TorchRL's OneHot spec)
+
+    def actions_of(action: np.ndarray) -> np.ndarray:
+        nonlocal one_hot
+        if not discrete:
+            return action
+        indices, width = action_indices(action, "to_d3rlpy", action_key)
+        one_hot = width or one_hot
+        return indices
+
     obs, actions, rewards, terminals, timeouts = [], [], [], [], []
     for episode in episodes:
         steps = episode.steps
         L = len(episode)
         obs.append(steps.get(observation_key).numpy())
-        actions.append(steps.get(action_key).numpy())
+        actions.append(actions_of(steps.get(action_key).numpy()))
         rewards.append(steps.get(reward_key).reshape(L, 1).float().numpy())
         terminated = steps.get(terminated_key, None)
         ended_terminal = bool(terminated[-1].any()) if terminated is not None else False
@@ -89,7 +105,7 @@ def to_d3rlpy(
             final_action = steps.get(("next", *as_key(action_key)), None)
             obs.append(observations_of(episode, observation_key)[-1:].numpy())
             actions.append(np.zeros_like(actions[-1][-1:]) if final_action is None
-                           else final_action[-1:].numpy())
+                           else actions_of(final_action[-1:].numpy()))
             rewards.append(np.zeros((1, 1), np.float32))
             L += 1
         end = np.zeros(L, np.float32)
@@ -97,13 +113,9 @@ def to_d3rlpy(
         terminals.append(end * ended_terminal)
         timeouts.append(end * (not ended_terminal))
     action = np.concatenate(actions)
-    if discrete is None:
-        discrete = not np.issubdtype(action.dtype, np.floating)
-    if discrete:
-        action = action.reshape(-1).astype(np.int64)
     held_size = int(action.max()) + 1 if discrete else int(action.shape[-1])
     if action_size is None:
-        action_size = held_size
+        action_size = max(held_size, one_hot or 0)
     elif (held_size > action_size) if discrete else (held_size != action_size):
         raise ValueError(
             f"to_d3rlpy: action_size={action_size}, but the buffer holds "

@@ -10,7 +10,9 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-__all__ = ["HeldEpisode", "episodes_of", "nonempty_episodes_of", "require"]
+from torchrl_ext.core.schema import key_str
+
+__all__ = ["HeldEpisode", "action_indices", "episodes_of", "nonempty_episodes_of", "require"]
 
 
 _INSTALL = {
@@ -50,6 +52,8 @@ class HeldEpisode:
             writing (D6).
         complete (bool): its first step is still held (False when the ring
             overwrote its first rows: ``steps`` start at its oldest held step).
+        first_step (int): the step number of ``steps[0]`` in the episode (0
+            when complete).
 
     Examples:
         >>> import torch
@@ -63,6 +67,7 @@ class HeldEpisode:
     steps: TensorDictBase
     finished: bool
     complete: bool
+    first_step: int = 0
 
     def __len__(self) -> int:
         return int(self.steps.shape[0])
@@ -114,6 +119,7 @@ def episodes_of(rb: Any) -> list[HeldEpisode]:
             steps=steps[int(lo):int(hi)],
             finished=not (open_stream[s] and e == last_episode[s]),
             complete=bool(step[lo] == 0),
+            first_step=int(step[lo]),
         ))
     return out
 
@@ -155,3 +161,36 @@ def nonempty_episodes_of(rb: Any, where: str) -> list[HeldEpisode]:
     if not episodes:
         raise ValueError(f"{where}: the buffer holds no transition to export.")
     return episodes
+
+
+def action_indices(action: np.ndarray, where: str, key: Any) -> tuple[np.ndarray, int | None]:
+    """``[N]`` int64 indices of ``N`` discrete actions, and the one-hot width if they were one-hot.
+
+    A discrete action is stored as one integer per step (``[N]`` or ``[N, 1]``)
+    or, as TorchRL's ``OneHot`` spec writes a ``Discrete`` action, as a
+    one-hot vector (``[N, n]``: width ``n``, the number of actions).
+
+    Raises:
+        ValueError: ``[N, n]`` rows that are not one-hot (the message starts
+            with ``where`` and names ``key``).
+
+    Examples:
+        >>> import numpy as np
+        >>> action_indices(np.array([[0, 1, 0], [1, 0, 0]]), "to_d3rlpy", "action")
+        (array([1, 0]), 3)
+        >>> action_indices(np.array([[2], [0]]), "to_d3rlpy", "action")
+        (array([2, 0]), None)
+    """
+    if action.ndim == 1 or action.shape[1:] == (1,):
+        return action.reshape(-1).astype(np.int64), None
+    flat = action.reshape(action.shape[0], -1)
+    one_hot = (flat == 0) | (flat == 1)
+    bad = ~(one_hot.all(1) & (flat.sum(1) == 1))
+    if action.ndim != 2 or bad.any():
+        example = flat[np.argmax(bad)].tolist() if bad.any() else action[0].tolist()
+        raise ValueError(
+            f"{where}: {key_str(key)} holds {example} at a step, neither one integer per step "
+            f"nor a one-hot vector (its shape per step is {tuple(action.shape[1:])}), as a "
+            "discrete action must be; pass discrete=False for continuous actions."
+        )
+    return flat.argmax(1).astype(np.int64), int(flat.shape[1])

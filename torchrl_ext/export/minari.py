@@ -10,9 +10,40 @@ import gymnasium as gym
 import numpy as np
 from tensordict.utils import NestedKey
 
-from torchrl_ext.export.episodes import nonempty_episodes_of, observations_of, require
+from torchrl_ext.core.schema import as_key, key_str
+from torchrl_ext.export.episodes import HeldEpisode, action_indices, nonempty_episodes_of, observations_of, require
 
 __all__ = ["to_minari"]
+
+
+def _observations(episode: HeldEpisode, space: gym.Space, key: NestedKey) -> Any:
+    """``[L + 1]`` observations of ``episode`` as Minari wants them for ``space``.
+
+    A ``Dict`` space's entries are stored at the root (nested ones nested,
+    as :class:`~torchrl_ext.envs.GymVectorAdapter` writes them): a dict of
+    arrays, one per entry of the space; ``key`` is then not used.
+    """
+    if not isinstance(space, gym.spaces.Dict):
+        return observations_of(episode, key).numpy()
+    return _dict_observations(episode, space, ())
+
+
+def _dict_observations(episode: HeldEpisode, space: gym.spaces.Dict, prefix: tuple[str, ...]) -> dict:
+    out: dict[str, Any] = {}  # an array per entry, a dict per nested Dict
+    for name, sub in space.spaces.items():
+        entry = (*prefix, name)
+        if isinstance(sub, gym.spaces.Dict):
+            out[name] = _dict_observations(episode, sub, entry)
+            continue
+        if entry not in episode.steps.keys(True):
+            held = sorted(key_str(k) for k in episode.steps.keys(True, True) if as_key(k)[0] != "next")
+            raise KeyError(
+                f"to_minari: observation_space has the entry {key_str(entry)}, which the buffer "
+                f"does not hold (its step entries: {', '.join(held)}); pass the observation "
+                "space the buffer was written with."
+            )
+        out[name] = observations_of(episode, entry).numpy()
+    return out
 
 
 @contextmanager
@@ -62,7 +93,9 @@ def to_minari(
         observation_space, action_space (gym.Space): the env's spaces.
         root (str or Path, optional): datasets directory (Minari's
             ``MINARI_DATASETS_PATH``, set for this call only); default: Minari's.
-        observation_key, action_key, reward_key, terminated_key, truncated_key: entries.
+        observation_key, action_key, reward_key, terminated_key, truncated_key: entries
+            (``observation_key``: for a non-``Dict`` observation space; a ``Dict``
+            space's entries are read at the root, by the space's keys).
         **metadata: passed to ``minari.create_dataset_from_buffers`` (author, ...).
 
     Returns:
@@ -71,6 +104,7 @@ def to_minari(
     Raises:
         ImportError: minari is not installed (the message names the extra).
         ValueError: the buffer holds no transition.
+        KeyError: an entry of a ``Dict`` observation space is not held.
 
     Examples:
         >>> import tempfile
@@ -104,11 +138,11 @@ def to_minari(
             return [False] * L if value is None else value.reshape(L).tolist()
 
         action = steps.get(action_key).numpy()
-        if isinstance(action_space, gym.spaces.Discrete):
-            action = action.reshape(L)
+        if isinstance(action_space, gym.spaces.Discrete):  # an integer, or one-hot (TorchRL)
+            action = action_indices(action, "to_minari", action_key)[0]
         buffers.append(minari.data_collector.EpisodeBuffer(
             id=i,
-            observations=observations_of(episode, observation_key).numpy(),
+            observations=_observations(episode, observation_space, observation_key),
             actions=action,
             rewards=steps.get(reward_key).reshape(L).numpy().astype(np.float64).tolist(),
             terminations=flag(terminated_key),

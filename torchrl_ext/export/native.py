@@ -49,7 +49,7 @@ def save_episodes(rb: Any, path: str | Path) -> None:
         "format": _FORMAT,
         "max_size": storage.max_size,
         "num_streams": storage.num_streams,
-        "episodes": [[e.stream, len(e), e.finished, e.complete] for e in episodes],
+        "episodes": [[e.stream, len(e), e.finished, e.complete, e.first_step] for e in episodes],
     }
     if episodes:  # the steps whole first, meta.json last: a crash leaves no export
         with atomic_dir(path / "steps") as tmp:
@@ -92,8 +92,10 @@ def load_episodes(path: str | Path) -> list[HeldEpisode]:
         return []
     steps = TensorDict.load_memmap(path / "steps")
     out, lo = [], 0
-    for stream, length, finished, complete in meta["episodes"]:
-        out.append(HeldEpisode(stream, steps[lo : lo + length], finished, complete))
+    for stream, length, finished, complete, *first in meta["episodes"]:
+        # exports before first_step was saved: 1, the least an incomplete episode lost
+        first_step = first[0] if first else int(not complete)
+        out.append(HeldEpisode(stream, steps[lo : lo + length], finished, complete, first_step))
         lo += length
     return out
 
@@ -106,7 +108,9 @@ def load_buffer(path: str | Path, **kwargs: Any) -> Any:
     ``num_streams=``; other keywords go to ``make_replay_buffer``). Each
     stream's episodes are written back in order; an episode that was still
     being written stays open, so writing the stream's next steps continues it,
-    and one that ended without a done flag (cut) stays ended.
+    one that ended without a done flag (cut) stays ended, and one whose first
+    rows the ring had overwritten stays incomplete (no frame stack, sequence
+    or goal reaches before its oldest saved step).
 
     Raises:
         ValueError: the directory is not an export of :func:`save_episodes`.
@@ -138,7 +142,8 @@ def load_buffer(path: str | Path, **kwargs: Any) -> Any:
     # run, and is ended after the write as it was in the saved buffer:
     # written on, the next episode would be joined to it.
     runs: list[list[list[TensorDictBase]]] = [[[]] for _ in range(num_streams)]
-    for episode in load_episodes(path):
+    episodes = load_episodes(path)
+    for episode in episodes:
         runs[episode.stream][-1].append(episode.steps)
         if episode.finished and not _done_flagged(rb.writer, episode.steps[-1]):
             runs[episode.stream].append([])  # cut: the next episode starts a new run
@@ -148,6 +153,14 @@ def load_buffer(path: str | Path, **kwargs: Any) -> Any:
         cut = [s for s, r in enumerate(runs) if j < len(r) - 1]
         if cut:
             rb.writer.end_episodes(cut)
+    # An episode whose first rows the ring had overwritten (each stream's first one at
+    # most) begins before its rows again: no window reaches into the rows it lost. (A
+    # stream this reload already overwrote has lost rows of its own: left as it is.)
+    index = rb.storage.index
+    first_steps = {e.stream: e.first_step for e in reversed(episodes)}  # each stream's first
+    for stream, first_step in first_steps.items():
+        if first_step and int(index.written[stream]) <= index.stream_capacity:
+            index.backdate(stream, first_step)
     return rb
 
 

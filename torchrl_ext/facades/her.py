@@ -422,8 +422,8 @@ class HerReplayStorage(HeldStepsFacade):
     def reset(self) -> None:
         """Forget every stored step and the episode bookkeeping (in-progress episodes too)."""
         self._batcher.clear()
+        self.adapter.reset(self._rb)  # before empty(): ending an episode needs its stream
         self._rb.empty()
-        self.adapter.reset()
 
     def __repr__(self) -> str:
         return (

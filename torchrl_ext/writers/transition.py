@@ -520,17 +520,23 @@ class TransitionWriter(Writer):
                 raise TypeError(
                     f"{where}: {key_str(key)} has dtype {leaves[key].dtype}, expected torch.bool."
                 )
-        if not any(k[0] != "next" and ("next", *k) in leaves for k in leaves):
+        nexts = leaves.keys() - {*self.done_keys, self.reward_key}  # done flags sit at the root too
+        if not any(k[0] != "next" and ("next", *k) in nexts for k in leaves):
             raise EntryKeyError(
-                f"{where}: no observation found: no entry is present both at the root and "
-                "under 'next' (e.g. 'observation' and ('next', 'observation'))."
+                f"{where}: no observation found: no entry other than the done flags is present "
+                "both at the root and under 'next' (e.g. 'observation' and ('next', "
+                f"'observation'); entries: {names}). A TorchRL collector with compact_obs=True "
+                "drops the observations under 'next', and each episode's true final observation "
+                "with them: leave compact_obs=False (the default; this buffer stores each "
+                "observation once anyway)."
             )
         schema = RowSchema.infer(leaves, nb)
         if layout is None:
             if self.num_streams is None:
                 raise ValueError(
                     f"{where}: a flat batch with {key_str(self.traj_key)} needs the number of "
-                    "envs: build TransitionWriter(num_streams=...), or pass [num_envs, time] data."
+                    "envs: build TransitionWriter(num_streams=...) (make_replay_buffer(..., "
+                    "num_streams=1) for a collector over one env), or pass [num_envs, time] data."
                 )
             num_streams = self.num_streams
         elif self.num_streams is None:
