@@ -192,18 +192,3 @@ def test_discount_powers_match_nstep_return_and_refuse_bad_widths():
     with pytest.raises(TypeError, match=r"discount_powers: n=2.0 \(float\), expected an int >= 0\."):
         discount_powers(0.9, 2.0)
 
-
-def test_one_step_windows_read_as_the_rows_match_the_window_read():
-    # a batch whose windows are all one step is read as plain rows; it must hold
-    # the same entries as the general window read (here forced by one 2-step window)
-    rb, _ = run(2, 8, [3], [[0, 1, 0, 0, 2, 0]], False)  # stream 0: a 2-step episode first
-    storage = rb.storage
-    rows = storage.live_transition_rows()
-    one = torch.stack([rows, torch.ones_like(rows)], -1)
-    two = torch.cat([one, torch.tensor([[int(rows[0]), 2]])])
-    fast = storage.get(SampleIndex.wrap(one, StepWindows()))
-    general = storage.get(SampleIndex.wrap(two, StepWindows()))[: len(rows)]
-    general["n_step"] = general["n_step"][:, :1]
-    assert set(fast.keys(True, True)) == set(general.keys(True, True))
-    for key in general.keys(True, True):
-        assert fast[key].dtype == general[key].dtype and torch.equal(fast[key], general[key]), key

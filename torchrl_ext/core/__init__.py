@@ -7,15 +7,19 @@ the other way round.
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
+from torchrl_ext.core.streams import StreamOwnership
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.windows import RejectionRounds, WindowSource, draw_windows, valid_window
+from torchrl_ext.core.writes import IndexWrites
 
 __all__ = [
     "EntryKeyError",
     "EpisodeIndex",
+    "IndexWrites",
     "NumpyViews",
     "RejectionRounds",
     "RowSchema",
+    "StreamOwnership",
     "WindowSource",
     "WritePlan",
     "as_key",

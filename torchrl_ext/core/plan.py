@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from torchrl_ext.core.episodes import EpisodeIndex
+    from torchrl_ext.core.writes import IndexWrites
 
 __all__ = ["WritePlan"]
 
@@ -49,7 +49,7 @@ class WritePlan:
         2
     """
 
-    index: EpisodeIndex
+    index: IndexWrites
     streams: np.ndarray
     rows: np.ndarray
     next_rows: np.ndarray

@@ -10,8 +10,7 @@ from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.core.episodes import EpisodeIndex
-from torchrl_ext.core.schema import unchecked_tensordict
-from torchrl_ext.sample_index import RowReads, SampleIndex
+from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
@@ -72,8 +71,6 @@ class StepWindows:
     ) -> TensorDictBase:
         columns = index.as_subclass(torch.Tensor).numpy()
         rows, steps = columns[:, 0], columns[:, 1]
-        if columns.shape[1] == 2 and steps.max() == 1:
-            return _one_step_windows(storage, torch.from_numpy(rows), observations)
         capacity = storage_index(storage).stream_capacity
         stream_base, slot, window_slot, mask = _window_slots(rows, steps, capacity)
         window_rows = stream_base[:, None] + window_slot % capacity  # [B, W]
@@ -112,26 +109,6 @@ class StepWindows:
         if columns.shape[1] > 2:  # and the goal rows
             read = np.concatenate([read, columns[:, 2][columns[:, 2] >= 0]])
         return torch.from_numpy(read)
-
-
-def _one_step_windows(
-    storage: TransitionStorage, rows: torch.Tensor, observations: bool
-) -> TensorDictBase:
-    """:meth:`StepWindows.read` of windows that are all one step: the transitions at ``rows``.
-
-    Read as plain rows (one gather of the rows, one of the next observations);
-    the window entries are views of the step's own next-only entries.
-    """
-    out = RowReads().read(storage, rows, observations=observations)
-    nxt, B = out.get("next"), rows.shape[0]
-    ones = torch.ones(B, 1, dtype=torch.int64, device=out.device)
-    schema = storage.schema
-    assert schema is not None  # the read above needs it
-    window = {key: nxt.get(key).unsqueeze(1) for key in schema.next_only}
-    window[("mask",)] = ones.bool()
-    out.set("n_step", unchecked_tensordict(window, torch.Size([B, 1]), out.device))
-    out.set("steps_to_next_obs", ones)
-    return out
 
 
 def _window_slots(
