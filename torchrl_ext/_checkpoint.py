@@ -82,25 +82,23 @@ def check_components(where: str, saved: dict[str, Any], here: dict[str, Any]) ->
         )
     else:
         for old, new in zip(saved["sampler"], here["sampler"]):
-            differences += [
-                f"{old['kind']} {name}: the checkpoint has {old[name]!r}, "
-                f"this buffer {new.get(name)!r}"
-                for name in old
-                if old[name] != new.get(name)
-            ]
-    old_writer, new_writer = saved["writer"], here["writer"]
-    differences += [
-        f"writer {name}: the checkpoint has {old_writer[name]!r}, "
-        f"this buffer {new_writer.get(name)!r}"
-        for name in old_writer
-        if old_writer[name] != new_writer.get(name)
-    ]
+            differences += _settings_differ(old["kind"], old, new)
+    differences += _settings_differ("writer", saved["writer"], here["writer"])
     if differences:
         raise ValueError(
             f"{where}: the checkpoint was written by a buffer built otherwise: "
             f"{'; '.join(differences)}; build the buffer with the checkpoint's sampler "
             "and writer settings, then load."
         )
+
+
+def _settings_differ(label: str, saved: dict[str, Any], here: dict[str, Any]) -> list[str]:
+    """One line per setting of ``saved`` that ``here`` does not have the same."""
+    return [
+        f"{label} {name}: the checkpoint has {saved[name]!r}, this buffer {here.get(name)!r}"
+        for name in saved
+        if saved[name] != here.get(name)
+    ]
 
 
 def write_components(directory: Path, sampler: Sampler, writer: Any) -> None:
