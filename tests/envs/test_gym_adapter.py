@@ -465,6 +465,16 @@ def test_reset_by_hand_mid_episode_never_glues_two_episodes(mode):
         assert rb.storage.index.episode_count.tolist() == [1, 2, 1]
 
 
+
+def test_reset_refuses_envs_it_does_not_have():
+    adapter = GymVectorAdapter(NUM_ENVS)
+    for envs in ([NUM_ENVS], [-1], [True, False], [0.5]):
+        with pytest.raises(ValueError, match=rf"GymVectorAdapter.reset: envs=\[.*\], expected env "
+                                             rf"positions in \[0, {NUM_ENVS}\) or a bool mask of "
+                                             rf"{NUM_ENVS} envs"):
+            adapter.reset(None, envs)
+    adapter.reset(None, np.array([True, False, True]))  # a reset_mask as gymnasium takes it
+
 # ----------------------------------------------------------- Tuple spaces
 class PairEnv(gym.Env):
     """Tuple observation and action spaces of two same-shaped entries, as many as the envs."""

@@ -9,7 +9,7 @@ import torch
 
 from torchrl_ext.core.checks import is_flags
 
-__all__ = ["column", "flat", "rows"]
+__all__ = ["column", "env_mask", "flat", "rows"]
 
 
 def rows(name: str, value: Any, num_envs: int) -> np.ndarray:
@@ -91,3 +91,30 @@ def flat(
         else:
             out[prefix + (key,)] = np.asarray(item)
     return out
+
+
+def env_mask(where: str, envs: Any, num_envs: int) -> np.ndarray:
+    """``envs`` (``None`` for all, env positions, or a ``[num_envs]`` bool mask) as a bool mask.
+
+    Examples:
+        >>> env_mask("reset", [2], 3).tolist(), env_mask("reset", None, 2).tolist()
+        ([False, False, True], [True, True])
+        >>> env_mask("reset", [3], 3)
+        Traceback (most recent call last):
+        ...
+        ValueError: reset: envs=[3], expected env positions in [0, 3) or a bool mask of 3 envs.
+    """
+    mask = np.zeros(num_envs, dtype=bool)
+    if envs is None:
+        mask[:] = True
+        return mask
+    chosen = np.asarray(envs)
+    if chosen.dtype == np.bool_ and chosen.shape == (num_envs,):
+        return chosen.copy()
+    if chosen.dtype.kind in "iu" and chosen.ndim <= 1 and ((chosen >= 0) & (chosen < num_envs)).all():
+        mask[chosen] = True
+        return mask
+    raise ValueError(
+        f"{where}: envs={envs!r}, expected env positions in [0, {num_envs}) or a bool mask "
+        f"of {num_envs} envs."
+    )

@@ -13,7 +13,7 @@ from tensordict import TensorDict
 from torchrl_ext.core.checks import check_count, check_finite_entries
 from torchrl_ext.core.schema import unchecked_tensordict
 from torchrl_ext.envs._chunk import first_nonfinite_step, follow_on, reset_steps
-from torchrl_ext.envs._inputs import column, flat, rows
+from torchrl_ext.envs._inputs import column, env_mask, flat, rows
 from torchrl_ext.envs.modes import (
     CONVENTIONS,
     FINAL_INFO_KEYS,
@@ -191,9 +191,8 @@ class GymVectorAdapter:
             >>> rb.storage.index.episode_count.tolist()
             [2]
         """
+        reset = env_mask("GymVectorAdapter.reset", envs, self.num_envs)
         self._resolve_held()
-        reset = np.zeros(self.num_envs, dtype=bool)
-        reset[np.arange(self.num_envs) if envs is None else np.asarray(envs)] = True
         ending = reset & (~self._was_done | self._cut)  # [num_envs] episodes left running
         if rb is None:
             self._cut |= ending
