@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -243,3 +244,16 @@ def test_draw_rows_is_uniform_over_live_transitions_of_unevenly_filled_streams()
     assert set(np.flatnonzero(counts).tolist()) == set(live.tolist())
     expected = rows.size / live.size  # 10,000 each; 5 standard deviations is ~470
     assert np.abs(counts[live] - expected).max() < 5 * np.sqrt(expected)
+
+
+def test_backdate_refuses_a_stream_without_rows_and_bad_step_counts():
+    index = EpisodeIndex(num_streams=2, stream_capacity=8)
+    index.plan(np.array([0]), np.zeros((1, 3), bool), None).commit()
+    for stream in (1, 2, -1):  # stream 1 holds no row: its oldest row has no episode
+        with pytest.raises(ValueError, match=rf"backdate: stream={stream}, expected a stream in "
+                                             r"\[0, 2\) that holds rows"):
+            index.backdate(stream, 1)
+    with pytest.raises(ValueError, match=r"backdate: steps=-1, expected an int >= 0"):
+        index.backdate(0, -1)
+    with pytest.raises(TypeError, match=r"backdate: steps=1.5 \(float\), expected an int >= 0"):
+        index.backdate(0, 1.5)

@@ -28,7 +28,7 @@ import numpy.typing as npt
 import torch
 from tensordict import TensorDict
 
-from torchrl_ext.core.checks import EMPTY_BUFFER, EmptyBufferError
+from torchrl_ext.core.checks import EMPTY_BUFFER, EmptyBufferError, check_count
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.streams import StreamOwnership
 from torchrl_ext.core.views import NumpyViews
@@ -419,7 +419,19 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             >>> index.backdate(0, 5)
             >>> index.locate(np.array([0]), np.array([0]))[1:]  # (step, start, length)
             (array([5]), array([-5]), array([8]))
+
+        Raises:
+            ValueError: ``stream`` is not one of the index's streams or holds no
+                row yet; ``steps`` is not an int >= 0 (TypeError for a float).
         """
+        steps = check_count("EpisodeIndex.backdate", "steps", steps, minimum=0)
+        if isinstance(stream, bool) or not isinstance(stream, (int, np.integer)) or not (
+            0 <= stream < self.num_streams and self._np["written"][stream] > 0
+        ):
+            raise ValueError(
+                f"EpisodeIndex.backdate: stream={stream!r}, expected a stream in "
+                f"[0, {self.num_streams}) that holds rows."
+            )
         episode = self._np["row_episode"][self.physical_rows(self.live_start()[stream], stream)]
         slot = self.episode_slot(np.asarray(stream), episode)
         self._np["episode_start_flat"][slot] -= steps
