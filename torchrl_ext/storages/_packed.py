@@ -489,6 +489,8 @@ def _bytes(
     lo = columns[0].lo
     if values[0].device.type == "cpu":
         out = np.empty((n, width), np.uint8)
+        if columns[-1].hi - lo < width:  # zero the padding: the last word, before the columns fill it
+            out[:, -_ALIGN:].view(np.int64)[...] = 0
         for value, c in zip(values, columns):
             if c.host_dtype is not None:
                 value = value.view(c.host_dtype)
@@ -497,7 +499,6 @@ def _bytes(
             host = value.numpy().reshape(n, c.width)
             # copied as elements of the entry's dtype, not byte by byte
             out[:, c.lo - lo : c.hi - lo].view(host.dtype)[...] = host
-        out[:, columns[-1].hi - lo :] = 0
         return out
     pad = width - (columns[-1].hi - lo)
     tensors = []
