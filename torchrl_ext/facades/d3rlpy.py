@@ -526,7 +526,8 @@ class BatchReplayBuffer:
         """
         from torchrl_ext.export import to_d3rlpy
 
-        return to_d3rlpy(self.rb, discrete=self.discrete, action_size=self.action_size)
+        return to_d3rlpy(self.rb, observation_key="observation", discrete=self.discrete,
+                         action_size=self.action_size)
 
     def __repr__(self) -> str:
         return (
