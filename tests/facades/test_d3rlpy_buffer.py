@@ -339,3 +339,16 @@ def test_observation_space_without_a_shape_is_a_clear_error():
     space = gym.spaces.Dict({"pos": BOX})  # d3rlpy 1.0 took array observations only
     with pytest.raises(TypeError, match=r"observation_space is Dict, which has no shape; expected an array space"):
         buffer(obs_space=space)
+
+
+def test_append_episode_checks_what_came_before_skipping_a_one_observation_episode():
+    # an episode of one observation (no transition) of another shape was skipped without a
+    # word, and an object that is no episode failed with an AttributeError
+    buf = buffer()
+    with pytest.raises(ValueError, match=r"append_episode: episode.observations has shape \(1, 3\), expected \(1, 2\)"):
+        buf.append_episode(Episode(np.zeros((1, 3), np.float32), np.zeros(1), np.zeros(1)))
+    with pytest.raises(TypeError, match=r"append_episode: episode is ndarray, expected an Episode \(observations, "
+                                        r"actions, rewards, terminal\); it has no observations"):
+        buf.append_episode(np.zeros((3, 2)))
+    buf.append_episode(Episode(np.zeros((1, 2), np.float32), np.zeros(1), np.zeros(1)))
+    assert len(buf) == 0
