@@ -352,3 +352,19 @@ def test_append_episode_checks_what_came_before_skipping_a_one_observation_episo
         buf.append_episode(np.zeros((3, 2)))
     buf.append_episode(Episode(np.zeros((1, 2), np.float32), np.zeros(1), np.zeros(1)))
     assert len(buf) == 0
+
+
+def test_continuous_actions_of_one_dim_may_come_flat_as_d3rlpy_took_them():
+    # d3rlpy 1.0 took (n_envs,) actions beside (n_envs, action_size): a Box((1,)) action
+    # (Pendulum) given flat was refused here with a shape error
+    buf = BatchReplayBuffer(20, None, observation_space=BOX, action_space=gym.spaces.Box(-2, 2, (1,), np.float32),
+                            n_envs=2, seed=0)
+    for t in range(3):
+        buf.append(np.zeros((2, 2)), np.array([0.5 * t, -0.5 * t]), np.zeros(2), np.zeros(2))
+    assert buf.transitions.actions.tolist() == [[0.0], [-0.0], [0.5], [-0.5]]
+    buf.append_episode(Episode(np.zeros((3, 2)), np.array([1.0, 1.5, 2.0]), np.zeros(3)))
+    assert buf.sample(4).actions.shape == (4, 1)
+    wide = BatchReplayBuffer(20, None, observation_space=BOX, action_space=gym.spaces.Box(-2, 2, (2,), np.float32),
+                             n_envs=2)
+    with pytest.raises(ValueError, match=r"append: actions has shape \(2,\), expected \(2, 2\)"):
+        wide.append(np.zeros((2, 2)), np.zeros(2), np.zeros(2), np.zeros(2))
