@@ -10,6 +10,7 @@ d3rlpy = pytest.importorskip(
 
 import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
 from torchrl.envs import GymEnv  # noqa: E402
 
 from torchrl_ext import BatchReplayBuffer, make_replay_buffer  # noqa: E402
@@ -43,7 +44,7 @@ def test_d6_mdp_dataset_episodes_and_flags():
 
 
 def test_offline_algorithm_fits_on_export():
-    dataset = to_d3rlpy(filled().rb)
+    dataset = filled().to_mdp_dataset()
     dqn = d3rlpy.algos.DQNConfig(batch_size=8).create(device="cpu:0")
     dqn.fit(dataset, n_steps=20, n_steps_per_epoch=20, show_progress=False, save_interval=10**9,
             experiment_name="export_test", with_timestamp=False,
@@ -63,10 +64,11 @@ def test_discrete_action_size_is_the_buffers_not_the_largest_action_taken():
     for t in range(6):
         buf.append(np.full((1, 3), t, np.float32), np.array([t % 2]), np.ones(1), np.array([t == 5]))
     assert buf.to_mdp_dataset().dataset_info.action_size == 4
-    assert to_d3rlpy(buf.rb).dataset_info.action_size == 2  # no space known: the largest action + 1
-    assert to_d3rlpy(buf.rb, action_size=4).dataset_info.action_size == 4
+    obs = {"observation_key": "observation"}  # the facade also stores the arrival reward once per row
+    assert to_d3rlpy(buf.rb, **obs).dataset_info.action_size == 2  # no space known: the largest action + 1
+    assert to_d3rlpy(buf.rb, action_size=4, **obs).dataset_info.action_size == 4
     with pytest.raises(ValueError, match=r"action_size=1, but the buffer holds action 1"):
-        to_d3rlpy(buf.rb, action_size=1)
+        to_d3rlpy(buf.rb, action_size=1, **obs)
 
 
 def test_d6_export_keeps_the_last_transition_of_unfinished_and_truncated_episodes():
@@ -112,3 +114,39 @@ def test_one_hot_actions_of_a_torchrl_env_export_as_action_indices():
     with pytest.raises(ValueError, match=r"to_d3rlpy: 'action' holds \[1, 1\] at a step, neither one "
                                          r"integer per step nor a one-hot vector"):
         to_d3rlpy(rb)
+
+
+def goal_buffer(observation):
+    """One 3-step terminated episode whose observation is the dict ``observation`` ([1, 3] leaves)."""
+    done = torch.tensor([[[False], [False], [True]]])
+    rb = make_replay_buffer(16, seed=0)
+    rb.extend(TensorDict({**observation, "action": torch.zeros(1, 3, 1, dtype=torch.int64),
+                          "next": {**{k: v + 1 for k, v in observation.items()}, "reward": torch.ones(1, 3, 1),
+                                   "done": done, "terminated": done.clone()}}, [1, 3]))
+    return rb
+
+
+def test_dict_observations_are_exported_whole_or_refused():
+    """A goal env's buffer (Dict observation, its entries at the root as GymVectorAdapter
+    writes them) was exported with 'observation' alone: the goals were dropped without a
+    word and a policy fitted on the export never saw them; a dict stored under
+    'observation' failed in numpy ('zero-dimensional arrays cannot be concatenated').
+    Several entries export as d3rlpy 2's tuple observations, in the order given;
+    left to choose, to_d3rlpy refuses, naming the entries."""
+    steps = torch.arange(3.0).view(1, 3, 1)
+    rb = goal_buffer({"observation": steps.expand(1, 3, 2).clone(), "desired_goal": steps + 10})
+    with pytest.raises(KeyError, match=r"to_d3rlpy: the buffer holds the observation entries "
+                                       r"'observation', 'desired_goal'; pass observation_key="):
+        to_d3rlpy(rb)
+    dataset = to_d3rlpy(rb, observation_key=["observation", "desired_goal"])
+    obs, goal = dataset.episodes[0].observations
+    assert obs[:, 0].tolist() == [0.0, 1.0, 2.0] and goal[:, 0].tolist() == [10.0, 11.0, 12.0]
+    assert to_d3rlpy(rb, observation_key="observation").episodes[0].observations.shape == (3, 2)
+    nested = goal_buffer({"observation": TensorDict({"pos": steps, "vel": steps + 5}, [1, 3])})
+    with pytest.raises(KeyError, match=r"to_d3rlpy: observation_key='observation' is a dict of entries "
+                                       r"\('observation', 'pos'\), \('observation', 'vel'\)"):
+        to_d3rlpy(nested, observation_key="observation")
+    with pytest.raises(KeyError, match=r"to_d3rlpy: observation_key='goal' is not an observation entry"):
+        to_d3rlpy(rb, observation_key="goal")
+    pos, vel = to_d3rlpy(nested, observation_key=[("observation", "pos"), ("observation", "vel")]).episodes[0].observations
+    assert vel[:, 0].tolist() == [5.0, 6.0, 7.0]

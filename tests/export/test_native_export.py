@@ -90,8 +90,28 @@ def test_save_refuses_to_overwrite_and_load_checks_format(tmp_path):
     with pytest.raises(FileExistsError, match="already holds an export; pass a new directory"):
         save_episodes(rb, tmp_path)
     (tmp_path / "meta.json").write_text('{"format": "other"}')
-    with pytest.raises(ValueError, match=r"format 'other', expected 'torchrl_ext.episodes/1'"):
+    with pytest.raises(ValueError, match=r"format 'other', expected one of 'torchrl_ext.episodes/2'"):
         load_episodes(tmp_path)
+
+
+def test_first_step_bumped_the_format_and_version_1_exports_still_load(tmp_path):
+    """first_step was added to each episode's record under the same format name:
+    a reader of format 1 failed on an export with a bare 'too many values to unpack'.
+    Exports are now format 2, which such a reader refuses by name; format 1
+    exports (four fields per episode) still load, an incomplete episode read as
+    having lost at least its first step."""
+    import json
+
+    rb = two_streams(n_frames=3)
+    save_episodes(rb, tmp_path / "new")
+    meta = json.loads((tmp_path / "new" / "meta.json").read_text())
+    assert meta["format"] == "torchrl_ext.episodes/2"
+    assert all(len(record) == 5 for record in meta["episodes"])
+    meta.update(format="torchrl_ext.episodes/1", episodes=[r[:4] for r in meta["episodes"]])
+    (tmp_path / "new" / "meta.json").write_text(json.dumps(meta))
+    old = load_episodes(tmp_path / "new")
+    assert [(e.complete, e.first_step) for e in old] == [(False, 1), (True, 0), (True, 0), (False, 1)]
+    assert len(load_buffer(tmp_path / "new", seed=0, n_frames=3)) == len(rb)
 
 
 def test_empty_buffer_exports_nothing(tmp_path):

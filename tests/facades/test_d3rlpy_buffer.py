@@ -339,3 +339,32 @@ def test_observation_space_without_a_shape_is_a_clear_error():
     space = gym.spaces.Dict({"pos": BOX})  # d3rlpy 1.0 took array observations only
     with pytest.raises(TypeError, match=r"observation_space is Dict, which has no shape; expected an array space"):
         buffer(obs_space=space)
+
+
+def test_append_episode_checks_what_came_before_skipping_a_one_observation_episode():
+    # an episode of one observation (no transition) of another shape was skipped without a
+    # word, and an object that is no episode failed with an AttributeError
+    buf = buffer()
+    with pytest.raises(ValueError, match=r"append_episode: episode.observations has shape \(1, 3\), expected \(1, 2\)"):
+        buf.append_episode(Episode(np.zeros((1, 3), np.float32), np.zeros(1), np.zeros(1)))
+    with pytest.raises(TypeError, match=r"append_episode: episode is ndarray, expected an Episode \(observations, "
+                                        r"actions, rewards, terminal\); it has no observations"):
+        buf.append_episode(np.zeros((3, 2)))
+    buf.append_episode(Episode(np.zeros((1, 2), np.float32), np.zeros(1), np.zeros(1)))
+    assert len(buf) == 0
+
+
+def test_continuous_actions_of_one_dim_may_come_flat_as_d3rlpy_took_them():
+    # d3rlpy 1.0 took (n_envs,) actions beside (n_envs, action_size): a Box((1,)) action
+    # (Pendulum) given flat was refused here with a shape error
+    buf = BatchReplayBuffer(20, None, observation_space=BOX, action_space=gym.spaces.Box(-2, 2, (1,), np.float32),
+                            n_envs=2, seed=0)
+    for t in range(3):
+        buf.append(np.zeros((2, 2)), np.array([0.5 * t, -0.5 * t]), np.zeros(2), np.zeros(2))
+    assert buf.transitions.actions.tolist() == [[0.0], [-0.0], [0.5], [-0.5]]
+    buf.append_episode(Episode(np.zeros((3, 2)), np.array([1.0, 1.5, 2.0]), np.zeros(3)))
+    assert buf.sample(4).actions.shape == (4, 1)
+    wide = BatchReplayBuffer(20, None, observation_space=BOX, action_space=gym.spaces.Box(-2, 2, (2,), np.float32),
+                             n_envs=2)
+    with pytest.raises(ValueError, match=r"append: actions has shape \(2,\), expected \(2, 2\)"):
+        wide.append(np.zeros((2, 2)), np.zeros(2), np.zeros(2), np.zeros(2))

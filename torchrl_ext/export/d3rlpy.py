@@ -1,21 +1,63 @@
 """Export to a d3rlpy 2.x ``MDPDataset`` (optional extra ``d3rlpy``)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
+import torch
 from tensordict.utils import NestedKey
 
-from torchrl_ext.core.schema import as_key
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 from torchrl_ext.export.episodes import action_indices, nonempty_episodes_of, observations_of, require
 
 __all__ = ["to_d3rlpy"]
 
 
+def _observation_entries(
+    rb: Any, observation_key: NestedKey | Sequence[NestedKey] | None, action_key: NestedKey
+) -> list[tuple[str, ...]]:
+    """The observation entries to export: ``observation_key`` (one or several), or the buffer's only one.
+
+    The buffer's observation entries are those stored once per row (at the root
+    and under ``"next"``), less the action and one-element bool flags (TorchRL
+    keeps root copies of ``done``, ``terminated``, ``is_init``...).
+
+    Raises:
+        KeyError: a key that is not an observation entry (or is a dict of
+            them), or, with ``observation_key=None``, a buffer holding several.
+    """
+    schema = getattr(rb, "storage", rb).schema
+    action = as_key(action_key)
+    held = [k for k in schema.shared if k[: len(action)] != action
+            and not (schema.leaves[k].dtype == torch.bool and schema.leaves[k].shape.numel() == 1)]
+    listed = ", ".join(key_str(k) for k in held)
+    if observation_key is None:
+        if len(held) == 1:
+            return held
+        raise EntryKeyError(
+            f"to_d3rlpy: the buffer holds the observation entries {listed}; pass observation_key= "
+            "the entry to export, or a list of entries to export them as d3rlpy tuple observations "
+            "(one array per entry, in the order given)."
+        )
+    keys = [as_key(observation_key)] if isinstance(observation_key, (str, tuple)) else [
+        as_key(k) for k in observation_key]
+    for key in keys:
+        if key in held:
+            continue
+        inner = [k for k in held if k[: len(key)] == key]
+        raise EntryKeyError(
+            f"to_d3rlpy: observation_key={key_str(key)} "
+            + (f"is a dict of entries {', '.join(map(str, inner))}: pass them as a list, "
+               "exported as d3rlpy tuple observations." if inner else
+               f"is not an observation entry of the buffer (held: {listed}).")
+        )
+    return keys
+
+
 def to_d3rlpy(
     rb: Any,
     *,
-    observation_key: NestedKey = "observation",
+    observation_key: NestedKey | Sequence[NestedKey] | None = None,
     action_key: NestedKey = "action",
     reward_key: NestedKey = ("next", "reward"),
     terminated_key: NestedKey = ("next", "terminated"),
@@ -44,7 +86,12 @@ def to_d3rlpy(
         rb: a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`.
 
     Keyword Args:
-        observation_key, action_key, reward_key, terminated_key (NestedKey): entries.
+        observation_key (NestedKey or sequence of NestedKey, optional): the
+            observation entry, or several (a goal env's ``"observation"`` and
+            ``"desired_goal"``, the leaves of a dict observation), exported as
+            d3rlpy 2's tuple observations: one array per entry, in the order
+            given. Defaults to the buffer's observation entry, when it holds one.
+        action_key, reward_key, terminated_key (NestedKey): entries.
         discrete (bool, optional): discrete actions; defaults to integer action dtypes.
             A discrete action is one integer per step, or a one-hot vector
             (TorchRL's ``OneHot`` spec), exported as its index.
@@ -59,6 +106,8 @@ def to_d3rlpy(
 
     Raises:
         ImportError: d3rlpy is not installed (the message names the extra).
+        KeyError: ``observation_key`` is not an observation entry (or is a dict
+            of them), or is None and the buffer holds several.
         ValueError: the buffer holds no transition, an action does not fit
             ``action_size``, or discrete actions are neither integers nor one-hot.
 
@@ -80,6 +129,7 @@ def to_d3rlpy(
     """
     d3rlpy = require("d3rlpy", "d3rlpy")
     episodes = nonempty_episodes_of(rb, "to_d3rlpy")
+    keys = _observation_entries(rb, observation_key, action_key)
     if discrete is None:
         discrete = not episodes[0].steps.get(action_key).is_floating_point()
     one_hot: int | None = None  # the width of one-hot actions (TorchRL's OneHot spec)
@@ -92,18 +142,21 @@ def to_d3rlpy(
         one_hot = width or one_hot
         return indices
 
-    obs, actions, rewards, terminals, timeouts = [], [], [], [], []
+    obs: list[list[np.ndarray]] = [[] for _ in keys]  # per entry, its parts
+    actions, rewards, terminals, timeouts = [], [], [], []
     for episode in episodes:
         steps = episode.steps
         L = len(episode)
-        obs.append(steps.get(observation_key).numpy())
+        for parts, key in zip(obs, keys):
+            parts.append(steps.get(key).numpy())
         actions.append(actions_of(steps.get(action_key).numpy()))
         rewards.append(steps.get(reward_key).reshape(L, 1).float().numpy())
         terminated = steps.get(terminated_key, None)
         ended_terminal = bool(terminated[-1].any()) if terminated is not None else False
         if not ended_terminal:  # the final observation's row: [1, ...] each
             final_action = steps.get(("next", *as_key(action_key)), None)
-            obs.append(observations_of(episode, observation_key)[-1:].numpy())
+            for parts, key in zip(obs, keys):
+                parts.append(observations_of(episode, key)[-1:].numpy())
             actions.append(np.zeros_like(actions[-1][-1:]) if final_action is None
                            else actions_of(final_action[-1:].numpy()))
             rewards.append(np.zeros((1, 1), np.float32))
@@ -122,10 +175,11 @@ def to_d3rlpy(
             + (f"action {held_size - 1}" if discrete else f"actions of width {held_size}")
             + "; pass the action space's size, or leave action_size=None to infer it."
         )
-    observations = np.concatenate(obs)
+    observations = [np.concatenate(parts) for parts in obs]
+    observations = [o if o.dtype == np.uint8 else o.astype(np.float32) for o in observations]
     space = d3rlpy.constants.ActionSpace.DISCRETE if discrete else d3rlpy.constants.ActionSpace.CONTINUOUS
     return d3rlpy.dataset.MDPDataset(
-        observations=observations if observations.dtype == np.uint8 else observations.astype(np.float32),
+        observations=observations if len(observations) > 1 else observations[0],
         actions=action if discrete else action.astype(np.float32),
         rewards=np.concatenate(rewards),
         terminals=np.concatenate(terminals),

@@ -13,7 +13,11 @@ from torchrl_ext.export.episodes import HeldEpisode, episodes_of
 
 __all__ = ["load_buffer", "load_episodes", "save_episodes"]
 
-_FORMAT = "torchrl_ext.episodes/1"
+_FORMAT = "torchrl_ext.episodes/2"  # what save_episodes writes
+# what load_episodes reads: 2 adds each episode's first held step (first_step)
+# to its record; 1 had four fields (read as first_step = 1 for an incomplete
+# episode, the least it lost)
+_READS = ("torchrl_ext.episodes/2", "torchrl_ext.episodes/1")
 
 
 def save_episodes(rb: Any, path: str | Path) -> None:
@@ -21,8 +25,9 @@ def save_episodes(rb: Any, path: str | Path) -> None:
 
     ``path/steps``: every held transition as a memory-mapped TensorDict (the
     stored entries, next observations included), episodes one after another;
-    ``path/meta.json``: each episode's stream, length, ``finished`` and
-    ``complete`` (see :class:`~torchrl_ext.export.HeldEpisode`), and the
+    ``path/meta.json``: the format (``torchrl_ext.episodes/2``), each
+    episode's stream, length, ``finished``, ``complete`` and ``first_step``
+    (see :class:`~torchrl_ext.export.HeldEpisode`), and the
     buffer's ``max_size`` and stream count. Read it back with
     :func:`load_episodes` or :func:`load_buffer`.
 
@@ -64,13 +69,22 @@ def _meta(path: Path) -> dict[str, Any]:
         raise ValueError(
             f"{path} holds no complete export ({error}); save_episodes writes meta.json last."
         ) from error
-    if meta.get("format") != _FORMAT:
-        raise ValueError(f"{path}: format {meta.get('format')!r}, expected {_FORMAT!r} (save_episodes).")
+    if meta.get("format") not in _READS:
+        raise ValueError(
+            f"{path}: format {meta.get('format')!r}, expected one of "
+            f"{', '.join(map(repr, _READS))} (save_episodes)."
+        )
     return meta
 
 
 def load_episodes(path: str | Path) -> list[HeldEpisode]:
     """The episodes :func:`save_episodes` wrote, memory-mapped (no copy).
+
+    Reads formats 2 and 1 (exports before ``first_step`` was recorded: an
+    incomplete episode reads as ``first_step=1``).
+
+    Raises:
+        ValueError: ``path`` holds no export, or one of another format.
 
     Examples:
         >>> import tempfile, torch
@@ -93,7 +107,7 @@ def load_episodes(path: str | Path) -> list[HeldEpisode]:
     steps = TensorDict.load_memmap(path / "steps")
     out, lo = [], 0
     for stream, length, finished, complete, *first in meta["episodes"]:
-        # exports before first_step was saved: 1, the least an incomplete episode lost
+        # format 1 had no first_step: 1, the least an incomplete episode lost
         first_step = first[0] if first else int(not complete)
         out.append(HeldEpisode(stream, steps[lo : lo + length], finished, complete, first_step))
         lo += length

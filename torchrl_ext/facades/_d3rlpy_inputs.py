@@ -122,8 +122,14 @@ class AppendInputs:
         return obs.astype(self.obs_dtype, copy=True)
 
     def actions(self, name: str, actions: Any, n: int, where: str) -> np.ndarray:
-        """``(n, *action_shape)`` actions, copied; discrete ones must be integers in ``[0, n)``."""
+        """``(n, *action_shape)`` actions, copied; discrete ones must be integers in ``[0, n)``.
+
+        Actions of one number each come as ``(n,)`` or ``(n, 1)`` (d3rlpy took
+        ``(n,)`` beside ``(n, action_size)``).
+        """
         actions = np.asarray(actions)
+        if self.action_shape == (1,) and actions.shape == (n,):
+            actions = actions.reshape(n, 1)
         if self.discrete:
             actions = self.check(name, actions.reshape(-1) if actions.ndim == 2 and
                                  actions.shape[1] == 1 else actions, (n,), where)

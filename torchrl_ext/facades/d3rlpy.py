@@ -377,19 +377,28 @@ class BatchReplayBuffer:
     def append_episode(self, episode: Any) -> None:
         """Write a whole episode (:class:`Episode` or d3rlpy 1.0's) to the episode stream.
 
+        An episode of one observation (no transition) is checked, then skipped.
+
         Raises:
             ValueError: its observation shape or action size differs from the
                 buffer's, or a discrete action is not an integer in ``[0, n)``.
-            TypeError: an array is not numeric, or its image observations are not uint8.
+            TypeError: ``episode`` lacks one of the four attributes, an array
+                is not numeric, or its image observations are not uint8.
         """
+        missing = [a for a in ("observations", "actions", "rewards", "terminal") if not hasattr(episode, a)]
+        if missing:
+            raise TypeError(
+                f"BatchReplayBuffer.append_episode: episode is {type(episode).__name__}, expected an "
+                f"Episode (observations, actions, rewards, terminal); it has no {', '.join(missing)}."
+            )
         obs = np.asarray(episode.observations)
-        T = obs.shape[0]
-        if T < 2:
-            return  # no transition (d3rlpy's Episode of one observation has size 0)
+        T = obs.shape[0] if obs.ndim else 0
         obs = self._inputs.observations("episode.observations", obs, T, "append_episode")
         act = self._inputs.actions("episode.actions", episode.actions, T, "append_episode")
         rew = self._inputs.check("episode.rewards", np.asarray(episode.rewards).reshape(-1), (T,),
                           "append_episode").astype(np.float32)
+        if T < 2:
+            return  # no transition (d3rlpy's Episode of one observation has size 0)
         L, streams, last = T - 1, self.n_envs + 1, self.n_envs
 
         def lay(x: np.ndarray) -> np.ndarray:  # [L, ...] into the last stream of [streams, L]
@@ -526,7 +535,8 @@ class BatchReplayBuffer:
         """
         from torchrl_ext.export import to_d3rlpy
 
-        return to_d3rlpy(self.rb, discrete=self.discrete, action_size=self.action_size)
+        return to_d3rlpy(self.rb, observation_key="observation", discrete=self.discrete,
+                         action_size=self.action_size)
 
     def __repr__(self) -> str:
         return (
