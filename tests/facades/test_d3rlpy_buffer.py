@@ -191,9 +191,47 @@ def test_maxlen_is_the_envs_fifo_as_in_d3rlpy():
                        np.ones(n_envs), np.zeros(n_envs, bool))
         assert len(buf) == buf.size() == 40
         assert min(all_of(buf)) == 100 - 40 // n_envs - 1  # the newest, FIFO
-    # whole episodes have a FIFO of their own (of maxlen // n_envs transitions)
-    buf.append_episode(Episode(np.zeros((6, 2), np.float32), np.zeros(6, np.int64), np.ones(6)))
-    assert len(buf) == 40 + 5
+
+
+def test_len_never_exceeds_maxlen_with_whole_episodes_and_appends_mixed():
+    # whole episodes had a FIFO of their own beside the envs': a pre-fill then
+    # appends held up to twice maxlen (len 20 of maxlen 10 with one env)
+    for n_envs in (1, 2):
+        buf = buffer(maxlen=10, n_envs=n_envs)
+        buf.append_episode(Episode(np.full((31, 2), -1.0, np.float32), np.zeros(31, np.int64), np.ones(31)))
+        assert len(buf) == 10 // n_envs
+        for t in range(30):
+            buf.append(np.full((n_envs, 2), t, np.float32), np.zeros(n_envs, np.int64),
+                       np.ones(n_envs), np.zeros(n_envs, bool))
+            assert len(buf) <= 10
+            # an episode while every env's chain runs: still bounded
+            if t == 15:
+                buf.append_episode(Episode(np.full((4, 2), -2.0, np.float32), np.zeros(4, np.int64), np.ones(4)))
+                assert len(buf) <= 10
+        assert len(buf) == 10
+        assert -1.0 not in all_of(buf)  # the pre-fill is the oldest: evicted first, FIFO
+
+
+def test_whole_episodes_go_to_an_idle_env_and_a_split_chain_keeps_every_transition():
+    buf = buffer(maxlen=100, n_envs=2)
+    # env 0 runs a chain, env 1 is idle (never appended): the episode goes to env 1's stream
+    buf.append(np.array([[0, 0], [0, 0]], np.float32), np.array([0, 0]), np.zeros(2),
+               np.zeros(2, bool), clip_episodes=np.array([False, True]))
+    buf.append_episode(Episode(np.full((3, 2), 50.0, np.float32), np.zeros(3, np.int64), np.ones(3)))
+    for t in (1, 2):
+        buf.append(np.array([[t, t], [10 + t, 10 + t]], np.float32), np.array([0, 0]), np.zeros(2),
+                   np.zeros(2, bool))
+    # now both chains run: the next episode splits one of them, whose transitions all stay
+    buf.append_episode(Episode(np.full((3, 2), 70.0, np.float32), np.zeros(3, np.int64), np.ones(3)))
+    for t in (3, 4):
+        buf.append(np.array([[t, t], [10 + t, 10 + t]], np.float32), np.array([0, 0]), np.zeros(2),
+                   np.zeros(2, bool))
+    obs = buf.transitions.observations[:, 0].tolist()
+    nxt = buf.transitions.next_observations[:, 0].tolist()
+    pairs = sorted(zip(obs, nxt))
+    assert pairs == sorted([(0, 1), (1, 2), (2, 3), (3, 4), (11, 12), (12, 13), (13, 14),
+                            (50, 50), (50, 50), (70, 70), (70, 70)])
+    assert len(buf) == 11
 
 
 def test_d6_export_marks_in_progress_episodes_unfinished():

@@ -175,9 +175,12 @@ class BatchReplayBuffer:
     observation is a true terminal state) and ``clip_episodes`` (the episode
     ends here, by termination or timeout; defaults to ``terminals``). Two
     appends of an env make a transition; a clipped env starts a new chain.
-    Env ``i`` is stream ``i`` of an episode-aware storage; whole episodes
-    (``episodes=``, :meth:`append_episode`) go to one more stream of their
-    own. Stored as TorchRL transitions: ``terminated = terminals``,
+    Env ``i`` is stream ``i`` of an episode-aware storage; a whole episode
+    (``episodes=``, :meth:`append_episode`) goes into the stream of an env
+    whose chain is not running, the one holding the fewest transitions (if
+    every env's chain is running: the stream holding the fewest, whose chain
+    is then split there; both parts are kept, and frame stacks and n-step
+    windows see an episode boundary at the split). Stored as TorchRL transitions: ``terminated = terminals``,
     ``truncated = clip and not terminal``; the arrival reward and the next
     action are observation-like entries stored once per row.
 
@@ -199,11 +202,10 @@ class BatchReplayBuffer:
     env-side: a gymnasium vector env resets once, and appending its
     ``reset()`` observation then each ``step()``'s gives no such transition.
 
-    Capacity: the envs' appends keep their last ``maxlen`` transitions (each
-    env its last ``maxlen // n_envs``, FIFO: d3rlpy's one FIFO of ``maxlen``
-    for envs appended in lockstep), so ``len() <= maxlen`` for them. Whole
-    episodes (``episodes``, :meth:`append_episode`) go to a FIFO of their own
-    of ``maxlen // n_envs`` transitions, which takes memory only once used.
+    Capacity: ``len() <= maxlen`` whatever comes. Each env's stream keeps its
+    last ``maxlen // n_envs`` transitions, FIFO (d3rlpy's one FIFO of
+    ``maxlen`` for envs appended in lockstep): whole episodes written first
+    (a pre-fill) are the first evicted by the envs' appends, as in d3rlpy.
 
     Args:
         maxlen (int): capacity in transitions.
@@ -265,7 +267,7 @@ class BatchReplayBuffer:
         self._inputs = AppendInputs(self.observation_shape, self.discrete, self.action_size, self.n_envs)
         self.image, self.obs_dtype = self._inputs.image, self._inputs.obs_dtype
         self.maxlen = int(maxlen)
-        streams = self.n_envs + 1  # the last one takes whole episodes
+        streams = self.n_envs  # whole episodes go into the envs' streams too
         per_stream = self.maxlen // self.n_envs
         if per_stream < 1:
             raise ValueError(
@@ -291,6 +293,7 @@ class BatchReplayBuffer:
         self._prev_action = np.zeros((n, *self._inputs.action_shape), self._inputs.action_dtype)
         self._prev_reward = np.zeros(n, np.float32)
         self._traj = np.arange(streams, dtype=np.int64)  # current episode id per stream
+        self._held = np.zeros(streams, np.int64)  # transitions written to each stream
         self._pending: list[tuple[np.ndarray, ...]] = []  # appends not yet written
         self._order = 0  # transitions created so far
         for episode in episodes or ():
@@ -331,26 +334,19 @@ class BatchReplayBuffer:
                 self._flush()
         self._prev_obs, self._prev_action, self._prev_reward = obs, act, rew
         self._has_prev = ~clip
-        self._traj[:n][clip] += self.n_envs + 1  # a clipped env's next step opens a new episode
+        self._traj[clip] += n  # a clipped env's next step opens a new episode
 
     def _rows(self, valid, obs, act, arrival, next_obs, next_act, next_arrival, term, clip):
-        """The ``[streams, ...]`` arrays of one step of each valid env stream."""
-        streams, n = self.n_envs + 1, valid.shape[0]
+        """The ``[n_envs, ...]`` arrays of one step of each env stream (``valid``: it makes a transition)."""
+        n = valid.shape[0]
         count = int(valid.sum())
-        order = np.zeros(streams, np.int64)
-        order[:n][valid] = np.arange(self._order, self._order + count)
+        order = np.zeros(n, np.int64)
+        order[valid] = np.arange(self._order, self._order + count)
         self._order += count
-
-        def pad(x: np.ndarray) -> np.ndarray:
-            out = np.zeros((streams, *x.shape[1:]), x.dtype)
-            out[:n] = x
-            return out
-
-        col = lambda x: pad(np.asarray(x).reshape(n, 1))  # noqa: E731
-        mask = np.zeros(streams, bool)
-        mask[:n] = valid
-        return (pad(obs), pad(act), col(arrival), pad(next_obs), pad(next_act), col(next_arrival),
-                col(term), col(clip & ~term), self._traj.copy(), order, mask)
+        self._held += valid
+        col = lambda x: np.asarray(x).reshape(n, 1)  # noqa: E731
+        return (obs, act, col(arrival), next_obs, next_act, col(next_arrival),
+                col(term), col(clip & ~term), self._traj.copy(), order, valid.copy())
 
     def _flush(self) -> None:
         """Write the held appends as one ``[streams, T]`` batch (reads call this first)."""
@@ -375,7 +371,7 @@ class BatchReplayBuffer:
         }, batch_size=batch)
 
     def append_episode(self, episode: Any) -> None:
-        """Write a whole episode (:class:`Episode` or d3rlpy 1.0's) to the episode stream.
+        """Write a whole episode (:class:`Episode` or d3rlpy 1.0's) into an env's stream (see the class docs).
 
         An episode of one observation (no transition) is checked, then skipped.
 
@@ -399,11 +395,17 @@ class BatchReplayBuffer:
                           "append_episode").astype(np.float32)
         if T < 2:
             return  # no transition (d3rlpy's Episode of one observation has size 0)
-        L, streams, last = T - 1, self.n_envs + 1, self.n_envs
+        L, n = T - 1, self.n_envs
+        # an idle env's stream if any (its chain is not running), the emptiest of them
+        stream = int(np.argmin(np.where(self._has_prev, np.iinfo(np.int64).max, self._held)))
+        if self._has_prev[stream]:  # every chain runs: split the emptiest stream's chain here
+            stream = int(np.argmin(self._held))
+            self._flush()
+            self._traj[stream] += n
 
-        def lay(x: np.ndarray) -> np.ndarray:  # [L, ...] into the last stream of [streams, L]
-            out = np.zeros((streams, L, *x.shape[1:]), x.dtype)
-            out[last] = x
+        def lay(x: np.ndarray) -> np.ndarray:  # [L, ...] into ``stream`` of [n_envs, L]
+            out = np.zeros((n, L, *x.shape[1:]), x.dtype)
+            out[stream] = x
             return out
 
         term = np.zeros((L, 1), bool)
@@ -412,11 +414,12 @@ class BatchReplayBuffer:
         trunc[-1] = not bool(episode.terminal)
         order = np.arange(self._order, self._order + L)
         self._order += L
-        traj = np.zeros((streams, L), np.int64)
-        traj[last] = self._traj[last]
-        self._traj[last] += streams
-        mask = np.zeros((streams, L), bool)
-        mask[last] = True
+        traj = np.zeros((n, L), np.int64)
+        traj[stream] = self._traj[stream]
+        self._traj[stream] += n  # the env's next step opens a new episode
+        self._held[stream] += L
+        mask = np.zeros((n, L), bool)
+        mask[stream] = True
         self._flush()
         self._rb.extend(self._transitions_td(
             lay(obs[:-1]), lay(act[:-1]), lay(rew[:-1, None]), lay(obs[1:]), lay(act[1:]),
@@ -425,7 +428,7 @@ class BatchReplayBuffer:
 
     def clip_episode(self) -> None:
         """End every env's running chain (the next append of each starts a new one)."""
-        self._traj[: self.n_envs][self._has_prev] += self.n_envs + 1
+        self._traj[self._has_prev] += self.n_envs
         self._has_prev[:] = False
 
     # ---------------------------------------------------------------- reading
