@@ -406,3 +406,12 @@ def test_continuous_actions_of_one_dim_may_come_flat_as_d3rlpy_took_them():
                              n_envs=2)
     with pytest.raises(ValueError, match=r"append: actions has shape \(2,\), expected \(2, 2\)"):
         wide.append(np.zeros((2, 2)), np.zeros(2), np.zeros(2), np.zeros(2))
+
+
+def test_sample_refuses_a_gamma_that_is_no_discount():
+    buf = buffer(maxlen=40)
+    chain(buf, [0.0, 1.0, 2.0])
+    for gamma in ("x", 1.5, -0.1, True, None):
+        with pytest.raises(ValueError, match=rf"sample: gamma={gamma!r}, expected a number in \[0, 1\]"):
+            buf.sample(2, gamma=gamma)
+    assert buf.sample(2, gamma=1).rewards.shape == (2, 1)

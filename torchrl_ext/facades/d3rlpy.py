@@ -438,8 +438,8 @@ class BatchReplayBuffer:
         """A uniform mini-batch of ``n_steps`` windows with ``n_frames`` stacks.
 
         Raises:
-            ValueError: the buffer is empty (D11), or ``n_frames`` / ``n_steps`` /
-                ``batch_size`` < 1 (D8).
+            ValueError: the buffer is empty (D11), ``n_frames`` / ``n_steps`` /
+                ``batch_size`` < 1 (D8), or ``gamma`` is not a number in ``[0, 1]``.
         """
         for name, value in (("n_frames", n_frames), ("n_steps", n_steps)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -452,6 +452,9 @@ class BatchReplayBuffer:
             )
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"BatchReplayBuffer.sample: batch_size={batch_size!r}, expected an integer >= 1.")
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) or not (
+                0.0 <= gamma <= 1.0):
+            raise ValueError(f"BatchReplayBuffer.sample: gamma={gamma!r}, expected a number in [0, 1].")
         self._frames.n_frames = int(n_frames)
         self._windows.n = int(n_steps)
         self._nstep.gamma = float(gamma)
