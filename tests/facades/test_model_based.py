@@ -609,3 +609,25 @@ def test_a_chunk_of_more_steps_than_the_ring_keeps_the_newest_in_order():
     data = buffer.get_all_buffer_data()
     assert data["Observation"][:, :, 0].tolist() == [[t, t + 100] for t in range(18, 23)]
     assert len(buffer) == 5
+
+
+def test_steps_inserted_while_batches_are_generated_never_pair_one_step_with_another():
+    # a Dyna-style loop inserts while it trains: each epoch is drawn from the
+    # steps held when it starts (rows captured at the call held other steps then)
+    buffer = MBReplayBuffer(8, "cpu", make_actor(), None, None, seed=0)
+    t = 0
+    for t in range(8):  # NEXT_STEP: episodes of 3 steps, then the reset step
+        buffer.insert_transition(step(t, done=float(t % 4 == 3), next_done=float(t % 4 == 2)))
+    batches = buffer.generate_batches(1, 2, num_epochs=3)
+    seen = []
+    for batch in batches:
+        seen.append(batch)
+        for t in range(t + 1, t + 4):
+            buffer.insert_transition(step(t, done=float(t % 4 == 3), next_done=float(t % 4 == 2)))
+        buffer.get_all_buffer_data()  # the staged steps are written
+    inputs, labels = decoded(buffer, seen)
+    assert torch.allclose(labels, torch.cat([torch.ones(len(seen) * 2, 2), inputs[:, :1]], 1), atol=1e-4)
+    for epoch in range(3):  # each epoch: every transition held when it started, once
+        starts = [i for i, b in enumerate(seen) if b["epoch"] == epoch]
+        obs = sorted(inputs[2 * starts[0]: 2 * starts[-1] + 2, 0].round().tolist())
+        assert len(obs) == len(set(obs)) == 6 and obs[-1] - obs[0] < 8

@@ -474,7 +474,7 @@ class MBReplayBuffer:
 
     def fit_scaler(self) -> None:
         """Fit ``actor.dynamics_model.standard_scaler`` on the training transitions (not the holdout)."""
-        self._dataset(1).fit_scaler()
+        self._dataset().fit_scaler()
         self._scaler_fitted = True
 
     def resplit(self, seed: int | None = None) -> None:
@@ -482,7 +482,7 @@ class MBReplayBuffer:
         if self._rb is not None:
             self._rb.sampler.resplit(seed)
 
-    def _dataset(self, batch_size: int) -> ModelEpochDataset:
+    def _dataset(self) -> ModelEpochDataset:
         self._flush()
         if not self.size:
             raise ValueError("MBReplayBuffer: the buffer is empty; insert transitions first.")
@@ -497,7 +497,7 @@ class MBReplayBuffer:
         # one dataset per storage: it keeps the normalised pairs between epochs
         if self._data is None or self._data.rb is not self._rb:
             self._data = ModelEpochDataset(self._rb, device=self.device)
-        self._data.rows, self._data.batch_size = rows, batch_size
+        self._data.rows = rows
         return self._data
 
     # ----------------------------------------------------------------- batches
@@ -513,6 +513,11 @@ class MBReplayBuffer:
         meaning); otherwise ``num_mini_batch`` is not needed. The scaler is
         fitted on the training transitions on the first call, then only by
         :meth:`before_gradients` / :meth:`fit_scaler` (M9).
+
+        As pytorchrl's, the generator is lazy: each epoch is drawn from the
+        steps held when it starts (its first batch is asked for), so steps
+        inserted while iterating join the next epoch, and an epoch is never
+        served from rows that hold other steps by then.
 
         Yields:
             dicts with ``"train_input"`` ``[b, obs_dim + act_dim]`` and
@@ -536,21 +541,30 @@ class MBReplayBuffer:
             )
         if int(num_epochs) < 1:
             raise ValueError(f"MBReplayBuffer.generate_batches: num_epochs={num_epochs}, expected >= 1.")
-        dataset = self._dataset(1)
+        dataset = self._dataset()
         if not self._scaler_fitted:
             dataset.fit_scaler()
             self._scaler_fitted = True
-        if mini_batch_size is None:
-            n = dataset.sampler.train_rows(self._rb.storage, dataset.rows).numel()
-            mini_batch_size = -(-n // int(num_mini_batch or 1))
-        dataset.batch_size = int(mini_batch_size)
-        return self._batches(dataset, int(num_epochs))
+        return self._batches(
+            None if mini_batch_size is None else int(mini_batch_size), int(num_mini_batch or 1),
+            int(num_epochs),
+        )
 
-    def _batches(self, dataset: ModelEpochDataset, num_epochs: int) -> Iterator[dict[str, Any]]:
-        holdout = {}
-        if self.holdout_fraction > 0:
-            holdout = dict(zip(("holdout_input", "holdout_label"), dataset.holdout()))
+    def _batches(
+        self, batch_size: int | None, num_mini_batch: int, num_epochs: int
+    ) -> Iterator[dict[str, Any]]:
         for epoch in range(num_epochs):
+            # the steps held now: steps inserted since the call (or during the last
+            # epoch) moved the time window, so the rows found before may hold others
+            dataset = self._dataset()
+            if batch_size is None:
+                n = dataset.sampler.train_rows(self._rb.storage, dataset.rows).numel()
+                dataset.batch_size = -(-n // num_mini_batch)
+            else:
+                dataset.batch_size = batch_size
+            holdout = {}
+            if self.holdout_fraction > 0:
+                holdout = dict(zip(("holdout_input", "holdout_label"), dataset.holdout()))
             for j, (inputs, labels) in enumerate(dataset.epoch()):
                 yield {"train_input": inputs, "train_label": labels, "batch_number": j,
                        "epoch": epoch, **holdout}
