@@ -631,3 +631,22 @@ def test_steps_inserted_while_batches_are_generated_never_pair_one_step_with_ano
         starts = [i for i, b in enumerate(seen) if b["epoch"] == epoch]
         obs = sorted(inputs[2 * starts[0]: 2 * starts[-1] + 2, 0].round().tolist())
         assert len(obs) == len(set(obs)) == 6 and obs[-1] - obs[0] < 8
+
+
+@pytest.mark.parametrize("key", ["Done", "NextDone"])
+@pytest.mark.parametrize("value", [0.5, np.nan, 2.0, -1.0])
+@pytest.mark.parametrize("when", ["first insert", "later insert", "slice"])
+def test_done_flags_other_than_0_and_1_are_refused_naming_the_key(key, value, when):
+    # a done flag of 0.5 (or NaN) was taken as done: the step silently left the
+    # training set (NEXT_STEP: "Done") or cut its episode ("NextDone")
+    buffer = filled(0 if when == "first insert" else 2)
+    bad = step(2, n=1)
+    bad[key] = np.full((1, 1), value, np.float32)
+    message = rf"'{key}' holds \[{value}\], expected 0 or 1 \(done flags: pass the env's terminated"
+    with pytest.raises(ValueError, match=message):
+        if when == "slice":
+            buffer.insert_data_slice({k: v[None] for k, v in bad.items()})
+        else:
+            buffer.insert_transition(bad)
+    buffer.insert_transition(step(2, done=1.0, next_done=1.0))  # 0 / 1 (and bool) flags are fine
+    assert len(buffer) == (1 if when == "first insert" else 3)

@@ -266,7 +266,8 @@ class MBReplayBuffer:
         Raises:
             KeyError: a required key is missing, a key is unknown, or the key set
                 differs from the first insert's.
-            ValueError / TypeError: an entry's shape / dtype differs from the first insert's.
+            ValueError / TypeError: an entry's shape / dtype differs from the first insert's;
+                ``"Done"`` / ``"NextDone"`` hold a value other than 0 or 1 (0.5, NaN).
         """
         steps = self._steps
         if not steps.staged:
