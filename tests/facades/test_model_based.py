@@ -650,3 +650,20 @@ def test_done_flags_other_than_0_and_1_are_refused_naming_the_key(key, value, wh
             buffer.insert_transition(bad)
     buffer.insert_transition(step(2, done=1.0, next_done=1.0))  # 0 / 1 (and bool) flags are fine
     assert len(buffer) == (1 if when == "first insert" else 3)
+
+
+def test_reads_of_an_empty_buffer_after_init_tensors_give_none_as_before_any_insert():
+    # pytorchrl allocates in init_tensors; reading then crashed in the storage underneath
+    # ("TransitionStorage.get: the storage is empty"), and get_data_slice(0, 0) of an
+    # empty buffer asked for "0 <= start_pos <= -1"
+    for init in (False, True):
+        buffer = MBReplayBuffer(10, "cpu", make_actor(), None, None)
+        if init:
+            buffer.init_tensors(step(0))
+        assert all(v is None for v in buffer.get_all_buffer_data().values())
+        assert all(v is None for v in buffer.get_data_slice(0, 0).values())
+        buffer.insert_data_slice(buffer.get_all_buffer_data())  # nothing to insert
+        with pytest.raises(ValueError, match=r"end_pos=1, expected 0 <= end_pos <= 0 \(the buffer holds 0 steps\)"):
+            buffer.get_data_slice(0, 1)
+        buffer.insert_transition(step(0))
+        assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [0.0]

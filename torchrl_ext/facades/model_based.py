@@ -377,13 +377,15 @@ class MBReplayBuffer:
         ``get_data_slice(a, b)`` with ``a > b`` is ``[a, size) + [0, b)`` (M12);
         ``a == b`` is empty and ``(0, size)`` is every position. Values are numpy arrays ``[T, N, ...]`` in their
         stored dtypes (dicts for dict entries), ``None`` for keys never
-        inserted, plus ``"Boundary"`` (bool ``[T, N, 1]``: not a real
-        transition, never trained on).
+        inserted (every key while the buffer holds no step), plus
+        ``"Boundary"`` (bool ``[T, N, 1]``: not a real transition, never
+        trained on).
 
         Raises:
             ValueError: a position is outside the stored steps.
         """
-        for name, pos, hi in (("start_pos", start_pos, self.size - 1), ("end_pos", end_pos, self.size)):
+        # an empty buffer has no position to start at, but (0, 0) is its empty slice
+        for name, pos, hi in (("start_pos", start_pos, max(self.size - 1, 0)), ("end_pos", end_pos, self.size)):
             if not 0 <= int(pos) <= hi:
                 raise ValueError(
                     f"MBReplayBuffer.get_data_slice: {name}={pos}, expected 0 <= {name} <= {hi} "
@@ -406,7 +408,7 @@ class MBReplayBuffer:
 
     def _copy(self, positions: torch.Tensor) -> dict[str, Any]:
         out: dict[str, Any] = {key: None for key in (*STORAGE_TENSORS, BOUNDARY)}
-        if self._rb is None:
+        if self._rb is None or not self.size:  # no step inserted (init_tensors writes none)
             return out
         self._flush()
         rows = self._rows[positions]  # [T, N]
