@@ -667,3 +667,38 @@ def test_reads_of_an_empty_buffer_after_init_tensors_give_none_as_before_any_ins
             buffer.get_data_slice(0, 1)
         buffer.insert_transition(step(0))
         assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [0.0]
+
+
+def held_out_observations(buffer):
+    """The (de-normalised) first observation feature of every held-out transition."""
+    batch = next(buffer.generate_batches(1, 1000))
+    held = batch["holdout_input"] * buffer.scaler.input_std + buffer.scaler.input_mu
+    return set(held[:, 0].round().int().tolist())
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+def test_holdout_stays_fixed_through_a_collector_round_trip_a_resize_and_a_copy(seed):
+    # pytorchrl's sync mode runs get_all_buffer_data -> reset -> insert_data_slice on one
+    # instance after every collection, and the async gradient worker resizes; each
+    # rebuilt the split, so held-out steps were later trained on
+    torch.manual_seed(0)
+    buffer = MBReplayBuffer(30, "cpu", make_actor(), None, None, holdout_fraction=0.3, seed=seed)
+    for t in range(20):
+        buffer.insert_transition(step(t))
+    held = held_out_observations(buffer)
+    assert 0 < len(held) < 20
+    for first in (20, 40):  # two collections: the second one wraps the ring
+        data = buffer.get_all_buffer_data()
+        buffer.reset()
+        buffer.insert_data_slice(data)
+        assert held_out_observations(buffer) == held
+        for t in range(first, first + 20):
+            buffer.insert_transition(step(t))
+        now = held_out_observations(buffer)
+        assert now & set(range(first)) == held & set(range(first + 20 - 30, first))
+        held = now
+    buffer.update_storage_parameter("max_size", 25)
+    assert held_out_observations(buffer) == {t for t in held if t >= 35}
+    assert held_out_observations(copy.deepcopy(buffer)) == {t for t in held if t >= 35}
+    buffer.resplit()  # a new split, asked for
+    assert held_out_observations(buffer) != {t for t in held if t >= 35}
