@@ -702,3 +702,26 @@ def test_holdout_stays_fixed_through_a_collector_round_trip_a_resize_and_a_copy(
     assert held_out_observations(copy.deepcopy(buffer)) == {t for t in held if t >= 35}
     buffer.resplit()  # a new split, asked for
     assert held_out_observations(buffer) != {t for t in held if t >= 35}
+
+
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (1,))], ids=["Discrete", "Box"])
+@pytest.mark.parametrize(("key", "value", "dtype"), [
+    ("Action", np.array([["a"]]), "<U1"),
+    ("Observation", np.array([[None, None]], dtype=object), "object"),
+    ("Observation", np.zeros((1, 2), np.complex64), "complex64"),
+    ("Reward", np.array([["x"]]), "<U1"),
+])
+def test_entries_of_non_numeric_dtypes_are_refused_at_the_first_insert_naming_the_key(space, key, value, dtype):
+    # they were staged, then failed the chunk's write (torch's "can't convert np.ndarray of
+    # type numpy.str_", numpy's ufunc loop error, a complex-to-real cast warning) with the
+    # key unnamed, and the steps already counted in size were lost
+    buffer = MBReplayBuffer(10, "cpu", make_actor(space), None, None)
+    sample = step(0, action=np.zeros((1, 1), np.int64 if space.shape == () else np.float32))
+    sample[key] = value
+    if key == "Observation":
+        sample["NextObservation"] = value
+    with pytest.raises(TypeError, match=rf"'{key}' has dtype {dtype}, expected a bool, integer or floating"):
+        buffer.insert_transition(sample)
+    assert len(buffer) == 0
+    buffer.insert_transition(step(0, action=np.zeros((1, 1), np.int64 if space.shape == () else np.float32)))
+    assert next(buffer.generate_batches(1, 4))["train_input"].shape[0] == 1

@@ -333,6 +333,12 @@ class PytorchrlSteps:
                     "the first insert."
                 )
         if specs is None:  # the first insert fixes the layout: one the model pairs can take
+            for key, value in leaves.items():
+                if value.dtype.kind not in "biuf":  # str, object, complex: no tensor, no model feature
+                    raise TypeError(
+                        f"{where}: {entry_name(key)} has dtype {value.dtype}, expected a bool, integer "
+                        "or floating dtype (entries are stored as tensors and fed to the model as floats)."
+                    )
             self._check_action_layout(leaves, where, lead)
             self._check_next_observation(leaves, where, lead)
         _check_done_flags(leaves, where)
