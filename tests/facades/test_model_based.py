@@ -725,3 +725,19 @@ def test_entries_of_non_numeric_dtypes_are_refused_at_the_first_insert_naming_th
     assert len(buffer) == 0
     buffer.insert_transition(step(0, action=np.zeros((1, 1), np.int64 if space.shape == () else np.float32)))
     assert next(buffer.generate_batches(1, 4))["train_input"].shape[0] == 1
+
+
+def test_a_seeded_buffer_resplits_the_same_way_whatever_torchs_global_rng_did():
+    splits = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        buffer = MBReplayBuffer(40, "cpu", make_actor(), None, None, holdout_fraction=0.3, seed=5)
+        for t in range(40):
+            buffer.insert_transition(step(t))
+        first = held_out_observations(buffer)
+        buffer.resplit()
+        second = held_out_observations(buffer)
+        buffer.update_storage_parameter("holdout_fraction", 0.3)  # a new split too
+        splits.append((first, second, held_out_observations(buffer)))
+    assert splits[0] == splits[1]
+    assert len({frozenset(s) for s in splits[0]}) == 3

@@ -167,7 +167,8 @@ class MBReplayBuffer:
         self.ensemble_size = ensemble_size
         self.bootstrap = bool(bootstrap)
         self.seed = seed
-        self.resplit(seed)
+        # the holdout split's seed; resplit() derives the next one from it
+        self._split_seed = int(torch.randint(2**62, ())) if seed is None else int(seed)
         self._scaler_fitted = False
         self._clear()
 
@@ -499,8 +500,16 @@ class MBReplayBuffer:
         self._scaler_fitted = True
 
     def resplit(self, seed: int | None = None) -> None:
-        """A new holdout split: its seed is ``seed``, else drawn from torch's global RNG."""
-        self._split_seed = int(torch.randint(2**62, ())) if seed is None else int(seed)
+        """A new holdout split, of split seed ``seed``.
+
+        Without ``seed``, the next split seed follows from the current one, so a
+        buffer built with ``seed=`` re-splits the same way in every run (the
+        first split seed is ``seed=``, else drawn from torch's global RNG).
+        """
+        if seed is None:
+            state = np.random.SeedSequence(self._split_seed).generate_state(1, np.uint64)[0]
+            seed = int(state >> np.uint64(2))
+        self._split_seed = int(seed)
 
     def _dataset(self) -> ModelEpochDataset:
         self._flush()
