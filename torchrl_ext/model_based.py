@@ -216,7 +216,13 @@ class ModelEpochDataset(IterableDataset):
 
         ``[0, dim]`` tensors when none is held out.
         """
-        rows = self.sampler.holdout_rows(self.rb.storage, self.rows)
+        return self.normalised_pairs(self.sampler.holdout_rows(self.rb.storage, self.rows))
+
+    def normalised_pairs(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised ``(inputs, targets)`` of the transitions at storage ``rows``, on ``device``.
+
+        E.g. a held-out set chosen outside the sampler; ``[0, dim]`` tensors for no rows.
+        """
         return self._normalise(*self._pairs(rows))
 
     def epoch(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -609,3 +609,135 @@ def test_a_chunk_of_more_steps_than_the_ring_keeps_the_newest_in_order():
     data = buffer.get_all_buffer_data()
     assert data["Observation"][:, :, 0].tolist() == [[t, t + 100] for t in range(18, 23)]
     assert len(buffer) == 5
+
+
+def test_steps_inserted_while_batches_are_generated_never_pair_one_step_with_another():
+    # a Dyna-style loop inserts while it trains: each epoch is drawn from the
+    # steps held when it starts (rows captured at the call held other steps then)
+    buffer = MBReplayBuffer(8, "cpu", make_actor(), None, None, seed=0)
+    t = 0
+    for t in range(8):  # NEXT_STEP: episodes of 3 steps, then the reset step
+        buffer.insert_transition(step(t, done=float(t % 4 == 3), next_done=float(t % 4 == 2)))
+    batches = buffer.generate_batches(1, 2, num_epochs=3)
+    seen = []
+    for batch in batches:
+        seen.append(batch)
+        for t in range(t + 1, t + 4):
+            buffer.insert_transition(step(t, done=float(t % 4 == 3), next_done=float(t % 4 == 2)))
+        buffer.get_all_buffer_data()  # the staged steps are written
+    inputs, labels = decoded(buffer, seen)
+    assert torch.allclose(labels, torch.cat([torch.ones(len(seen) * 2, 2), inputs[:, :1]], 1), atol=1e-4)
+    for epoch in range(3):  # each epoch: every transition held when it started, once
+        starts = [i for i, b in enumerate(seen) if b["epoch"] == epoch]
+        obs = sorted(inputs[2 * starts[0]: 2 * starts[-1] + 2, 0].round().tolist())
+        assert len(obs) == len(set(obs)) == 6 and obs[-1] - obs[0] < 8
+
+
+@pytest.mark.parametrize("key", ["Done", "NextDone"])
+@pytest.mark.parametrize("value", [0.5, np.nan, 2.0, -1.0])
+@pytest.mark.parametrize("when", ["first insert", "later insert", "slice"])
+def test_done_flags_other_than_0_and_1_are_refused_naming_the_key(key, value, when):
+    # a done flag of 0.5 (or NaN) was taken as done: the step silently left the
+    # training set (NEXT_STEP: "Done") or cut its episode ("NextDone")
+    buffer = filled(0 if when == "first insert" else 2)
+    bad = step(2, n=1)
+    bad[key] = np.full((1, 1), value, np.float32)
+    message = rf"'{key}' holds \[{value}\], expected 0 or 1 \(done flags: pass the env's terminated"
+    with pytest.raises(ValueError, match=message):
+        if when == "slice":
+            buffer.insert_data_slice({k: v[None] for k, v in bad.items()})
+        else:
+            buffer.insert_transition(bad)
+    buffer.insert_transition(step(2, done=1.0, next_done=1.0))  # 0 / 1 (and bool) flags are fine
+    assert len(buffer) == (1 if when == "first insert" else 3)
+
+
+def test_reads_of_an_empty_buffer_after_init_tensors_give_none_as_before_any_insert():
+    # pytorchrl allocates in init_tensors; reading then crashed in the storage underneath
+    # ("TransitionStorage.get: the storage is empty"), and get_data_slice(0, 0) of an
+    # empty buffer asked for "0 <= start_pos <= -1"
+    for init in (False, True):
+        buffer = MBReplayBuffer(10, "cpu", make_actor(), None, None)
+        if init:
+            buffer.init_tensors(step(0))
+        assert all(v is None for v in buffer.get_all_buffer_data().values())
+        assert all(v is None for v in buffer.get_data_slice(0, 0).values())
+        buffer.insert_data_slice(buffer.get_all_buffer_data())  # nothing to insert
+        with pytest.raises(ValueError, match=r"end_pos=1, expected 0 <= end_pos <= 0 \(the buffer holds 0 steps\)"):
+            buffer.get_data_slice(0, 1)
+        buffer.insert_transition(step(0))
+        assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [0.0]
+
+
+def held_out_observations(buffer):
+    """The (de-normalised) first observation feature of every held-out transition."""
+    batch = next(buffer.generate_batches(1, 1000))
+    held = batch["holdout_input"] * buffer.scaler.input_std + buffer.scaler.input_mu
+    return set(held[:, 0].round().int().tolist())
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+def test_holdout_stays_fixed_through_a_collector_round_trip_a_resize_and_a_copy(seed):
+    # pytorchrl's sync mode runs get_all_buffer_data -> reset -> insert_data_slice on one
+    # instance after every collection, and the async gradient worker resizes; each
+    # rebuilt the split, so held-out steps were later trained on
+    torch.manual_seed(0)
+    buffer = MBReplayBuffer(30, "cpu", make_actor(), None, None, holdout_fraction=0.3, seed=seed)
+    for t in range(20):
+        buffer.insert_transition(step(t))
+    held = held_out_observations(buffer)
+    assert 0 < len(held) < 20
+    for first in (20, 40):  # two collections: the second one wraps the ring
+        data = buffer.get_all_buffer_data()
+        buffer.reset()
+        buffer.insert_data_slice(data)
+        assert held_out_observations(buffer) == held
+        for t in range(first, first + 20):
+            buffer.insert_transition(step(t))
+        now = held_out_observations(buffer)
+        assert now & set(range(first)) == held & set(range(first + 20 - 30, first))
+        held = now
+    buffer.update_storage_parameter("max_size", 25)
+    assert held_out_observations(buffer) == {t for t in held if t >= 35}
+    assert held_out_observations(copy.deepcopy(buffer)) == {t for t in held if t >= 35}
+    buffer.resplit()  # a new split, asked for
+    assert held_out_observations(buffer) != {t for t in held if t >= 35}
+
+
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (1,))], ids=["Discrete", "Box"])
+@pytest.mark.parametrize(("key", "value", "dtype"), [
+    ("Action", np.array([["a"]]), "<U1"),
+    ("Observation", np.array([[None, None]], dtype=object), "object"),
+    ("Observation", np.zeros((1, 2), np.complex64), "complex64"),
+    ("Reward", np.array([["x"]]), "<U1"),
+])
+def test_entries_of_non_numeric_dtypes_are_refused_at_the_first_insert_naming_the_key(space, key, value, dtype):
+    # they were staged, then failed the chunk's write (torch's "can't convert np.ndarray of
+    # type numpy.str_", numpy's ufunc loop error, a complex-to-real cast warning) with the
+    # key unnamed, and the steps already counted in size were lost
+    buffer = MBReplayBuffer(10, "cpu", make_actor(space), None, None)
+    sample = step(0, action=np.zeros((1, 1), np.int64 if space.shape == () else np.float32))
+    sample[key] = value
+    if key == "Observation":
+        sample["NextObservation"] = value
+    with pytest.raises(TypeError, match=rf"'{key}' has dtype {dtype}, expected a bool, integer or floating"):
+        buffer.insert_transition(sample)
+    assert len(buffer) == 0
+    buffer.insert_transition(step(0, action=np.zeros((1, 1), np.int64 if space.shape == () else np.float32)))
+    assert next(buffer.generate_batches(1, 4))["train_input"].shape[0] == 1
+
+
+def test_a_seeded_buffer_resplits_the_same_way_whatever_torchs_global_rng_did():
+    splits = []
+    for global_seed in (0, 1):
+        torch.manual_seed(global_seed)
+        buffer = MBReplayBuffer(40, "cpu", make_actor(), None, None, holdout_fraction=0.3, seed=5)
+        for t in range(40):
+            buffer.insert_transition(step(t))
+        first = held_out_observations(buffer)
+        buffer.resplit()
+        second = held_out_observations(buffer)
+        buffer.update_storage_parameter("holdout_fraction", 0.3)  # a new split too
+        splits.append((first, second, held_out_observations(buffer)))
+    assert splits[0] == splits[1]
+    assert len({frozenset(s) for s in splits[0]}) == 3

@@ -88,3 +88,21 @@ def test_errors():
         scaler.transform(torch.zeros(1, 2), torch.zeros(1, 1))
     with pytest.raises(RuntimeError, match=r"inverse_transform: fit\(\) was called without targets"):
         scaler.inverse_transform(torch.zeros(1, 1))
+
+
+def test_a_fit_without_targets_drops_the_target_statistics_of_an_earlier_fit():
+    # they belonged to other data: transform / inverse_transform used them silently
+    scaler = StandardScaler()
+    scaler.fit(torch.zeros(3, 2), torch.full((3, 1), 50.0))
+    scaler.fit(torch.ones(3, 2))
+    assert scaler.target_mu is None and scaler.target_std is None
+    with pytest.raises(RuntimeError, match=r"got targets, but fit\(\) was called without targets"):
+        scaler.transform(torch.zeros(1, 2), torch.zeros(1, 1))
+
+
+def test_load_state_dict_refuses_unknown_entries_naming_them():
+    scaler = StandardScaler()
+    with pytest.raises(KeyError, match=r"StandardScaler.load_state_dict: unknown entries \['input_mean'\]; "
+                                       r"expected \['input_mu', 'input_std', 'target_mu', 'target_std'\]"):
+        scaler.load_state_dict({"input_mean": torch.zeros(1, 2)})
+    assert not hasattr(scaler, "input_mean") and not scaler.fitted

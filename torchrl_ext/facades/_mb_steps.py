@@ -40,6 +40,7 @@ STORED = {
 DONE_KEY, BOUNDARY_KEY = ("next", "done"), ("next", "boundary")
 TRAJ_KEY = ("collector", "traj_ids")  # the writer starts an episode where it changes
 _FLAGS = (STORED[DONE], STORED[DONE2], STORED[REW], BOUNDARY_KEY)  # [..., N, 1] each
+_DONE_FLAGS = (STORED[DONE], STORED[DONE2])  # 0 / 1 (or bool) only
 
 
 def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
@@ -67,6 +68,23 @@ def entry_name(key: tuple[str, ...]) -> str:
         if key[: len(prefix)] == prefix:
             return repr(name) + "".join(f"[{k!r}]" for k in key[len(prefix):])
     return repr(key)
+
+
+def _check_done(key: tuple[str, ...], value: np.ndarray, where: str) -> None:
+    """A done flag is 0 or 1: any other value (0.5, NaN) is a mistake upstream, never a done."""
+    if np.count_nonzero(value * (value - 1)):  # 0 only for 0 and 1 (NaN, inf: not 0); about 1 us
+        valid = (value == 0) | (value == 1)
+        raise ValueError(
+            f"{where}: {entry_name(key)} holds {np.unique(value[~valid]).tolist()[:8]}, expected 0 or 1 "
+            "(done flags: pass the env's terminated | truncated as bool, int or float)."
+        )
+
+
+def _check_done_flags(leaves: Mapping[tuple[str, ...], np.ndarray], where: str) -> None:
+    for key in _DONE_FLAGS:
+        value = leaves.get(key)
+        if value is not None and value.dtype != bool:
+            _check_done(key, value, where)
 
 
 class PytorchrlSteps:
@@ -174,6 +192,9 @@ class PytorchrlSteps:
                 return None
             views[i][...] = value
         stage = self._stage
+        for key in _DONE_FLAGS:
+            if key in stage and stage[key].dtype != bool:
+                _check_done(key, stage[key][:, i], where)
         if self.num_actions is not None:
             self._check_actions(stage[STORED[ACT]][:, i], where)
         if self.mode is AutoresetMode.SAME_STEP:
@@ -284,6 +305,7 @@ class PytorchrlSteps:
             and v.dtype == spec[1]
             for k, v in leaves.items() if k != BOUNDARY_KEY
         ):
+            _check_done_flags(leaves, where)
             self._check_actions(leaves[STORED[ACT]], where)
             return
         rows = ", ".join(map(str, lead + (n,)))
@@ -311,8 +333,15 @@ class PytorchrlSteps:
                     "the first insert."
                 )
         if specs is None:  # the first insert fixes the layout: one the model pairs can take
+            for key, value in leaves.items():
+                if value.dtype.kind not in "biuf":  # str, object, complex: no tensor, no model feature
+                    raise TypeError(
+                        f"{where}: {entry_name(key)} has dtype {value.dtype}, expected a bool, integer "
+                        "or floating dtype (entries are stored as tensors and fed to the model as floats)."
+                    )
             self._check_action_layout(leaves, where, lead)
             self._check_next_observation(leaves, where, lead)
+        _check_done_flags(leaves, where)
         self._check_actions(leaves[STORED[ACT]], where)
         if specs is None:
             self.specs = {k: (v.shape[nl:], v.dtype) for k, v in leaves.items() if k != BOUNDARY_KEY}

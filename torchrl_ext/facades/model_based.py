@@ -23,7 +23,7 @@ from torchrl_ext.facades._mb_steps import (
     tree_map,
 )
 from torchrl_ext.model_based import ModelEpochDataset, make_model_based_buffer
-from torchrl_ext.samplers.epoch import EpochSampler
+from torchrl_ext.samplers.epoch import EpochSampler, content_ids, holdout_mask
 from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS
 
 __all__ = ["MBReplayBuffer"]
@@ -62,9 +62,10 @@ class MBReplayBuffer:
     The sampling and storage are the library's components, reachable as
     :attr:`rb` (a :func:`~torchrl_ext.make_model_based_buffer` buffer with an
     :class:`~torchrl_ext.samplers.EpochSampler` and a
-    :class:`~torchrl_ext.transforms.ModelPairTransform`). Each env stream
-    holds ``2 * size + 2`` rows, enough for ``size`` steps however often
-    episodes end (each episode's final observation takes a row).
+    :class:`~torchrl_ext.transforms.ModelPairTransform`; the sampler's own
+    holdout is off: this facade splits by content, see ``holdout_fraction``).
+    Each env stream holds ``2 * size + 2`` rows, enough for ``size`` steps
+    however often episodes end (each episode's final observation takes a row).
 
     Args:
         size (int): capacity along the time axis (steps of all ``N`` envs).
@@ -88,13 +89,19 @@ class MBReplayBuffer:
             steps, whose next observation is a reset observation, are stored
             but never trained on (M1); ``NEXT_STEP`` (gymnasium's default)
             with ``envs=None``.
-        holdout_fraction (float): held-out share of the transitions (fixed
-            until :meth:`resplit`); batches then carry ``"holdout_input"`` /
-            ``"holdout_label"``. Defaults to ``0.0``.
+        holdout_fraction (float): held-out share of the transitions; batches
+            then carry ``"holdout_input"`` / ``"holdout_label"``. A step is
+            held out by a hash of its content (observation and action, see
+            :func:`~torchrl_ext.samplers.epoch.content_ids`) with the split
+            seed, so the split stays fixed until :meth:`resplit`, through
+            ``get_all_buffer_data`` / ``reset`` / ``insert_data_slice`` round
+            trips, resizes and copies, and equal steps fall on the same side.
+            Defaults to ``0.0``.
         ensemble_size (int, optional): ``[E, b, dim]`` batches, one
             permutation (or bootstrap resample) per member.
         bootstrap (bool): members resample with replacement.
-        seed (int, optional): seeds permutations and the holdout split.
+        seed (int, optional): seeds permutations and is the holdout split's
+            seed (without it the split seed is drawn from torch's global RNG).
 
     Examples:
         >>> import numpy as np
@@ -160,6 +167,8 @@ class MBReplayBuffer:
         self.ensemble_size = ensemble_size
         self.bootstrap = bool(bootstrap)
         self.seed = seed
+        # the holdout split's seed; resplit() derives the next one from it
+        self._split_seed = int(torch.randint(2**62, ())) if seed is None else int(seed)
         self._scaler_fitted = False
         self._clear()
 
@@ -205,6 +214,8 @@ class MBReplayBuffer:
         )
         self._rows = torch.empty(0, 0, dtype=torch.int64)  # [max_size, N] storage row of each step
         self._boundary = np.empty((0, 0), bool)  # [max_size, N] not a real transition
+        self._ids = np.empty((0, 0), np.uint64)  # [max_size, N] content id of each step (holdout split)
+        self._holdout = torch.empty(0, dtype=torch.int64)  # storage rows held out (set by _dataset)
         self._staged_from = 0  # time position of the first staged step (the rest follow it)
 
     def init_tensors(self, sample: dict[str, Any]) -> None:
@@ -225,7 +236,7 @@ class MBReplayBuffer:
             observation_keys=[k for k in steps.specs or () if k[:1] == STORED["Observation"]],
             reward_key=None if self.reward_function is not None else STORED["Reward"],
             num_actions=self.num_actions,
-            holdout_fraction=self.holdout_fraction,
+            holdout_fraction=0.0,  # the facade splits by content (survives its rebuilds)
             ensemble_size=self.ensemble_size,
             bootstrap=self.bootstrap,
             scaler=self.scaler,
@@ -238,6 +249,7 @@ class MBReplayBuffer:
         self._rb.writer.check_continuation = False
         self._rows = torch.full((self.max_size, n), -1, dtype=torch.int64)
         self._boundary = np.zeros((self.max_size, n), bool)
+        self._ids = np.zeros((self.max_size, n), np.uint64)
 
     def _flush(self) -> None:
         if self._steps.staged:
@@ -251,6 +263,13 @@ class MBReplayBuffer:
         positions = (start + np.arange(T - keep, T)) % self.max_size  # distinct: no write lost to order
         self._rows.numpy()[positions] = rows.numpy()[:, T - keep:].T
         self._boundary[positions] = leaves[BOUNDARY_KEY][:, T - keep:, 0].T
+        self._ids[positions] = self._content_ids(leaves)[:, T - keep:].T
+
+    @staticmethod
+    def _content_ids(leaves: dict[tuple[str, ...], np.ndarray]) -> np.ndarray:
+        """``[N, T]`` content ids of ``[N, T, ...]`` steps: their observation and action entries."""
+        inputs = (STORED["Observation"], STORED["Action"])
+        return content_ids([leaves[k] for k in sorted(leaves) if k[:1] in inputs], batch_dims=2)
 
     def _advance(self, steps: int) -> None:
         self.step = (self.step + steps) % self.max_size
@@ -266,7 +285,8 @@ class MBReplayBuffer:
         Raises:
             KeyError: a required key is missing, a key is unknown, or the key set
                 differs from the first insert's.
-            ValueError / TypeError: an entry's shape / dtype differs from the first insert's.
+            ValueError / TypeError: an entry's shape / dtype differs from the first insert's;
+                ``"Done"`` / ``"NextDone"`` hold a value other than 0 or 1 (0.5, NaN).
         """
         steps = self._steps
         if not steps.staged:
@@ -376,13 +396,15 @@ class MBReplayBuffer:
         ``get_data_slice(a, b)`` with ``a > b`` is ``[a, size) + [0, b)`` (M12);
         ``a == b`` is empty and ``(0, size)`` is every position. Values are numpy arrays ``[T, N, ...]`` in their
         stored dtypes (dicts for dict entries), ``None`` for keys never
-        inserted, plus ``"Boundary"`` (bool ``[T, N, 1]``: not a real
-        transition, never trained on).
+        inserted (every key while the buffer holds no step), plus
+        ``"Boundary"`` (bool ``[T, N, 1]``: not a real transition, never
+        trained on).
 
         Raises:
             ValueError: a position is outside the stored steps.
         """
-        for name, pos, hi in (("start_pos", start_pos, self.size - 1), ("end_pos", end_pos, self.size)):
+        # an empty buffer has no position to start at, but (0, 0) is its empty slice
+        for name, pos, hi in (("start_pos", start_pos, max(self.size - 1, 0)), ("end_pos", end_pos, self.size)):
             if not 0 <= int(pos) <= hi:
                 raise ValueError(
                     f"MBReplayBuffer.get_data_slice: {name}={pos}, expected 0 <= {name} <= {hi} "
@@ -405,7 +427,7 @@ class MBReplayBuffer:
 
     def _copy(self, positions: torch.Tensor) -> dict[str, Any]:
         out: dict[str, Any] = {key: None for key in (*STORAGE_TENSORS, BOUNDARY)}
-        if self._rb is None:
+        if self._rb is None or not self.size:  # no step inserted (init_tensors writes none)
             return out
         self._flush()
         rows = self._rows[positions]  # [T, N]
@@ -474,30 +496,47 @@ class MBReplayBuffer:
 
     def fit_scaler(self) -> None:
         """Fit ``actor.dynamics_model.standard_scaler`` on the training transitions (not the holdout)."""
-        self._dataset(1).fit_scaler()
+        self._dataset().fit_scaler()
         self._scaler_fitted = True
 
     def resplit(self, seed: int | None = None) -> None:
-        """Draw a new holdout split."""
-        if self._rb is not None:
-            self._rb.sampler.resplit(seed)
+        """A new holdout split, of split seed ``seed``.
 
-    def _dataset(self, batch_size: int) -> ModelEpochDataset:
+        Without ``seed``, the next split seed follows from the current one, so a
+        buffer built with ``seed=`` re-splits the same way in every run (the
+        first split seed is ``seed=``, else drawn from torch's global RNG).
+        """
+        if seed is None:
+            state = np.random.SeedSequence(self._split_seed).generate_state(1, np.uint64)[0]
+            seed = int(state >> np.uint64(2))
+        self._split_seed = int(seed)
+
+    def _dataset(self) -> ModelEpochDataset:
         self._flush()
         if not self.size:
             raise ValueError("MBReplayBuffer: the buffer is empty; insert transitions first.")
         # stream by stream, in time order: the epoch's one gather then reads rows in order
         window, boundary = self._rows[: self.size].T, self._boundary[: self.size].T
-        rows = window[torch.from_numpy(~boundary)]
+        real = ~boundary
+        rows = window[torch.from_numpy(real)]
         if not rows.numel():
             raise ValueError(
                 f"MBReplayBuffer: none of the {self.size} stored steps is a real transition "
                 "(all are reset steps or done steps without their final observation)."
             )
+        ids = self._ids[: self.size].T[real]
+        held = torch.from_numpy(
+            holdout_mask(np.zeros_like(ids), ids, self.holdout_fraction, self._split_seed)
+        )
+        if bool(held.all()):  # statistics of no rows are NaN: never hand them to the scaler
+            raise ValueError(
+                f"MBReplayBuffer: no training transition among {rows.numel()} candidates "
+                f"(holdout_fraction={self.holdout_fraction}); add data or lower the holdout."
+            )
         # one dataset per storage: it keeps the normalised pairs between epochs
         if self._data is None or self._data.rb is not self._rb:
             self._data = ModelEpochDataset(self._rb, device=self.device)
-        self._data.rows, self._data.batch_size = rows, batch_size
+        self._data.rows, self._holdout = rows[~held], rows[held]
         return self._data
 
     # ----------------------------------------------------------------- batches
@@ -513,6 +552,11 @@ class MBReplayBuffer:
         meaning); otherwise ``num_mini_batch`` is not needed. The scaler is
         fitted on the training transitions on the first call, then only by
         :meth:`before_gradients` / :meth:`fit_scaler` (M9).
+
+        As pytorchrl's, the generator is lazy: each epoch is drawn from the
+        steps held when it starts (its first batch is asked for), so steps
+        inserted while iterating join the next epoch, and an epoch is never
+        served from rows that hold other steps by then.
 
         Yields:
             dicts with ``"train_input"`` ``[b, obs_dim + act_dim]`` and
@@ -536,21 +580,31 @@ class MBReplayBuffer:
             )
         if int(num_epochs) < 1:
             raise ValueError(f"MBReplayBuffer.generate_batches: num_epochs={num_epochs}, expected >= 1.")
-        dataset = self._dataset(1)
+        dataset = self._dataset()
         if not self._scaler_fitted:
             dataset.fit_scaler()
             self._scaler_fitted = True
-        if mini_batch_size is None:
-            n = dataset.sampler.train_rows(self._rb.storage, dataset.rows).numel()
-            mini_batch_size = -(-n // int(num_mini_batch or 1))
-        dataset.batch_size = int(mini_batch_size)
-        return self._batches(dataset, int(num_epochs))
+        return self._batches(
+            None if mini_batch_size is None else int(mini_batch_size), int(num_mini_batch or 1),
+            int(num_epochs),
+        )
 
-    def _batches(self, dataset: ModelEpochDataset, num_epochs: int) -> Iterator[dict[str, Any]]:
-        holdout = {}
-        if self.holdout_fraction > 0:
-            holdout = dict(zip(("holdout_input", "holdout_label"), dataset.holdout()))
+    def _batches(
+        self, batch_size: int | None, num_mini_batch: int, num_epochs: int
+    ) -> Iterator[dict[str, Any]]:
         for epoch in range(num_epochs):
+            # the steps held now: steps inserted since the call (or during the last
+            # epoch) moved the time window, so the rows found before may hold others
+            dataset = self._dataset()
+            if batch_size is None:
+                n = dataset.sampler.train_rows(self._rb.storage, dataset.rows).numel()
+                dataset.batch_size = -(-n // num_mini_batch)
+            else:
+                dataset.batch_size = batch_size
+            holdout = {}
+            if self.holdout_fraction > 0:
+                pairs = dataset.normalised_pairs(self._holdout)
+                holdout = {"holdout_input": pairs[0], "holdout_label": pairs[1]}
             for j, (inputs, labels) in enumerate(dataset.epoch()):
                 yield {"train_input": inputs, "train_label": labels, "batch_number": j,
                        "epoch": epoch, **holdout}
@@ -583,8 +637,6 @@ class MBReplayBuffer:
                     "expected a value in [0, 1)."
                 )
             self.holdout_fraction = fraction
-            if self._rb is not None:
-                self._rb.sampler.holdout_fraction = fraction
             self.resplit()
         else:
             raise ValueError(

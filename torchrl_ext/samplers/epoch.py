@@ -12,9 +12,18 @@ from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.storages.transition import TransitionStorage
 
-__all__ = ["EpochSampler", "epoch_order", "holdout_mask"]
+__all__ = ["EpochSampler", "content_ids", "epoch_order", "holdout_mask"]
 
 _TAU_BITS = 40  # transition id = stream << 40 | tau: unique while the storage lives
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser of uint64 ``x`` (wraps around by design)."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 def holdout_mask(stream: np.ndarray, tau: np.ndarray, fraction: float, seed: int) -> np.ndarray:
@@ -36,13 +45,40 @@ def holdout_mask(stream: np.ndarray, tau: np.ndarray, fraction: float, seed: int
     if fraction <= 0.0:
         return np.zeros(np.shape(tau), dtype=bool)
     x = ((np.asarray(stream, dtype=np.uint64) << np.uint64(_TAU_BITS))
-         | np.asarray(tau, dtype=np.uint64)) + np.uint64(seed & (2**64 - 1))
-    with np.errstate(over="ignore"):  # SplitMix64 relies on wrap-around
-        x = x + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        x = x ^ (x >> np.uint64(31))
+         | np.asarray(tau, dtype=np.uint64))
+    with np.errstate(over="ignore"):
+        x = _mix64(x + np.uint64(seed & (2**64 - 1)))
     return (x >> np.uint64(11)).astype(np.float64) * 2.0**-53 < fraction
+
+
+def content_ids(entries: list[np.ndarray], batch_dims: int) -> np.ndarray:
+    """A 64-bit identity of each item's content, ``[*batch]`` uint64.
+
+    Item ``i``'s id hashes the bytes of ``entries[k][i]`` for every ``k`` in
+    order (a multiply-add of its 4-byte words, or bytes, with fixed odd
+    multipliers per entry, mixed by SplitMix64): items of equal contents and dtypes get equal
+    ids, others almost surely different ones. As the ``tau`` of
+    :func:`holdout_mask` it splits by content: a transition keeps its side of
+    the split wherever its data is copied to (another buffer, a resized one).
+    One pass over the bytes.
+
+    Examples:
+        >>> import numpy as np
+        >>> obs, action = np.array([[0.5, 1.0], [0.5, 1.0], [0.5, 2.0]]), np.array([1, 1, 1])
+        >>> ids = content_ids([obs, action], batch_dims=1)
+        >>> bool(ids[0] == ids[1]), bool(ids[0] == ids[2])
+        (True, False)
+    """
+    batch = entries[0].shape[:batch_dims]
+    h = np.zeros(batch, np.uint64)
+    for k, entry in enumerate(entries):
+        raw = np.ascontiguousarray(entry).reshape(*batch, -1).view(np.uint8)
+        words = raw.view(np.uint32) if raw.shape[-1] % 4 == 0 else raw  # [*batch, W]
+        multipliers = _mix64(np.arange(words.shape[-1], dtype=np.uint64) + np.uint64(k << 32))
+        multipliers |= np.uint64(1)  # odd: no word's bits are lost
+        # sum_w word_w * multiplier_w, wrapping mod 2**64 (einsum: twice as fast as * and sum)
+        h = _mix64(h ^ np.einsum("...w,w->...", words.astype(np.uint64), multipliers))
+    return h
 
 
 def _index(storage: TransitionStorage) -> EpisodeIndex:

@@ -10,6 +10,7 @@ __all__ = ["StandardScaler"]
 #: a feature whose standard deviation is below this is left unscaled (std := 1)
 MIN_STD = 1e-8
 _UNFITTED = "StandardScaler.{where}: not fitted yet; call fit(inputs, targets) first."
+_STATISTICS = ("input_mu", "input_std", "target_mu", "target_std")
 
 
 class StandardScaler:
@@ -59,12 +60,16 @@ class StandardScaler:
     def fit(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> None:
         """Compute the statistics from ``inputs`` ``[..., in_dim]`` and ``targets`` ``[..., out_dim]``.
 
+        Without ``targets``, target statistics of an earlier fit are dropped
+        (they described other data).
+
         Raises:
             ValueError: ``inputs`` (or ``targets``) has no rows or no feature dim.
         """
-        self.input_mu, self.input_std = self._stats("inputs", inputs)
-        if targets is not None:
-            self.target_mu, self.target_std = self._stats("targets", targets)
+        input_stats = self._stats("inputs", inputs)
+        target_stats = (None, None) if targets is None else self._stats("targets", targets)
+        self.input_mu, self.input_std = input_stats
+        self.target_mu, self.target_std = target_stats
 
     def transform(
         self, inputs: torch.Tensor, targets: torch.Tensor | None = None
@@ -123,10 +128,19 @@ class StandardScaler:
 
     def state_dict(self) -> dict[str, Any]:
         """The four statistics (``None`` where unfitted)."""
-        return {k: getattr(self, k) for k in ("input_mu", "input_std", "target_mu", "target_std")}
+        return {k: getattr(self, k) for k in _STATISTICS}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict`.
+
+        Raises:
+            KeyError: an entry is not one of the four statistics.
+        """
+        unknown = sorted(set(state_dict) - set(_STATISTICS))
+        if unknown:
+            raise KeyError(
+                f"StandardScaler.load_state_dict: unknown entries {unknown}; expected {list(_STATISTICS)}."
+            )
         for key, value in state_dict.items():
             setattr(self, key, value)
 
