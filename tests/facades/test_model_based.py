@@ -646,10 +646,33 @@ def test_done_flags_other_than_0_and_1_are_refused_naming_the_key(key, value, wh
     with pytest.raises(ValueError, match=message):
         if when == "slice":
             buffer.insert_data_slice({k: v[None] for k, v in bad.items()})
-        else:
+        elif when == "first insert":
             buffer.insert_transition(bad)
+        else:  # staged: checked when the held steps are written (here, before a read)
+            buffer.insert_transition(bad)
+            buffer.insert_transition(step(3, n=1))
+            buffer.get_all_buffer_data()
     buffer.insert_transition(step(2, done=1.0, next_done=1.0))  # 0 / 1 (and bool) flags are fine
     assert len(buffer) == (1 if when == "first insert" else 3)
+
+
+def test_a_staged_step_with_a_done_flag_not_0_or_1_is_refused_with_the_steps_after_it():
+    # staged inserts are checked when written: the steps before the bad one are
+    # stored, it and the ones after it are not, and the cursors say so
+    buffer = filled(3)
+    bad = step(3, n=1)
+    bad["NextDone"] = np.full((1, 1), 0.5, np.float32)
+    buffer.insert_transition(bad)
+    for t in (4, 5):
+        buffer.insert_transition(step(t, n=1))
+    message = (r"'NextDone' holds \[0.5\], expected 0 or 1 .* It came 3 insert\(s\) ago .*; it and the 2 "
+               r"insert\(s\) after it are not stored, the 3 before it are")
+    with pytest.raises(ValueError, match=message):
+        buffer.get_all_buffer_data()
+    assert len(buffer) == 3 and buffer.step == 3
+    assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [0.0, 1.0, 2.0]
+    buffer.insert_transition(step(3, n=1))
+    assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
 def test_reads_of_an_empty_buffer_after_init_tensors_give_none_as_before_any_insert():

@@ -70,21 +70,24 @@ def entry_name(key: tuple[str, ...]) -> str:
     return repr(key)
 
 
-def _check_done(key: tuple[str, ...], value: np.ndarray, where: str) -> None:
-    """A done flag is 0 or 1: any other value (0.5, NaN) is a mistake upstream, never a done."""
-    if np.count_nonzero(value * (value - 1)):  # 0 only for 0 and 1 (NaN, inf: not 0); about 1 us
-        valid = (value == 0) | (value == 1)
-        raise ValueError(
-            f"{where}: {entry_name(key)} holds {np.unique(value[~valid]).tolist()[:8]}, expected 0 or 1 "
-            "(done flags: pass the env's terminated | truncated as bool, int or float)."
-        )
+def done_error(key: tuple[str, ...], value: np.ndarray, where: str) -> ValueError | None:
+    """The error for a done flag holding a value other than 0 or 1 (0.5, NaN: a mistake upstream,
+    never a done); ``None`` if every value is 0 or 1."""
+    invalid = (value != 0) & (value != 1)  # NaN: invalid
+    if not invalid.any():
+        return None
+    return ValueError(
+        f"{where}: {entry_name(key)} holds {np.unique(value[invalid]).tolist()[:8]}, expected 0 or 1 "
+        "(done flags: pass the env's terminated | truncated as bool, int or float)."
+    )
 
 
 def _check_done_flags(leaves: Mapping[tuple[str, ...], np.ndarray], where: str) -> None:
     for key in _DONE_FLAGS:
         value = leaves.get(key)
-        if value is not None and value.dtype != bool:
-            _check_done(key, value, where)
+        error = None if value is None or value.dtype == bool else done_error(key, value, where)
+        if error is not None:
+            raise error
 
 
 class PytorchrlSteps:
@@ -192,9 +195,6 @@ class PytorchrlSteps:
                 return None
             views[i][...] = value
         stage = self._stage
-        for key in _DONE_FLAGS:
-            if key in stage and stage[key].dtype != bool:
-                _check_done(key, stage[key][:, i], where)
         if self.num_actions is not None:
             self._check_actions(stage[STORED[ACT]][:, i], where)
         if self.mode is AutoresetMode.SAME_STEP:
@@ -446,6 +446,26 @@ class PytorchrlSteps:
         self._derived[i] = 0
         self.staged = i + 1
         return self.staged == self.chunk
+
+    def first_bad_done(
+        self, leaves: dict[tuple[str, ...], np.ndarray], where: str
+    ) -> tuple[int, ValueError] | None:
+        """The first of the held ``[N, T]`` steps whose done flag is not 0 or 1, with its error.
+
+        Steps staged by :meth:`stage_known` are checked here, when they are
+        written, in one pass over the block: a check at each insert costs more
+        than the insert's copies. ``None`` if every flag is 0 or 1.
+        """
+        first: tuple[int, ValueError] | None = None
+        for key in _DONE_FLAGS:
+            value = leaves.get(key)
+            if value is None or value.dtype == bool:
+                continue
+            steps = np.flatnonzero(((value != 0) & (value != 1)).any(axis=(0, 2)))
+            if steps.size and (first is None or steps[0] < first[0]):
+                t = int(steps[0])
+                first = (t, done_error(key, value[:, t], where))  # type: ignore[arg-type]
+        return first
 
     def take(self) -> dict[tuple[str, ...], np.ndarray]:
         """The staged steps ``[N, T, ...]`` (views, valid until the next :meth:`stage`)."""

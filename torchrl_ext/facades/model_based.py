@@ -215,8 +215,10 @@ class MBReplayBuffer:
         self._rows = torch.empty(0, 0, dtype=torch.int64)  # [max_size, N] storage row of each step
         self._boundary = np.empty((0, 0), bool)  # [max_size, N] not a real transition
         self._ids = np.empty((0, 0), np.uint64)  # [max_size, N] content id of each step (holdout split)
+        self._ids_known = np.empty((0, 0), bool)
         self._holdout = torch.empty(0, dtype=torch.int64)  # storage rows held out (set by _dataset)
         self._staged_from = 0  # time position of the first staged step (the rest follow it)
+        self._staged_size = 0  # size before the first staged step
 
     def init_tensors(self, sample: dict[str, Any]) -> None:
         """Fix the key set, shapes, dtypes and ``N`` from ``sample`` and allocate the buffer.
@@ -250,10 +252,30 @@ class MBReplayBuffer:
         self._rows = torch.full((self.max_size, n), -1, dtype=torch.int64)
         self._boundary = np.zeros((self.max_size, n), bool)
         self._ids = np.zeros((self.max_size, n), np.uint64)
+        self._ids_known = np.zeros((self.max_size, n), bool)  # hashed since written (lazily, by _split)
 
     def _flush(self) -> None:
-        if self._steps.staged:
-            self._write(self._steps.take(), self._staged_from)
+        """Write the staged steps; those from a step whose done flag is not 0 or 1 on are refused."""
+        steps = self._steps
+        if not steps.staged:
+            return
+        leaves = steps.take()
+        bad = steps.first_bad_done(leaves, "MBReplayBuffer.insert_transition")
+        if bad is None:
+            self._write(leaves, self._staged_from)
+            return
+        t, error = bad
+        T = next(iter(leaves.values())).shape[1]
+        if t:
+            self._write({k: v[:, :t] for k, v in leaves.items()}, self._staged_from)
+        # the cursors go back to the refused step: it and the steps after it are not held
+        self.step = (self._staged_from + t) % self.max_size
+        self.size = min(self._staged_size + t, self.max_size)
+        raise ValueError(
+            f"{error.args[0]} It came {T - t} insert(s) ago (staged steps are checked when written: "
+            f"every {steps.chunk} inserts and before any read); it and the {T - t - 1} insert(s) after "
+            f"it are not stored, the {t} before it are."
+        )
 
     def _write(self, leaves: dict[tuple[str, ...], np.ndarray], start: int) -> None:
         """Write ``[N, T, ...]`` steps held at time positions ``start, start + 1, ...`` (wrapping)."""
@@ -263,13 +285,26 @@ class MBReplayBuffer:
         positions = (start + np.arange(T - keep, T)) % self.max_size  # distinct: no write lost to order
         self._rows.numpy()[positions] = rows.numpy()[:, T - keep:].T
         self._boundary[positions] = leaves[BOUNDARY_KEY][:, T - keep:, 0].T
-        self._ids[positions] = self._content_ids(leaves)[:, T - keep:].T
+        self._ids_known[positions] = False
 
-    @staticmethod
-    def _content_ids(leaves: dict[tuple[str, ...], np.ndarray]) -> np.ndarray:
-        """``[N, T]`` content ids of ``[N, T, ...]`` steps: their observation and action entries."""
-        inputs = (STORED["Observation"], STORED["Action"])
-        return content_ids([leaves[k] for k in sorted(leaves) if k[:1] in inputs], batch_dims=2)
+    def _content_ids(self, take: np.ndarray) -> np.ndarray:
+        """Content ids of the steps where ``take`` (``[N, size]``, env-major) is set.
+
+        A step's id hashes its stored observation and action entries (see
+        :func:`~torchrl_ext.samplers.epoch.content_ids`), once after it is
+        written: only a holdout split reads them, so inserts never pay for them.
+        """
+        ids, known = self._ids[: self.size].T, self._ids_known[: self.size].T  # [N, size] views
+        todo = take & ~known
+        if todo.any():
+            data = self._rb.storage.get(self._rows[: self.size].T[torch.from_numpy(todo)])
+            inputs = (STORED["Observation"], STORED["Action"])
+            leaves = {k: v for k, v in data.items(include_nested=True, leaves_only=True)
+                      if isinstance(k, tuple) and k[:1] in inputs or k in ("observation", "action")}
+            keys = sorted(leaves, key=lambda k: k if isinstance(k, tuple) else (k,))
+            ids[todo] = content_ids([leaves[k].numpy() for k in keys], batch_dims=1)
+            known[todo] = True
+        return ids[take]
 
     def _advance(self, steps: int) -> None:
         self.step = (self.step + steps) % self.max_size
@@ -286,11 +321,13 @@ class MBReplayBuffer:
             KeyError: a required key is missing, a key is unknown, or the key set
                 differs from the first insert's.
             ValueError / TypeError: an entry's shape / dtype differs from the first insert's;
-                ``"Done"`` / ``"NextDone"`` hold a value other than 0 or 1 (0.5, NaN).
+                ``"Done"`` / ``"NextDone"`` hold a value other than 0 or 1 (0.5, NaN): raised
+                when the staged steps are written (every 512 inserts, and before any read),
+                then that step and the ones after it are not stored.
         """
         steps = self._steps
         if not steps.staged:
-            self._staged_from = self.step
+            self._staged_from, self._staged_size = self.step, self.size
         full = steps.stage_known(sample, "MBReplayBuffer.insert_transition")
         if full is None:  # the first insert, or laid out unlike it: the checks that name the fault
             leaves = steps.step(sample, "MBReplayBuffer.insert_transition")
@@ -524,10 +561,13 @@ class MBReplayBuffer:
                 f"MBReplayBuffer: none of the {self.size} stored steps is a real transition "
                 "(all are reset steps or done steps without their final observation)."
             )
-        ids = self._ids[: self.size].T[real]
-        held = torch.from_numpy(
-            holdout_mask(np.zeros_like(ids), ids, self.holdout_fraction, self._split_seed)
-        )
+        if self.holdout_fraction > 0:
+            ids = self._content_ids(real)
+            held = torch.from_numpy(
+                holdout_mask(np.zeros_like(ids), ids, self.holdout_fraction, self._split_seed)
+            )
+        else:
+            held = torch.zeros(rows.shape, dtype=torch.bool)
         if bool(held.all()):  # statistics of no rows are NaN: never hand them to the scaler
             raise ValueError(
                 f"MBReplayBuffer: no training transition among {rows.numel()} candidates "
