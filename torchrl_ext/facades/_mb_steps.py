@@ -464,7 +464,9 @@ class PytorchrlSteps:
             steps = np.flatnonzero(((value != 0) & (value != 1)).any(axis=(0, 2)))
             if steps.size and (first is None or steps[0] < first[0]):
                 t = int(steps[0])
-                first = (t, done_error(key, value[:, t], where))  # type: ignore[arg-type]
+                error = done_error(key, value[:, t], where)
+                assert error is not None  # step t holds a value other than 0 or 1
+                first = (t, error)
         return first
 
     def take(self) -> dict[tuple[str, ...], np.ndarray]:
