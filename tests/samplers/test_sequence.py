@@ -359,6 +359,21 @@ def test_sequence_length_below_1_is_rejected(length):
         SequenceSampler(length)
 
 
+@pytest.mark.parametrize("length", [0, -1, 2.5, True, "3"])
+def test_sequence_length_set_between_samples_is_checked_like_the_constructor_s(length):
+    # sequence_length=0 set between samples used to fail in numpy (IndexError),
+    # and the constructor truncated 2.5 to 2
+    rb = make(SequenceSampler(2), [(4, "term")])
+    message = rf"SequenceSampler: sequence_length={re.escape(repr(length))}, expected an integer >= 1 or None"
+    with pytest.raises(ValueError, match=message):
+        SequenceSampler(length)
+    with pytest.raises(ValueError, match=message):
+        rb.sampler.sequence_length = length
+    assert rb.sampler.sequence_length == 2 and rb.sample(3).batch_size == (3, 2)
+    rb.sampler.sequence_length = None  # whole episodes
+    assert rb.sample(3).batch_size == (3, 4)
+
+
 def test_empty_buffer_and_bad_batch_size():
     rb = make(SequenceSampler(2))
     with pytest.raises(ValueError, match="no transition"):
