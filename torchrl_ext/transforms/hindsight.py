@@ -9,7 +9,7 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
 from torchrl_ext.core.schema import EntryKeyError, as_key
-from torchrl_ext.transforms.functional import call_reward_fn
+from torchrl_ext.transforms.functional import call_reward_fn, stack_frames
 
 __all__ = ["HindsightTransform"]
 
@@ -21,7 +21,8 @@ class HindsightTransform(Transform):
     storage return (``"her"``: the observation entries at each goal row and
     the ``"relabel"`` mask). For relabelled rows, ``goal = her[achieved_goal_key]``
     (the achieved goal after the goal step) is written to ``goal_key`` and
-    ``("next", goal_key)``, and the reward of every window step is
+    ``("next", goal_key)`` (in every frame, where frame stacks hold the
+    goal entries), and the reward of every window step is
     ``reward_fn(achieved goal after that step, goal, infos)``. Real rows are
     left as stored. Put it before
     :class:`~torchrl_ext.transforms.NStepTransform`, which then sums the
@@ -109,7 +110,8 @@ class HindsightTransform(Transform):
         goal = her.get(self.achieved_goal_key)[idx]  # [V, *goal]
         for key in (self.goal_key, ("next", *self.goal_key)):
             value = tensordict.get(key).clone()
-            value[idx] = goal.to(value.dtype)  # e.g. int8 achieved, int64 desired goals
+            # e.g. int8 achieved, int64 desired goals
+            value[idx] = _in_every_frame(goal, value).to(value.dtype)
             tensordict.set(key, value)
         window = tensordict.get("n_step")
         achieved = window.get(self.achieved_goal_key)[idx]  # [V, W, *goal]
@@ -151,3 +153,25 @@ class HindsightTransform(Transform):
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         return tensordict
+
+
+def _in_every_frame(goal: torch.Tensor, stored: torch.Tensor) -> torch.Tensor:
+    """``goal`` (``[V, *goal]``) laid out as the ``stored`` goal entry (``[B, ...]``).
+
+    A goal entry served in frame stacks
+    (:class:`~torchrl_ext.samplers.FrameStackSampler`) holds the goal of
+    each of ``F`` steps, stacked by :func:`stack_frames`: ``[B, F, *goal]``,
+    or ``[B, F * C, H, W]`` for a ``(C, H, W)`` goal. The relabelled goal
+    stands for the whole episode, so every frame gets it.
+
+    Examples:
+        >>> goal = torch.tensor([[1.0, 2.0]])
+        >>> _in_every_frame(goal, torch.zeros(4, 3, 2)).tolist()  # a stack of 3 frames
+        [[[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]]
+        >>> _in_every_frame(torch.ones(1, 1, 2, 2), torch.zeros(4, 3, 2, 2)).shape  # channels
+        torch.Size([1, 3, 2, 2])
+    """
+    if stored.shape[1:] == goal.shape[1:]:  # not stacked
+        return goal
+    frames = stored.shape[1] if stored.dim() == goal.dim() + 1 else stored.shape[1] // goal.shape[1]
+    return stack_frames(goal.unsqueeze(1).expand(goal.shape[0], frames, *goal.shape[1:]), 1)
