@@ -133,6 +133,23 @@ def test_overwritten_first_rows_are_not_served():
     assert dict(served)[15.0] == ((13.0, 14.0, 15.0), (14.0, 15.0, 16.0))
 
 
+def test_redrawn_stacks_keep_their_batch_position_s_role():
+    # a transition whose stack is not served is redrawn; the redraw was a batch of
+    # the redrawn positions only, so HER relabelled int(k * 4 / 5) of them: a
+    # single redraw at a relabelled position came back real, breaking the
+    # "real rows first, the last n_virtual relabelled" layout and the HER ratio
+    sampler = FrameStackSampler(3, base=HindsightSampler("future", num_goals=4))
+    rb = make_replay_buffer(8, sampler=sampler, batch_size=5, seed=0)
+    obs = torch.arange(20, dtype=torch.float32).view(1, 20, 1)
+    for t in range(20):  # steps 13 and 14 (of 12 .. 18 live) are not served
+        rb.extend(steps(obs[:, t], obs[:, t] + 1))
+    for _ in range(30):  # about 3 in 4 batches have a redraw
+        batch = rb.sample()
+        goals = batch["index"][:, 2]
+        assert bool((goals[:1] == -1).all()) and bool((goals[1:] >= 0).all()), goals
+        assert bool((batch["observation"][:, -1, 0] >= 15).all())
+
+
 def test_not_served_everywhere_is_an_error():
     rb = make_replay_buffer(4, n_frames=6, batch_size=2, seed=0)
     obs = torch.arange(10, dtype=torch.float32).view(1, 10, 1)
