@@ -153,6 +153,16 @@ def test_gamma_that_is_not_a_number_names_the_argument(gamma):
         NStepTransform(gamma)
 
 
+def test_a_reward_key_the_windows_do_not_hold_is_named():
+    # failed with "'NoneType' object has no attribute 'is_floating_point'"
+    rb = make_replay_buffer(64, sampler=NStepSampler(3), seed=0,
+                            transform=NStepTransform(0.5, reward_key=("next", "score")))
+    rb.extend(steps(torch.arange(4.0).view(1, 4, 1), torch.arange(1.0, 5.0).view(1, 4, 1)))
+    with pytest.raises(KeyError, match=r"NStepTransform: reward_key=\('next', 'score'\) is not among "
+                       r"the 'n_step' windows \(held: .*'reward'.*\); pass reward_key="):
+        rb.sample(2)
+
+
 def test_nstep_return_function_rejects_nothing_silently():
     ret, disc = nstep_return(torch.ones(2, 3, 1), torch.tensor([[True, False, False]] * 2),
                              torch.tensor([[True], [False]]), 0.9)

@@ -8,8 +8,9 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext.core.schema import EntryKeyError, as_key
+from torchrl_ext.core.schema import EntryKeyError, as_key, missing_entry
 from torchrl_ext.transforms.functional import call_reward_fn, stack_frames
+from torchrl_ext.transforms.nstep import _step_entries
 
 __all__ = ["HindsightTransform"]
 
@@ -103,11 +104,18 @@ class HindsightTransform(Transform):
                 "HindsightTransform: the batch has no 'her' goals; sample with "
                 "torchrl_ext.samplers.HindsightSampler (make_her_replay_buffer)."
             )
+        reached = her.get(self.achieved_goal_key, None)  # [B, *goal]: at the goal rows
+        for name, key, value in (("goal_key", self.goal_key, her.get(self.goal_key, None)),
+                                 ("achieved_goal_key", self.achieved_goal_key, reached)):
+            if value is None:  # "her" holds every observation entry
+                held = [k for k in her.keys(True, True) if k != "relabel"]
+                raise missing_entry("HindsightTransform", name, key, held,
+                                    "sampled observation entries")
         idx = torch.nonzero(her.get("relabel")).view(-1)
         del tensordict["her"]
         if not idx.numel():
             return tensordict
-        goal = her.get(self.achieved_goal_key)[idx]  # [V, *goal]
+        goal = reached[idx]  # [V, *goal]
         for key in (self.goal_key, ("next", *self.goal_key)):
             value = tensordict.get(key).clone()
             # e.g. int8 achieved, int64 desired goals
@@ -122,7 +130,11 @@ class HindsightTransform(Transform):
         stored = None if self.info_key is None else window.get(self.info_key[1:], None)
         if stored is not None:  # a buffer that stores no such entry passes infos=None
             infos = stored[idx].reshape(V * W)
-        rewards = window.get(self.reward_key[1:]).clone()  # [B, W, *reward]
+        rewards = window.get(self.reward_key[1:], None)  # [B, W, *reward]
+        if rewards is None:
+            raise missing_entry("HindsightTransform", "reward_key", self.reward_key,
+                                _step_entries(window), "'n_step' windows")
+        rewards = rewards.clone()
         new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos)
         rewards[idx] = new.view(V, W, *rewards.shape[2:]).to(rewards.dtype)
         window.set(self.reward_key[1:], rewards)

@@ -6,7 +6,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, missing_entry
 from torchrl_ext.transforms.functional import discount_powers, nstep_return
 
 __all__ = ["NStepTransform"]
@@ -127,7 +127,10 @@ class NStepTransform(Transform):
                 "(make_replay_buffer(terminated_key=...))."
             )
         mask = window.get("mask")
-        rewards = window.get(self.reward_key[1:])  # [B, W, *reward_shape]
+        rewards = window.get(self.reward_key[1:], None)  # [B, W, *reward_shape]
+        if rewards is None:
+            raise missing_entry("NStepTransform", "reward_key", self.reward_key,
+                                _step_entries(window), "'n_step' windows")
         powers = self._discount_powers(mask.shape[1], rewards)
         ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers)
         tensordict.set(self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))
@@ -160,3 +163,8 @@ class NStepTransform(Transform):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(gamma={self.gamma})"
+
+
+def _step_entries(window: TensorDictBase) -> list[tuple[str, ...]]:
+    """The per-step entries of ``"n_step"`` windows, as keys under ``"next"``."""
+    return [("next", *as_key(k)) for k in window.keys(True, True) if k != "mask"]
