@@ -193,6 +193,22 @@ def test_dict_observation_entries_get_a_frame_axis_and_keys_select():
     assert batch["obs", "pos"][:, -1, 0].tolist() == batch["obs", "goal"][:, 0].tolist()
 
 
+def test_keys_given_as_one_string_is_that_key():
+    # keys="obs" was read as the sequence of keys "o", "b", "s" (a str is a
+    # sequence): the sample then failed naming 'o', which nobody had passed
+    T = 4
+    obs = torch.arange(T, dtype=torch.float32).view(1, T, 1)
+    data = TensorDict({"obs": obs.clone(), "goal": obs.clone(), "action": torch.zeros(1, T, 1),
+                       "next": {"obs": obs + 1, "goal": obs + 1, "reward": torch.zeros(1, T, 1),
+                                "done": torch.zeros(1, T, 1, dtype=torch.bool)}}, [1, T])
+    sampler = FrameStackSampler(3, keys="obs")
+    assert sampler.keys == (("obs",),)
+    rb = make_replay_buffer(32, sampler=sampler, seed=0)
+    rb.extend(data)
+    batch = rb.sample(3)
+    assert batch["obs"].shape == (3, 3, 1) and batch["goal"].shape == (3, 1)
+
+
 def test_n_frames_changes_between_samples():
     rb = episode_buffer()
     assert rb.sample(3)["observation"].shape == (3, 4, 1)

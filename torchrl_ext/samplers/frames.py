@@ -216,8 +216,8 @@ class FrameStackSampler(RefiningSampler):
         n_frames (int): ``F >= 1``. An attribute: it can change between samples.
 
     Keyword Args:
-        keys (sequence of NestedKey, optional): observation entries to stack;
-            defaults to every observation entry.
+        keys (sequence of NestedKey, optional): observation entries to stack
+            (a string: that one entry); defaults to every observation entry.
         base (Sampler, optional): defaults to
             :class:`~torchrl_ext.samplers.UniformTransitionSampler`.
 
@@ -246,6 +246,8 @@ class FrameStackSampler(RefiningSampler):
     ) -> None:
         super().__init__(base if base is not None else UniformTransitionSampler())
         self.n_frames = n_frames
+        if isinstance(keys, str):  # one key, not the sequence of its characters
+            keys = [keys]
         self.keys = None if keys is None else tuple(as_key(k) for k in keys)
 
     @property
