@@ -504,3 +504,15 @@ def test_whole_episodes_match_reference(workload, single_sample, seed):
 def test_max_rounds_must_not_be_negative():
     with pytest.raises(ValueError, match=r"SequenceSampler: max_rounds=-1, expected an integer >= 0\."):
         SequenceSampler(3, max_rounds=-1)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(pad="no"), TypeError, r"SequenceSampler: pad='no' \(str\), expected True or False\."),
+    (dict(pad=None), TypeError, r"SequenceSampler: pad=None \(NoneType\), expected True or False\."),
+    (dict(max_rounds=2.5), ValueError, r"SequenceSampler: max_rounds=2.5, expected an integer >= 0\."),
+])
+def test_pad_and_max_rounds_are_checked_not_converted(kwargs, error, message):
+    # pad="no" was bool("no") == True: short episodes were padded, silently;
+    # max_rounds=2.5 was truncated to 2
+    with pytest.raises(error, match=message):
+        SequenceSampler(3, **kwargs)

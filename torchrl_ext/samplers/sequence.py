@@ -179,11 +179,19 @@ class SequenceSampler(UniformTransitionSampler):
     ) -> None:
         super().__init__(generator=generator)
         self.sequence_length = sequence_length
+        if not isinstance(pad, (bool, np.bool_)):
+            raise TypeError(
+                f"SequenceSampler: pad={pad!r} ({type(pad).__name__}), expected True or False."
+            )
         self.pad = bool(pad)
         self.mask_key = as_key(mask_key)
         self.init_key = as_key(init_key)
-        if int(max_rounds) < 0:
-            raise ValueError(f"SequenceSampler: max_rounds={max_rounds}, expected an integer >= 0.")
+        if (
+            isinstance(max_rounds, bool)
+            or not isinstance(max_rounds, (int, np.integer))
+            or max_rounds < 0
+        ):
+            raise ValueError(f"SequenceSampler: max_rounds={max_rounds!r}, expected an integer >= 0.")
         self.max_rounds = int(max_rounds)
 
     @property
