@@ -133,6 +133,23 @@ def test_overwritten_first_rows_are_not_served():
     assert dict(served)[15.0] == ((13.0, 14.0, 15.0), (14.0, 15.0, 16.0))
 
 
+def test_redrawn_stacks_keep_their_batch_position_s_role():
+    # a transition whose stack is not served is redrawn; the redraw was a batch of
+    # the redrawn positions only, so HER relabelled int(k * 4 / 5) of them: a
+    # single redraw at a relabelled position came back real, breaking the
+    # "real rows first, the last n_virtual relabelled" layout and the HER ratio
+    sampler = FrameStackSampler(3, base=HindsightSampler("future", num_goals=4))
+    rb = make_replay_buffer(8, sampler=sampler, batch_size=5, seed=0)
+    obs = torch.arange(20, dtype=torch.float32).view(1, 20, 1)
+    for t in range(20):  # steps 13 and 14 (of 12 .. 18 live) are not served
+        rb.extend(steps(obs[:, t], obs[:, t] + 1))
+    for _ in range(30):  # about 3 in 4 batches have a redraw
+        batch = rb.sample()
+        goals = batch["index"][:, 2]
+        assert bool((goals[:1] == -1).all()) and bool((goals[1:] >= 0).all()), goals
+        assert bool((batch["observation"][:, -1, 0] >= 15).all())
+
+
 def test_not_served_everywhere_is_an_error():
     rb = make_replay_buffer(4, n_frames=6, batch_size=2, seed=0)
     obs = torch.arange(10, dtype=torch.float32).view(1, 10, 1)
@@ -174,6 +191,22 @@ def test_dict_observation_entries_get_a_frame_axis_and_keys_select():
     assert batch["obs", "pos"].shape == (3, 3, 2)  # [B, F, 2]
     assert batch["obs", "goal"].shape == (3, 1)  # not stacked
     assert batch["obs", "pos"][:, -1, 0].tolist() == batch["obs", "goal"][:, 0].tolist()
+
+
+def test_keys_given_as_one_string_is_that_key():
+    # keys="obs" was read as the sequence of keys "o", "b", "s" (a str is a
+    # sequence): the sample then failed naming 'o', which nobody had passed
+    T = 4
+    obs = torch.arange(T, dtype=torch.float32).view(1, T, 1)
+    data = TensorDict({"obs": obs.clone(), "goal": obs.clone(), "action": torch.zeros(1, T, 1),
+                       "next": {"obs": obs + 1, "goal": obs + 1, "reward": torch.zeros(1, T, 1),
+                                "done": torch.zeros(1, T, 1, dtype=torch.bool)}}, [1, T])
+    sampler = FrameStackSampler(3, keys="obs")
+    assert sampler.keys == (("obs",),)
+    rb = make_replay_buffer(32, sampler=sampler, seed=0)
+    rb.extend(data)
+    batch = rb.sample(3)
+    assert batch["obs"].shape == (3, 3, 1) and batch["goal"].shape == (3, 1)
 
 
 def test_n_frames_changes_between_samples():

@@ -1,13 +1,15 @@
 """Hindsight relabelling: goal ranges per strategy, episode/stream/ring bounds, rewards."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from torchrl_ext import make_her_replay_buffer
+from torchrl_ext import make_her_replay_buffer, make_replay_buffer
 from torchrl_ext.samplers import HindsightSampler, HindsightStrategy
 from torchrl_ext.transforms import HindsightTransform
 
@@ -230,3 +232,42 @@ def test_her_nstep_and_prioritized_compose():
     draws = torch.cat([rb.sample()["observation"] for _ in range(10)])
     hits = ((draws[:, 1] == 0) & (draws[:, 2] == 3)).float().mean()
     assert float(hits) > 0.9
+
+
+@pytest.mark.parametrize("goal_shape", [(1,), (2,), (1, 2, 2)])
+def test_frame_stacked_goals_get_the_relabelled_goal_in_every_frame(goal_shape):
+    # make_her_replay_buffer(..., n_frames=F) stacks every observation entry,
+    # the goals too; relabelling wrote a [V, *goal] goal into the [V, F, *goal]
+    # (or channel-stacked [V, F * C, H, W]) entry and failed with a shape mismatch
+    T, F = 6, 3
+    rb = make_her_replay_buffer(64, lambda a, d, i: -(a != d).flatten(1).any(-1).float(),
+                                strategy="final", num_goals=1, n_frames=F, batch_size=8, seed=0)
+    td = episodes_td([[T]])
+    for key in ("achieved_goal", "desired_goal", ("next", "achieved_goal"), ("next", "desired_goal")):
+        td.set(key, td.get(key).view(1, T, *(1,) * len(goal_shape)).expand(1, T, *goal_shape).clone())
+    rb.extend(td)
+    batch = rb.sample()
+    final = torch.full(goal_shape, goal_code(0, 0, T - 1))
+    stacked = batch["desired_goal"]
+    frames = stacked.unflatten(1, (F, goal_shape[0])) if len(goal_shape) == 3 else stacked
+    assert frames.shape == (8, F, *goal_shape)
+    assert bool((frames[:4] == -5.0).all())  # real rows keep the stored goal in every frame
+    assert bool((frames[4:] == final).all())  # relabelled rows: the final goal in every frame
+    assert torch.equal(batch["next", "desired_goal"], stacked)
+    reached = batch["observation"][4:, -1, 2] == T - 1  # the last step reaches the final goal
+    assert torch.equal(batch["next", "reward"][4:, 0], torch.where(reached, 0.0, -1.0))
+
+
+@pytest.mark.parametrize("name, key", [("goal_key", "target"), ("achieved_goal_key", "target"),
+                                       ("reward_key", ("next", "score"))])
+def test_a_key_the_batch_does_not_hold_is_named(name, key):
+    # a goal_key or achieved_goal_key the data does not hold failed with
+    # "'NoneType' object has no attribute 'clone'" (or "is not subscriptable"),
+    # a reward_key with "... has no attribute 'clone'"
+    rb = make_replay_buffer(100, sampler=HindsightSampler(num_goals=4),
+                            transform=HindsightTransform(reward, **{name: key}), batch_size=5, seed=0)
+    rb.extend(episodes_td([[5]]))
+    where = "'n_step' windows" if name == "reward_key" else "sampled observation entries"
+    with pytest.raises(KeyError, match=rf"HindsightTransform: {name}={re.escape(repr(key))} is not "
+                       rf"among the {where} \(held: .*'(achieved_goal|reward)'.*\); pass {name}="):
+        rb.sample()

@@ -359,6 +359,21 @@ def test_sequence_length_below_1_is_rejected(length):
         SequenceSampler(length)
 
 
+@pytest.mark.parametrize("length", [0, -1, 2.5, True, "3"])
+def test_sequence_length_set_between_samples_is_checked_like_the_constructor_s(length):
+    # sequence_length=0 set between samples used to fail in numpy (IndexError),
+    # and the constructor truncated 2.5 to 2
+    rb = make(SequenceSampler(2), [(4, "term")])
+    message = rf"SequenceSampler: sequence_length={re.escape(repr(length))}, expected an integer >= 1 or None"
+    with pytest.raises(ValueError, match=message):
+        SequenceSampler(length)
+    with pytest.raises(ValueError, match=message):
+        rb.sampler.sequence_length = length
+    assert rb.sampler.sequence_length == 2 and rb.sample(3).batch_size == (3, 2)
+    rb.sampler.sequence_length = None  # whole episodes
+    assert rb.sample(3).batch_size == (3, 4)
+
+
 def test_empty_buffer_and_bad_batch_size():
     rb = make(SequenceSampler(2))
     with pytest.raises(ValueError, match="no transition"):
@@ -489,3 +504,15 @@ def test_whole_episodes_match_reference(workload, single_sample, seed):
 def test_max_rounds_must_not_be_negative():
     with pytest.raises(ValueError, match=r"SequenceSampler: max_rounds=-1, expected an integer >= 0\."):
         SequenceSampler(3, max_rounds=-1)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(pad="no"), TypeError, r"SequenceSampler: pad='no' \(str\), expected True or False\."),
+    (dict(pad=None), TypeError, r"SequenceSampler: pad=None \(NoneType\), expected True or False\."),
+    (dict(max_rounds=2.5), ValueError, r"SequenceSampler: max_rounds=2.5, expected an integer >= 0\."),
+])
+def test_pad_and_max_rounds_are_checked_not_converted(kwargs, error, message):
+    # pad="no" was bool("no") == True: short episodes were padded, silently;
+    # max_rounds=2.5 was truncated to 2
+    with pytest.raises(error, match=message):
+        SequenceSampler(3, **kwargs)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from conftest import run, steps, workloads
 from reference import nstep_reference
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.sample_index import SampleIndex
+from torchrl_ext.samplers import NStepSampler
 from torchrl_ext.samplers.nstep import StepWindows, window_steps
 from torchrl_ext.transforms import NStepTransform, discount_powers, nstep_return
 
@@ -117,6 +119,48 @@ def test_n_and_gamma_change_between_samples():
     batch = rb.sample(4)
     assert bool((batch["steps_to_next_obs"] == 1).all())
     assert torch.allclose(batch["discount"], torch.full((4, 1), 0.9))
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.5, True, "3"])
+def test_n_set_between_samples_is_checked_like_the_constructor_s(n):
+    # a bad n set between samples used to be taken as is: n=0 served 1-step
+    # windows silently, and the constructor truncated 2.5 to 2 and True to 1
+    rb = episode([1.0] * 6)
+    message = rf"NStepSampler: n={re.escape(repr(n))}, expected an integer >= 1"
+    with pytest.raises(ValueError, match=message):
+        NStepSampler(n)
+    with pytest.raises(ValueError, match=message):
+        rb.sampler.n = n
+    assert rb.sampler.n == 3 and int(rb.sample(16)["steps_to_next_obs"].max()) == 3
+
+
+@pytest.mark.parametrize("gamma", [-0.1, 1.5, math.nan])
+def test_gamma_set_between_samples_is_checked_like_the_constructor_s(gamma):
+    # gamma=1.5 set between samples used to give bootstrap discounts above 1
+    rb = episode([1.0] * 6, gamma=0.5)
+    message = rf"NStepTransform: gamma={gamma}, expected a value in \[0, 1\]"
+    with pytest.raises(ValueError, match=message):
+        NStepTransform(gamma)
+    with pytest.raises(ValueError, match=message):
+        rb.transform[0].gamma = gamma
+    assert rb.transform[0].gamma == 0.5 and bool((rb.sample(8)["discount"] <= 0.5).all())
+
+
+@pytest.mark.parametrize("gamma", ["0.9", None])
+def test_gamma_that_is_not_a_number_names_the_argument(gamma):
+    with pytest.raises(TypeError, match=rf"NStepTransform: gamma={re.escape(repr(gamma))} "
+                       rf"\({type(gamma).__name__}\), expected a number in \[0, 1\]"):
+        NStepTransform(gamma)
+
+
+def test_a_reward_key_the_windows_do_not_hold_is_named():
+    # failed with "'NoneType' object has no attribute 'is_floating_point'"
+    rb = make_replay_buffer(64, sampler=NStepSampler(3), seed=0,
+                            transform=NStepTransform(0.5, reward_key=("next", "score")))
+    rb.extend(steps(torch.arange(4.0).view(1, 4, 1), torch.arange(1.0, 5.0).view(1, 4, 1)))
+    with pytest.raises(KeyError, match=r"NStepTransform: reward_key=\('next', 'score'\) is not among "
+                       r"the 'n_step' windows \(held: .*'reward'.*\); pass reward_key="):
+        rb.sample(2)
 
 
 def test_nstep_return_function_rejects_nothing_silently():

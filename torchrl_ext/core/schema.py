@@ -8,14 +8,17 @@ key once (``shared``), plus the ``root_only`` and ``next_only`` entries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 from tensordict import TensorDict
 from tensordict.utils import NestedKey
 
-__all__ = ["EntryKeyError", "RowSchema", "as_key", "key_str", "put_leaf", "unchecked_tensordict"]
+__all__ = [
+    "EntryKeyError", "RowSchema", "as_key", "key_str", "missing_entry", "put_leaf",
+    "unchecked_tensordict",
+]
 
 
 class EntryKeyError(KeyError):
@@ -85,6 +88,22 @@ def key_str(key: NestedKey) -> str:
     """
     key = as_key(key)
     return repr(key[0]) if len(key) == 1 else repr(key)
+
+
+def missing_entry(
+    owner: str, name: str, key: NestedKey, held: Iterable[NestedKey], where: str
+) -> EntryKeyError:
+    """The error for ``key``, the ``name=`` argument of ``owner``, not found among ``held``.
+
+    Examples:
+        >>> print(missing_entry("T", "reward_key", ("next", "r"), [("next", "reward")], "windows"))
+        T: reward_key=('next', 'r') is not among the windows (held: ('next', 'reward')); pass reward_key= one of them.
+    """
+    entries = ", ".join(sorted(key_str(k) for k in held))
+    return EntryKeyError(
+        f"{owner}: {name}={key_str(key)} is not among the {where} (held: {entries}); "
+        f"pass {name}= one of them."
+    )
 
 
 @dataclass(frozen=True)

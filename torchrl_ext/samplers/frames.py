@@ -201,10 +201,12 @@ class FrameStackSampler(RefiningSampler):
     are mapped to rows), in episodes still being written (frames are at or
     before the transition's next observation, which is written). When the
     oldest episode of a stream lost its first rows to the ring, a transition
-    whose stack would need an overwritten frame is **not served**: it is
-    redrawn from ``base`` (at most ``n_frames - 1`` transitions per stream
-    are affected; with a prioritized base the redrawn rows' importance
-    weights are normalized within their redraw).
+    whose stack would need an overwritten frame is **not served**: its
+    position of the batch is drawn again, from another batch that ``base``
+    draws (at most ``n_frames - 1`` transitions per stream are affected;
+    each position keeps its role, e.g. real or relabelled under a
+    :class:`~torchrl_ext.samplers.HindsightSampler`; with a prioritized base
+    the redrawn rows' importance weights are normalized within their redraw).
 
     Put this sampler outermost: ``FrameStackSampler(4, base=NStepSampler(3,
     base=PrioritizedTransitionSampler()))``. Priorities of the sample's
@@ -214,8 +216,8 @@ class FrameStackSampler(RefiningSampler):
         n_frames (int): ``F >= 1``. An attribute: it can change between samples.
 
     Keyword Args:
-        keys (sequence of NestedKey, optional): observation entries to stack;
-            defaults to every observation entry.
+        keys (sequence of NestedKey, optional): observation entries to stack
+            (a string: that one entry); defaults to every observation entry.
         base (Sampler, optional): defaults to
             :class:`~torchrl_ext.samplers.UniformTransitionSampler`.
 
@@ -244,6 +246,8 @@ class FrameStackSampler(RefiningSampler):
     ) -> None:
         super().__init__(base if base is not None else UniformTransitionSampler())
         self.n_frames = n_frames
+        if isinstance(keys, str):  # one key, not the sequence of its characters
+            keys = [keys]
         self.keys = None if keys is None else tuple(as_key(k) for k in keys)
 
     @property
@@ -271,12 +275,15 @@ class FrameStackSampler(RefiningSampler):
                 plain = index.as_subclass(torch.Tensor)
                 stacks = FrameStacks(self.n_frames, self.keys, reader, (token, located))
                 return SampleIndex.wrap(plain, stacks), info
-            more, more_info = self.base.sample(storage, redo.size)
+            # a whole batch, of which the redrawn positions are kept: a position's
+            # draw can depend on where it is in the batch (HindsightSampler
+            # relabels the last rows, a prioritized draw i comes from segment i)
+            more, more_info = self.base.sample(storage, batch_size)
             positions = torch.from_numpy(redo)
-            index = splice(index, positions, more)
+            index = splice(index, positions, more[positions])
             for key, value in info.items():
                 if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == batch_size:
-                    info[key] = splice(value, positions, more_info[key])
+                    info[key] = splice(value, positions, more_info[key][positions])
         raise ValueError(
             f"FrameStackSampler: after {_MAX_ROUNDS} redraws, stacks of n_frames={self.n_frames} "
             "still reach rows the ring overwrote; the buffer holds too few transitions with "

@@ -173,10 +173,19 @@ class NStepSampler(RefiningSampler):
     """
 
     def __init__(self, n: int = 3, *, base: Sampler | None = None) -> None:
-        if int(n) < 1:
-            raise ValueError(f"NStepSampler: n={n}, expected an integer >= 1.")
         super().__init__(base if base is not None else UniformTransitionSampler())
-        self.n = int(n)
+        self.n = n
+
+    @property
+    def n(self) -> int:
+        """Maximum window length; may be set between samples (checked as in the constructor)."""
+        return self._n
+
+    @n.setter
+    def n(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"NStepSampler: n={value!r}, expected an integer >= 1.")
+        self._n = int(value)
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         rows, info = self.base.sample(storage, batch_size)

@@ -178,18 +178,37 @@ class SequenceSampler(UniformTransitionSampler):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(generator=generator)
-        if sequence_length is not None and int(sequence_length) < 1:
-            raise ValueError(
-                f"SequenceSampler: sequence_length={sequence_length}, expected an integer "
-                ">= 1 or None (whole episodes)."
+        self.sequence_length = sequence_length
+        if not isinstance(pad, (bool, np.bool_)):
+            raise TypeError(
+                f"SequenceSampler: pad={pad!r} ({type(pad).__name__}), expected True or False."
             )
-        self.sequence_length = None if sequence_length is None else int(sequence_length)
         self.pad = bool(pad)
         self.mask_key = as_key(mask_key)
         self.init_key = as_key(init_key)
-        if int(max_rounds) < 0:
-            raise ValueError(f"SequenceSampler: max_rounds={max_rounds}, expected an integer >= 0.")
+        if (
+            isinstance(max_rounds, bool)
+            or not isinstance(max_rounds, (int, np.integer))
+            or max_rounds < 0
+        ):
+            raise ValueError(f"SequenceSampler: max_rounds={max_rounds!r}, expected an integer >= 0.")
         self.max_rounds = int(max_rounds)
+
+    @property
+    def sequence_length(self) -> int | None:
+        """Steps per sequence (``None``: whole episodes); may be set between samples."""
+        return self._sequence_length
+
+    @sequence_length.setter
+    def sequence_length(self, value: int | None) -> None:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
+        ):
+            raise ValueError(
+                f"SequenceSampler: sequence_length={value!r}, expected an integer "
+                ">= 1 or None (whole episodes)."
+            )
+        self._sequence_length = None if value is None else int(value)
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[torch.Tensor, dict]:
         index = storage_index(storage)

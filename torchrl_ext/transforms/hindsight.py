@@ -8,8 +8,9 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext.core.schema import EntryKeyError, as_key
-from torchrl_ext.transforms.functional import call_reward_fn
+from torchrl_ext.core.schema import EntryKeyError, as_key, missing_entry
+from torchrl_ext.transforms.functional import call_reward_fn, stack_frames
+from torchrl_ext.transforms.nstep import _step_entries
 
 __all__ = ["HindsightTransform"]
 
@@ -21,7 +22,8 @@ class HindsightTransform(Transform):
     storage return (``"her"``: the observation entries at each goal row and
     the ``"relabel"`` mask). For relabelled rows, ``goal = her[achieved_goal_key]``
     (the achieved goal after the goal step) is written to ``goal_key`` and
-    ``("next", goal_key)``, and the reward of every window step is
+    ``("next", goal_key)`` (in every frame, where frame stacks hold the
+    goal entries), and the reward of every window step is
     ``reward_fn(achieved goal after that step, goal, infos)``. Real rows are
     left as stored. Put it before
     :class:`~torchrl_ext.transforms.NStepTransform`, which then sums the
@@ -102,14 +104,22 @@ class HindsightTransform(Transform):
                 "HindsightTransform: the batch has no 'her' goals; sample with "
                 "torchrl_ext.samplers.HindsightSampler (make_her_replay_buffer)."
             )
+        reached = her.get(self.achieved_goal_key, None)  # [B, *goal]: at the goal rows
+        for name, key, value in (("goal_key", self.goal_key, her.get(self.goal_key, None)),
+                                 ("achieved_goal_key", self.achieved_goal_key, reached)):
+            if value is None:  # "her" holds every observation entry
+                held = [k for k in her.keys(True, True) if k != "relabel"]
+                raise missing_entry("HindsightTransform", name, key, held,
+                                    "sampled observation entries")
         idx = torch.nonzero(her.get("relabel")).view(-1)
         del tensordict["her"]
         if not idx.numel():
             return tensordict
-        goal = her.get(self.achieved_goal_key)[idx]  # [V, *goal]
+        goal = reached[idx]  # [V, *goal]
         for key in (self.goal_key, ("next", *self.goal_key)):
             value = tensordict.get(key).clone()
-            value[idx] = goal.to(value.dtype)  # e.g. int8 achieved, int64 desired goals
+            # e.g. int8 achieved, int64 desired goals
+            value[idx] = _in_every_frame(goal, value).to(value.dtype)
             tensordict.set(key, value)
         window = tensordict.get("n_step")
         achieved = window.get(self.achieved_goal_key)[idx]  # [V, W, *goal]
@@ -120,7 +130,11 @@ class HindsightTransform(Transform):
         stored = None if self.info_key is None else window.get(self.info_key[1:], None)
         if stored is not None:  # a buffer that stores no such entry passes infos=None
             infos = stored[idx].reshape(V * W)
-        rewards = window.get(self.reward_key[1:]).clone()  # [B, W, *reward]
+        rewards = window.get(self.reward_key[1:], None)  # [B, W, *reward]
+        if rewards is None:
+            raise missing_entry("HindsightTransform", "reward_key", self.reward_key,
+                                _step_entries(window), "'n_step' windows")
+        rewards = rewards.clone()
         new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos)
         rewards[idx] = new.view(V, W, *rewards.shape[2:]).to(rewards.dtype)
         window.set(self.reward_key[1:], rewards)
@@ -151,3 +165,25 @@ class HindsightTransform(Transform):
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         return tensordict
+
+
+def _in_every_frame(goal: torch.Tensor, stored: torch.Tensor) -> torch.Tensor:
+    """``goal`` (``[V, *goal]``) laid out as the ``stored`` goal entry (``[B, ...]``).
+
+    A goal entry served in frame stacks
+    (:class:`~torchrl_ext.samplers.FrameStackSampler`) holds the goal of
+    each of ``F`` steps, stacked by :func:`stack_frames`: ``[B, F, *goal]``,
+    or ``[B, F * C, H, W]`` for a ``(C, H, W)`` goal. The relabelled goal
+    stands for the whole episode, so every frame gets it.
+
+    Examples:
+        >>> goal = torch.tensor([[1.0, 2.0]])
+        >>> _in_every_frame(goal, torch.zeros(4, 3, 2)).tolist()  # a stack of 3 frames
+        [[[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]]
+        >>> _in_every_frame(torch.ones(1, 1, 2, 2), torch.zeros(4, 3, 2, 2)).shape  # channels
+        torch.Size([1, 3, 2, 2])
+    """
+    if stored.shape[1:] == goal.shape[1:]:  # not stacked
+        return goal
+    frames = stored.shape[1] if stored.dim() == goal.dim() + 1 else stored.shape[1] // goal.shape[1]
+    return stack_frames(goal.unsqueeze(1).expand(goal.shape[0], frames, *goal.shape[1:]), 1)

@@ -6,7 +6,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, missing_entry
 from torchrl_ext.transforms.functional import discount_powers, nstep_return
 
 __all__ = ["NStepTransform"]
@@ -73,9 +73,7 @@ class NStepTransform(Transform):
         discount_key: NestedKey | None = "discount",
     ) -> None:
         super().__init__()
-        if not 0.0 <= float(gamma) <= 1.0:
-            raise ValueError(f"NStepTransform: gamma={gamma}, expected a value in [0, 1].")
-        self.gamma = float(gamma)
+        self.gamma = gamma
         for name, key in (("reward_key", reward_key), ("terminated_key", terminated_key)):
             if as_key(key)[0] != "next" or len(as_key(key)) < 2:
                 raise ValueError(
@@ -88,6 +86,26 @@ class NStepTransform(Transform):
         # discount_powers of the last batch's gamma, dtype and device (rebuilt when one changes)
         self._powers: torch.Tensor | None = None
         self._powers_gamma = self.gamma
+
+    @property
+    def gamma(self) -> float:
+        """The discount factor; may be set between samples (checked as in the constructor)."""
+        return self._gamma
+
+    @gamma.setter
+    def gamma(self, value: float) -> None:
+        try:  # a number, or a one-element tensor or array; not a flag or a string
+            gamma = None if isinstance(value, (bool, str, bytes)) else float(value)
+        except (TypeError, ValueError):
+            gamma = None
+        if gamma is None:
+            raise TypeError(
+                f"NStepTransform: gamma={value!r} ({type(value).__name__}), expected a "
+                "number in [0, 1]."
+            )
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"NStepTransform: gamma={value}, expected a value in [0, 1].")
+        self._gamma = gamma
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         window = tensordict.pop("n_step", None)  # the windows are dropped from the batch
@@ -109,7 +127,10 @@ class NStepTransform(Transform):
                 "(make_replay_buffer(terminated_key=...))."
             )
         mask = window.get("mask")
-        rewards = window.get(self.reward_key[1:])  # [B, W, *reward_shape]
+        rewards = window.get(self.reward_key[1:], None)  # [B, W, *reward_shape]
+        if rewards is None:
+            raise missing_entry("NStepTransform", "reward_key", self.reward_key,
+                                _step_entries(window), "'n_step' windows")
         powers = self._discount_powers(mask.shape[1], rewards)
         ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers)
         tensordict.set(self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))
@@ -142,3 +163,8 @@ class NStepTransform(Transform):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(gamma={self.gamma})"
+
+
+def _step_entries(window: TensorDictBase) -> list[tuple[str, ...]]:
+    """The per-step entries of ``"n_step"`` windows, as keys under ``"next"``."""
+    return [("next", *as_key(k)) for k in window.keys(True, True) if k != "mask"]
