@@ -250,6 +250,13 @@ def test_b10_pinning_is_off_by_default_and_refused_without_cuda():
             dataset.get_loader(2, 1, pin_memory=True)
 
 
+def test_pad_that_is_not_a_bool_is_refused_when_the_loader_is_built():
+    # the sequence sampler refused pad=1 only when sequences were drawn: the
+    # facade was built fine and its first batch failed
+    with pytest.raises(TypeError, match=r"get_loader: pad=1 \(int\), expected True or False"):
+        EpisodeReplayBuffer(RingBufferDataset(20), batch_size=2, sequence_length=2, pad=1)
+
+
 # ---------------------------------------------------------- B11: extend
 @pytest.mark.parametrize("large", ["ring", "files"])
 def test_b11_extend_with_variable_lengths_any_kind_and_the_new_episode_kept(tmp_path, large):

@@ -5,6 +5,7 @@ import dataclasses
 import functools
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torch.utils.data import DataLoader, IterableDataset
@@ -380,6 +381,7 @@ class EpisodeDataset(IterableDataset):
             ValueError: a size is not positive, ``chunk_size`` does not divide
                 ``batch_size``, or ``pin_memory`` without CUDA. When iterated:
                 padded sequences of a dataset with a field named ``mask_key``.
+            TypeError: ``pad`` is not a bool.
         """
         if int(batch_size) < 1:
             raise ValueError(f"get_loader: batch_size={batch_size}, expected >= 1.")
@@ -396,6 +398,8 @@ class EpisodeDataset(IterableDataset):
             )
         if pin_memory and not torch.cuda.is_available():
             raise ValueError("get_loader: pin_memory=True needs CUDA, which is not available.")
+        if not isinstance(pad, (bool, np.bool_)):  # the sampler refuses it too, but only when sequences are drawn
+            raise TypeError(f"get_loader: pad={pad!r} ({type(pad).__name__}), expected True or False.")
         return worker_loader(
             SequenceStream(self, chunk_size, sequence_length, pad=pad, seed=seed, mask_key=mask_key),
             batch_size=batch_size // chunk_size,
