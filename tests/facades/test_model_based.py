@@ -437,12 +437,17 @@ def test_errors():
         buffer.update_storage_parameter("max_size", -1)
     with pytest.raises(ValueError, match=r"validation_percentage=1.5, expected a value in \[0, 1\)"):
         buffer.update_storage_parameter("validation_percentage", 1.5)
-    with pytest.raises(ValueError, match=r"mini_batch_size=0, expected >= 1"):
+    with pytest.raises(ValueError, match=r"mini_batch_size=0, expected an int >= 1"):
         buffer.generate_batches(1, 0)
-    with pytest.raises(ValueError, match=r"num_epochs=0, expected >= 1"):
+    with pytest.raises(ValueError, match=r"num_epochs=0, expected an int >= 1"):
         buffer.generate_batches(1, 4, num_epochs=0)
-    with pytest.raises(ValueError, match=r"num_mini_batch=None, expected >= 1 when mini_batch_size is None"):
+    with pytest.raises(ValueError, match=r"num_mini_batch=None, expected an int >= 1 when mini_batch_size is None"):
         buffer.generate_batches(None, None)
+    # counts were truncated (2.5 -> 2) or converted ("3" -> 3) without a word
+    with pytest.raises(TypeError, match=r"generate_batches: mini_batch_size=2.5 \(float\), expected an int >= 1"):
+        buffer.generate_batches(1, 2.5)
+    with pytest.raises(TypeError, match=r"generate_batches: num_epochs='3' \(str\), expected an int >= 1"):
+        buffer.generate_batches(1, 4, num_epochs="3")
     with pytest.raises(TypeError, match=r"expected a dict of transition entries, got list"):
         buffer.insert_transition([1, 2])
 

@@ -19,7 +19,10 @@ from torchrl_ext.envs.modes import (
     FINAL_INFO_KEYS,
     FINAL_OBS_KEYS,
     AutoresetMode,
+    check_mode,
     final_entry,
+    final_observation,
+    legacy_infos,
 )
 
 __all__ = ["FINAL_INFO_KEYS", "FINAL_OBS_KEYS", "AutoresetMode", "GymVectorAdapter", "ResolvedSteps", "final_entry"]
@@ -398,7 +401,7 @@ class GymVectorAdapter:
             >>> adapter.legacy_truncation([{}, {"TimeLimit.truncated": True}], np.array([True, True]))
             array([False,  True])
         """
-        infos = self._infos(infos)
+        infos = legacy_infos(infos, self.num_envs)
         if not np.count_nonzero(done):
             return np.zeros(self.num_envs, dtype=bool)
         return done & np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
@@ -439,13 +442,13 @@ class GymVectorAdapter:
             >>> adapter.finish_step(step, infos, np.array([True]), owned=False)["next", "observation"].tolist()
             [[1.0]]
         """
-        self._check_mode(infos, done)
+        check_mode(self.autoreset_mode, infos, done)
         if self.autoreset_mode not in (AutoresetMode.SAME_STEP, AutoresetMode.LEGACY):
             return step
         if not owned:
             step = {k: v.copy() if k[0] == "next" else v for k, v in step.items()}
         for i in np.flatnonzero(done).tolist():
-            final = flat("final observation", self._final_obs(infos, i), ("next",), self.observation_key)
+            final = flat("final observation", final_observation(self.autoreset_mode, infos, i, self.num_envs), ("next",), self.observation_key)
             for key, value in final.items():
                 step[key][i] = value
         return step
@@ -554,52 +557,3 @@ class GymVectorAdapter:
             {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in entries.items()},
             torch.Size(batch_size),
         )
-
-    # ---------------------------------------------------------------- helpers
-    def _check_mode(self, infos: Any, done: np.ndarray) -> None:
-        """At each episode end: do the infos contradict the declared mode?"""
-        mode = self.autoreset_mode
-        if mode in (AutoresetMode.LEGACY, AutoresetMode.SAME_STEP) or not isinstance(infos, Mapping):
-            return  # SAME_STEP without a final observation raises in _final_obs
-        keys = [
-            k for k in FINAL_OBS_KEYS + FINAL_INFO_KEYS
-            if k in infos and any(final_entry(infos, (k,), i) is not None
-                                  for i in np.flatnonzero(done).tolist())
-        ]
-        if keys:
-            raise ValueError(
-                f"GymVectorAdapter: autoreset_mode is {mode.name}, but the infos of an "
-                f"episode end carry {keys}, as a SAME_STEP env (gymnasium 1.x, or "
-                "gymnasium 0.26-0.29's autoreset) returns them: the next observations of "
-                "done steps would be reset observations. Pass autoreset_mode='same_step' "
-                "(or envs.metadata['autoreset_mode'])."
-            )
-
-    def _infos(self, infos: Any) -> list[dict]:
-        if infos is None or len(infos) != self.num_envs:
-            raise ValueError(
-                f"GymVectorAdapter.step: LEGACY mode needs infos as a list of {self.num_envs} "
-                f"dicts (one per env), got {type(infos).__name__}"
-                f"{'' if infos is None else f' of length {len(infos)}'}."
-            )
-        return list(infos)
-
-    def _final_obs(self, infos: Any, i: int) -> Any:
-        if self.autoreset_mode is AutoresetMode.LEGACY:
-            info = self._infos(infos)[i]
-            if "terminal_observation" not in info:
-                raise ValueError(
-                    f"GymVectorAdapter.step: env {i} is done but infos[{i}] has no "
-                    "'terminal_observation' (LEGACY mode needs the true final observation)."
-                )
-            return info["terminal_observation"]
-        found = final_entry(infos, FINAL_OBS_KEYS, i)
-        if found is None:
-            raise ValueError(
-                f"GymVectorAdapter.step: env {i} is done but infos has no final observation "
-                f"for it (infos['final_obs'][{i}], or gymnasium 0.26-0.29's "
-                f"infos['final_observation'][{i}]), as autoreset_mode=SAME_STEP needs. If the "
-                "env resets in the next step (gymnasium 1.x's default), pass "
-                "autoreset_mode='next_step'; if it does not reset itself, 'disabled'."
-            )
-        return found

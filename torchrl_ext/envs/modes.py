@@ -5,7 +5,18 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["CONVENTIONS", "FINAL_INFO_KEYS", "FINAL_OBS_KEYS", "AutoresetMode", "final_entry"]
+import numpy as np
+
+__all__ = [
+    "CONVENTIONS",
+    "FINAL_INFO_KEYS",
+    "FINAL_OBS_KEYS",
+    "AutoresetMode",
+    "check_mode",
+    "final_entry",
+    "final_observation",
+    "legacy_infos",
+]
 
 
 class AutoresetMode(StrEnum):
@@ -100,3 +111,90 @@ CONVENTIONS = {
     AutoresetMode.LEGACY: "the true final observation of a done step is read from "
     "infos[i]['terminal_observation'] (SB3 VecEnv); no step is dropped",
 }
+
+
+def check_mode(mode: AutoresetMode, infos: Any, done: np.ndarray) -> None:
+    """At an episode end (``done``: ``[num_envs]`` bool): do the infos contradict the declared ``mode``?
+
+    Raises:
+        ValueError: a NEXT_STEP or DISABLED env's infos carry final observations
+            or infos of done envs, as a SAME_STEP env returns them.
+
+    Examples:
+        >>> import numpy as np
+        >>> infos = {"final_obs": np.array([None, 3], dtype=object), "_final_obs": np.array([False, True])}
+        >>> check_mode(AutoresetMode.SAME_STEP, infos, np.array([False, True]))  # consistent
+        >>> check_mode(AutoresetMode.NEXT_STEP, infos, np.array([False, True]))
+        Traceback (most recent call last):
+        ...
+        ValueError: GymVectorAdapter: autoreset_mode is NEXT_STEP, but the infos of an episode end carry ['final_obs'], ...
+    """
+    if mode in (AutoresetMode.LEGACY, AutoresetMode.SAME_STEP) or not isinstance(infos, Mapping):
+        return  # SAME_STEP without a final observation raises in final_observation
+    keys = [
+        k for k in FINAL_OBS_KEYS + FINAL_INFO_KEYS
+        if k in infos and any(final_entry(infos, (k,), i) is not None
+                              for i in np.flatnonzero(done).tolist())
+    ]
+    if keys:
+        raise ValueError(
+            f"GymVectorAdapter: autoreset_mode is {mode.name}, but the infos of an "
+            f"episode end carry {keys}, as a SAME_STEP env (gymnasium 1.x, or "
+            "gymnasium 0.26-0.29's autoreset) returns them: the next observations of "
+            "done steps would be reset observations. Pass autoreset_mode='same_step' "
+            "(or envs.metadata['autoreset_mode'])."
+        )
+
+
+def legacy_infos(infos: Any, num_envs: int) -> list[dict]:
+    """A LEGACY (SB3 ``VecEnv``) step's infos: a list of ``num_envs`` dicts.
+
+    Examples:
+        >>> legacy_infos(({}, {"TimeLimit.truncated": True}), 2)
+        [{}, {'TimeLimit.truncated': True}]
+        >>> legacy_infos(None, 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: GymVectorAdapter.step: LEGACY mode needs infos as a list of 2 dicts (one per env), got NoneType.
+    """
+    if infos is None or len(infos) != num_envs:
+        raise ValueError(
+            f"GymVectorAdapter.step: LEGACY mode needs infos as a list of {num_envs} "
+            f"dicts (one per env), got {type(infos).__name__}"
+            f"{'' if infos is None else f' of length {len(infos)}'}."
+        )
+    return list(infos)
+
+
+def final_observation(mode: AutoresetMode, infos: Any, i: int, num_envs: int) -> Any:
+    """The true final observation of done env ``i``, where ``mode`` puts it in the infos.
+
+    Raises:
+        ValueError: the infos do not hold it (naming where it was looked for).
+
+    Examples:
+        >>> import numpy as np
+        >>> infos = {"final_obs": np.array([None, 3], dtype=object), "_final_obs": np.array([False, True])}
+        >>> final_observation(AutoresetMode.SAME_STEP, infos, 1, 2)
+        3
+        >>> final_observation(AutoresetMode.LEGACY, [{}, {"terminal_observation": 5}], 1, 2)
+        5
+    """
+    if mode is AutoresetMode.LEGACY:
+        info = legacy_infos(infos, num_envs)[i]
+        if "terminal_observation" not in info:
+            raise ValueError(
+                f"GymVectorAdapter.step: env {i} is done but infos[{i}] has no "
+                "'terminal_observation' (LEGACY mode needs the true final observation)."
+            )
+        return info["terminal_observation"]
+    found = final_entry(infos, FINAL_OBS_KEYS, i)
+    if found is None:
+        raise ValueError(
+            f"GymVectorAdapter.step: env {i} is done but infos has no final observation "
+            f"for it (infos['final_obs'][{i}], or gymnasium 0.26-0.29's "
+            f"infos['final_observation'][{i}]), as autoreset_mode=SAME_STEP needs. If the "
+            "env resets in the next step (gymnasium 1.x's default), pass "
+            "autoreset_mode='next_step'; if it does not reset itself, 'disabled'."
+        )
+    return found

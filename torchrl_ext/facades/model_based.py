@@ -1,7 +1,8 @@
 """pytorchrl's ``MBReplayBuffer`` API over the episode-aware components."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -9,6 +10,7 @@ from tensordict import TensorDictBase
 
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.facades._mb_batches import ModelBatches
 from torchrl_ext.facades._mb_steps import (
     BOUNDARY,
     BOUNDARY_KEY,
@@ -23,7 +25,7 @@ from torchrl_ext.facades._mb_steps import (
     tree_map,
 )
 from torchrl_ext.model_based import ModelEpochDataset, make_model_based_buffer
-from torchrl_ext.samplers.epoch import EpochSampler, content_ids, holdout_mask
+from torchrl_ext.samplers.epoch import EpochSampler
 from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS
 
 __all__ = ["MBReplayBuffer"]
@@ -35,7 +37,7 @@ __all__ = ["MBReplayBuffer"]
 _CHUNK = 512
 
 
-class MBReplayBuffer:
+class MBReplayBuffer(ModelBatches):
     """Model-based replay with the constructor and methods of pytorchrl's ``MBReplayBuffer``.
 
     Stores vector-env steps of ``N`` envs in a time ring of ``size`` steps (each
@@ -287,25 +289,6 @@ class MBReplayBuffer:
         self._boundary[positions] = leaves[BOUNDARY_KEY][:, T - keep:, 0].T
         self._ids_known[positions] = False
 
-    def _content_ids(self, take: np.ndarray) -> np.ndarray:
-        """Content ids of the steps where ``take`` (``[N, size]``, env-major) is set.
-
-        A step's id hashes its stored observation and action entries (see
-        :func:`~torchrl_ext.samplers.epoch.content_ids`), once after it is
-        written: only a holdout split reads them, so inserts never pay for them.
-        """
-        ids, known = self._ids[: self.size].T, self._ids_known[: self.size].T  # [N, size] views
-        todo = take & ~known
-        if todo.any():
-            data = self._rb.storage.get(self._rows[: self.size].T[torch.from_numpy(todo)])
-            inputs = (STORED["Observation"], STORED["Action"])
-            leaves = {k: v for k, v in data.items(include_nested=True, leaves_only=True)
-                      if isinstance(k, tuple) and k[:1] in inputs or k in ("observation", "action")}
-            keys = sorted(leaves, key=lambda k: k if isinstance(k, tuple) else (k,))
-            ids[todo] = content_ids([leaves[k].numpy() for k in keys], batch_dims=1)
-            known[todo] = True
-        return ids[take]
-
     def _advance(self, steps: int) -> None:
         self.step = (self.step + steps) % self.max_size
         self.size = min(self.size + steps, self.max_size)
@@ -530,124 +513,6 @@ class MBReplayBuffer:
     def after_gradients(self, batch: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
         """Returns ``info`` unchanged."""
         return info
-
-    def fit_scaler(self) -> None:
-        """Fit ``actor.dynamics_model.standard_scaler`` on the training transitions (not the holdout)."""
-        self._dataset().fit_scaler()
-        self._scaler_fitted = True
-
-    def resplit(self, seed: int | None = None) -> None:
-        """A new holdout split, of split seed ``seed``.
-
-        Without ``seed``, the next split seed follows from the current one, so a
-        buffer built with ``seed=`` re-splits the same way in every run (the
-        first split seed is ``seed=``, else drawn from torch's global RNG).
-        """
-        if seed is None:
-            state = np.random.SeedSequence(self._split_seed).generate_state(1, np.uint64)[0]
-            seed = int(state >> np.uint64(2))
-        self._split_seed = int(seed)
-
-    def _dataset(self) -> ModelEpochDataset:
-        self._flush()
-        if not self.size:
-            raise ValueError("MBReplayBuffer: the buffer is empty; insert transitions first.")
-        # stream by stream, in time order: the epoch's one gather then reads rows in order
-        window, boundary = self._rows[: self.size].T, self._boundary[: self.size].T
-        real = ~boundary
-        rows = window[torch.from_numpy(real)]
-        if not rows.numel():
-            raise ValueError(
-                f"MBReplayBuffer: none of the {self.size} stored steps is a real transition "
-                "(all are reset steps or done steps without their final observation)."
-            )
-        if self.holdout_fraction > 0:
-            ids = self._content_ids(real)
-            held = torch.from_numpy(
-                holdout_mask(np.zeros_like(ids), ids, self.holdout_fraction, self._split_seed)
-            )
-        else:
-            held = torch.zeros(rows.shape, dtype=torch.bool)
-        if bool(held.all()):  # statistics of no rows are NaN: never hand them to the scaler
-            raise ValueError(
-                f"MBReplayBuffer: no training transition among {rows.numel()} candidates "
-                f"(holdout_fraction={self.holdout_fraction}); add data or lower the holdout."
-            )
-        # one dataset per storage: it keeps the normalised pairs between epochs
-        if self._data is None or self._data.rb is not self._rb:
-            self._data = ModelEpochDataset(self._rb, device=self.device)
-        self._data.rows, self._holdout = rows[~held], rows[held]
-        return self._data
-
-    # ----------------------------------------------------------------- batches
-    def generate_batches(
-        self, num_mini_batch: int | None, mini_batch_size: int | None = 256, num_epochs: int = 1
-    ) -> Iterator[dict[str, Any]]:
-        """``num_epochs`` epochs of normalised ``(input, label)`` mini-batches (M10).
-
-        Each epoch visits every training transition of every env exactly once,
-        in a fresh random order, in batches of ``mini_batch_size`` (the last
-        one smaller, never empty: M2). With ``mini_batch_size=None`` the epoch
-        is cut into ``num_mini_batch`` batches instead (pytorchrl's on-policy
-        meaning); otherwise ``num_mini_batch`` is not needed. The scaler is
-        fitted on the training transitions on the first call, then only by
-        :meth:`before_gradients` / :meth:`fit_scaler` (M9).
-
-        As pytorchrl's, the generator is lazy: each epoch is drawn from the
-        steps held when it starts (its first batch is asked for), so steps
-        inserted while iterating join the next epoch, and an epoch is never
-        served from rows that hold other steps by then.
-
-        Yields:
-            dicts with ``"train_input"`` ``[b, obs_dim + act_dim]`` and
-            ``"train_label"`` ``[b, obs_dim (+ 1)]`` (``[E, b, ...]`` for an
-            ensemble) on ``device``, ``"batch_number"`` (within the epoch) and
-            ``"epoch"``; with a holdout also ``"holdout_input"`` and
-            ``"holdout_label"`` (all held-out transitions).
-
-        Raises:
-            ValueError: the buffer holds no transition, or a count is not >= 1.
-        """
-        if mini_batch_size is None:
-            if num_mini_batch is None or int(num_mini_batch) < 1:
-                raise ValueError(
-                    f"MBReplayBuffer.generate_batches: num_mini_batch={num_mini_batch}, expected "
-                    ">= 1 when mini_batch_size is None."
-                )
-        elif int(mini_batch_size) < 1:
-            raise ValueError(
-                f"MBReplayBuffer.generate_batches: mini_batch_size={mini_batch_size}, expected >= 1."
-            )
-        if int(num_epochs) < 1:
-            raise ValueError(f"MBReplayBuffer.generate_batches: num_epochs={num_epochs}, expected >= 1.")
-        dataset = self._dataset()
-        if not self._scaler_fitted:
-            dataset.fit_scaler()
-            self._scaler_fitted = True
-        return self._batches(
-            None if mini_batch_size is None else int(mini_batch_size), int(num_mini_batch or 1),
-            int(num_epochs),
-        )
-
-    def _batches(
-        self, batch_size: int | None, num_mini_batch: int, num_epochs: int
-    ) -> Iterator[dict[str, Any]]:
-        for epoch in range(num_epochs):
-            # the steps held now: steps inserted since the call (or during the last
-            # epoch) moved the time window, so the rows found before may hold others
-            dataset = self._dataset()
-            if batch_size is None:
-                n = dataset.sampler.train_rows(self._rb.storage, dataset.rows).numel()
-                dataset.batch_size = -(-n // num_mini_batch)
-            else:
-                dataset.batch_size = batch_size
-            holdout = {}
-            if self.holdout_fraction > 0:
-                pairs = dataset.normalised_pairs(self._holdout)
-                holdout = {"holdout_input": pairs[0], "holdout_label": pairs[1]}
-            for j, (inputs, labels) in enumerate(dataset.epoch()):
-                yield {"train_input": inputs, "train_label": labels, "batch_number": j,
-                       "epoch": epoch, **holdout}
 
     # ------------------------------------------------------------- parameters
     def update_storage_parameter(self, parameter_name: str, new_parameter_value: Any) -> None:

@@ -14,7 +14,8 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.writers import Writer
 
-from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
+from torchrl_ext.core.schema import RowSchema, as_key, key_str
+from torchrl_ext.writers._first import check_first_batch
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
 from torchrl_ext.storages.transition import TransitionStorage
 
@@ -23,16 +24,6 @@ __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
 # writer ids of writer copies in other processes: this offset plus the process id
 _PROCESS_IDS = 1 << 32
 logger = logging.getLogger(__name__)
-
-# TorchRL's multi-agent layout keeps rewards and dones per agent, [batch, n_agents, 1];
-# episodes (and n-step windows) need one reward and one done per env step.
-_MULTI_AGENT_FIX = (
-    "TorchRL's multi-agent layout ([batch, n_agents, 1] rewards and dones) is not "
-    "supported as the reward or done entries. Store one value per env step beside "
-    "the per-agent ones, e.g. td['next', 'reward'] = td[{key!r}].{op}(-2) (and "
-    "td['next', 'done'] / td['next', 'terminated'] likewise, with .any(-2)); the "
-    "per-agent entries are then stored and sampled like any other entry."
-)
 
 DEFAULT_DONE_KEYS: tuple[NestedKey, ...] = (
     ("next", "done"),
@@ -483,53 +474,8 @@ class TransitionWriter(Writer):
         where: str,
         layout: _Layout | None,
     ) -> None:
-        names = sorted(map(key_str, leaves))
-        present_done = [k for k in self.done_keys if k in leaves]
-        if not present_done:
-            raise EntryKeyError(
-                f"{where}: none of the done entries {[key_str(k) for k in self.done_keys]} "
-                f"is in the data (entries: {names}); episodes cannot be delimited. "
-                "Add ('next', 'done') or pass done_keys=."
-            )
-        if self.reward_key not in leaves:
-            grouped = [k for k in leaves if k[0] == "next" and k[-1] == self.reward_key[-1]]
-            raise EntryKeyError(
-                f"{where}: reward entry {key_str(self.reward_key)} is missing "
-                f"(entries: {names}); pass reward_key= if it has another name."
-                + (f" {key_str(grouped[0])} looks like a per-agent reward: "
-                   + _MULTI_AGENT_FIX.format(key=grouped[0], op="sum") if grouped else "")
-            )
+        check_first_batch(leaves, batch, where, self.done_keys, self.reward_key)
         nb = len(batch)
-        for key in (self.reward_key, *present_done):
-            value = leaves[key]
-            shape = tuple(value.shape)
-            if shape[:nb] == batch and len(shape) > nb + 1 and shape[-1] == 1:
-                raise ValueError(
-                    f"{where}: {key_str(key)} has shape {shape}, expected {batch + (1,)}: "
-                    f"one value per env step, not per agent. "
-                    + _MULTI_AGENT_FIX.format(key=key, op="sum" if key == self.reward_key
-                                              else "any")
-                )
-            if shape != batch + (1,):
-                raise ValueError(
-                    f"{where}: {key_str(key)} has shape {shape}, expected "
-                    f"{batch + (1,)} (the batch {batch} plus a trailing dim of 1, TorchRL layout)."
-                )
-        for key in present_done:
-            if leaves[key].dtype != torch.bool:
-                raise TypeError(
-                    f"{where}: {key_str(key)} has dtype {leaves[key].dtype}, expected torch.bool."
-                )
-        nexts = leaves.keys() - {*self.done_keys, self.reward_key}  # done flags sit at the root too
-        if not any(k[0] != "next" and ("next", *k) in nexts for k in leaves):
-            raise EntryKeyError(
-                f"{where}: no observation found: no entry other than the done flags is present "
-                "both at the root and under 'next' (e.g. 'observation' and ('next', "
-                f"'observation'); entries: {names}). A TorchRL collector with compact_obs=True "
-                "drops the observations under 'next', and each episode's true final observation "
-                "with them: leave compact_obs=False (the default; this buffer stores each "
-                "observation once anyway)."
-            )
         schema = RowSchema.infer(leaves, nb)
         if layout is None:
             if self.num_streams is None:
