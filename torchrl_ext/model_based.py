@@ -13,7 +13,7 @@ from torchrl_ext.builders import make_replay_buffer
 from torchrl_ext.core.schema import unchecked_tensordict
 from torchrl_ext.samplers.epoch import EpochSampler
 from torchrl_ext.transforms.model_pair import ModelPairTransform
-from torchrl_ext.transforms.scaler import StandardScaler
+from torchrl_ext.transforms.scaler import STATISTICS, StandardScaler
 
 __all__ = ["ModelEpochDataset", "make_model_based_buffer"]
 
@@ -263,15 +263,12 @@ class ModelEpochDataset(IterableDataset):
         return -(-n // self.batch_size)
 
 
-_STATISTICS = ("input_mu", "input_std", "target_mu", "target_std")
-
-
 def _statistics(scaler: Any) -> tuple[torch.Tensor, ...] | None:
     """Copies of a scaler's four statistics; ``()`` without a scaler, ``None`` if they are not
     all tensors (a scaler that cannot be checked: its pairs are never reused)."""
     if scaler is None:
         return ()
-    stats = [getattr(scaler, name, None) for name in _STATISTICS]
+    stats = [getattr(scaler, name, None) for name in STATISTICS]
     tensors = [s.detach().clone() for s in stats if isinstance(s, torch.Tensor)]
     return tuple(tensors) if len(tensors) == len(stats) else None
 

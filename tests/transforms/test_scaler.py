@@ -106,3 +106,17 @@ def test_load_state_dict_refuses_unknown_entries_naming_them():
                                        r"expected \['input_mu', 'input_std', 'target_mu', 'target_std'\]"):
         scaler.load_state_dict({"input_mean": torch.zeros(1, 2)})
     assert not hasattr(scaler, "input_mean") and not scaler.fitted
+
+
+def test_nan_features_and_a_transform_of_another_width_are_refused_naming_them():
+    # a NaN feature made every statistic of it NaN, and each batch with it, silently;
+    # inputs of another width failed with torch's broadcasting message
+    scaler = StandardScaler()
+    x = torch.tensor([[0.0, 1.0, float("nan")], [1.0, 2.0, 3.0]])
+    with pytest.raises(ValueError, match=r"fit: inputs features \[2\] hold NaN or infinite values"):
+        scaler.fit(x)
+    scaler.fit(x[:, :2], torch.ones(2, 1))
+    with pytest.raises(ValueError, match=r"transform: inputs have 3 features \(shape \(2, 3\)\), expected 2 as in fit\(\)"):
+        scaler.transform(x)
+    with pytest.raises(ValueError, match=r"inverse_transform: targets have 2 features \(shape \(1, 2\)\), expected 1"):
+        scaler.inverse_transform(torch.ones(1, 2))

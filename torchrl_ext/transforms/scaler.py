@@ -5,12 +5,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["StandardScaler"]
+__all__ = ["STATISTICS", "StandardScaler"]
 
 #: a feature whose standard deviation is below this is left unscaled (std := 1)
 MIN_STD = 1e-8
 _UNFITTED = "StandardScaler.{where}: not fitted yet; call fit(inputs, targets) first."
-_STATISTICS = ("input_mu", "input_std", "target_mu", "target_std")
+#: the statistics a scaler holds (pytorchrl's names), as :meth:`StandardScaler.state_dict` gives them
+STATISTICS = ("input_mu", "input_std", "target_mu", "target_std")
 
 
 class StandardScaler:
@@ -64,7 +65,8 @@ class StandardScaler:
         (they described other data).
 
         Raises:
-            ValueError: ``inputs`` (or ``targets``) has no rows or no feature dim.
+            ValueError: ``inputs`` (or ``targets``) has no rows or no feature dim, or
+                a feature holds a NaN or an infinity (its statistics would be NaN).
         """
         input_stats = self._stats("inputs", inputs)
         target_stats = (None, None) if targets is None else self._stats("targets", targets)
@@ -80,9 +82,11 @@ class StandardScaler:
 
         Raises:
             RuntimeError: the scaler was never fitted.
+            ValueError: ``inputs`` / ``targets`` have another number of features than in :meth:`fit`.
         """
         if self.input_mu is None or self.input_std is None:
             raise RuntimeError(_UNFITTED.format(where="transform"))
+        self._check_width("transform", "inputs", inputs, self.input_mu)
         norm_inputs = (inputs - self.input_mu) / self.input_std
         if targets is None:
             return norm_inputs, None
@@ -91,6 +95,7 @@ class StandardScaler:
                 "StandardScaler.transform: got targets, but fit() was called without "
                 "targets; call fit(inputs, targets)."
             )
+        self._check_width("transform", "targets", targets, self.target_mu)
         return norm_inputs, (targets - self.target_mu) / self.target_std
 
     def transform_(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> None:
@@ -124,11 +129,12 @@ class StandardScaler:
             raise RuntimeError(
                 "StandardScaler.inverse_transform: fit() was called without targets."
             )
+        self._check_width("inverse_transform", "targets", targets, self.target_mu)
         return targets * self.target_std + self.target_mu
 
     def state_dict(self) -> dict[str, Any]:
         """The four statistics (``None`` where unfitted)."""
-        return {k: getattr(self, k) for k in _STATISTICS}
+        return {k: getattr(self, k) for k in STATISTICS}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`.
@@ -136,13 +142,21 @@ class StandardScaler:
         Raises:
             KeyError: an entry is not one of the four statistics.
         """
-        unknown = sorted(set(state_dict) - set(_STATISTICS))
+        unknown = sorted(set(state_dict) - set(STATISTICS))
         if unknown:
             raise KeyError(
-                f"StandardScaler.load_state_dict: unknown entries {unknown}; expected {list(_STATISTICS)}."
+                f"StandardScaler.load_state_dict: unknown entries {unknown}; expected {list(STATISTICS)}."
             )
         for key, value in state_dict.items():
             setattr(self, key, value)
+
+    @staticmethod
+    def _check_width(where: str, name: str, x: torch.Tensor, mu: torch.Tensor) -> None:
+        if x.shape[-1:] != mu.shape[-1:]:
+            raise ValueError(
+                f"StandardScaler.{where}: {name} have {x.shape[-1] if x.ndim else 0} features "
+                f"(shape {tuple(x.shape)}), expected {mu.shape[-1]} as in fit()."
+            )
 
     def _stats(self, name: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not isinstance(x, torch.Tensor):
@@ -156,6 +170,12 @@ class StandardScaler:
         if self.device is not None:
             x = x.to(self.device)
         mu = x.mean(0, keepdim=True)
+        if not bool(torch.isfinite(mu).all()):
+            bad = torch.nonzero(~torch.isfinite(mu[0])).view(-1).tolist()
+            raise ValueError(
+                f"StandardScaler.fit: {name} features {bad[:8]} hold NaN or infinite values; "
+                "their statistics would be NaN and every normalised batch with them."
+            )
         # one row: the unbiased std is NaN; a constant feature: 0. Both leave it unscaled.
         std = x.std(0, keepdim=True) if x.shape[0] > 1 else torch.ones_like(mu)
         std = torch.where(torch.isfinite(std) & (std >= MIN_STD), std, torch.ones_like(std))
