@@ -4,6 +4,7 @@ with replacement."""
 from __future__ import annotations
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -230,3 +231,18 @@ def test_rllte_facade_samples_its_batch_size_from_a_few_steps():
     assert batch.rewards.shape == (256, 1)
     drawn = {tuple(row) for row in batch.observations.tolist()}
     assert drawn <= set(stored) and len(drawn) > 1  # the 10 stored steps, with replacement
+
+
+def test_sample_refuses_a_batch_size_that_is_not_an_int_and_a_base_that_is_not_a_sampler():
+    # rb.sample(2.5) failed deep inside torch; NStepSampler(base="x") was built, and failed later
+    from torchrl_ext.samplers import NStepSampler
+
+    rb = make_replay_buffer(16, seed=0)
+    rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
+                          "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
+                                   "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
+    with pytest.raises(TypeError, match=r"sample: batch_size=2.5 \(float\), expected an int >= 1"):
+        rb.sample(2.5)
+    assert rb.sample(np.int64(2)).batch_size == (2,)
+    with pytest.raises(TypeError, match=r"NStepSampler: base is str, expected a TorchRL Sampler"):
+        NStepSampler(3, base="x")

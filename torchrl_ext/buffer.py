@@ -13,6 +13,7 @@ from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext._checkpoint import check_saved_components, write_components
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.refining import drawing_sampler
@@ -297,7 +298,14 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         return_info: bool = False,
         include_info: bool | None = None,
     ) -> TensorDictBase | tuple[TensorDictBase, dict]:
-        """Sample ``batch_size`` transitions; ``"index"`` and sampler info are entries of the result."""
+        """Sample ``batch_size`` transitions; ``"index"`` and sampler info are entries of the result.
+
+        Raises:
+            TypeError: ``batch_size`` is not an int.
+            ValueError: ``batch_size`` < 1.
+        """
+        if batch_size is not None and type(batch_size) is not int:  # numpy's ints are taken as ints
+            batch_size = check_count("TransitionReplayBuffer.sample", "batch_size", batch_size)
         if not self._lean() or include_info is not None or getattr(
             self, "_service_shutdown", False  # torchrl >= 0.14
         ):

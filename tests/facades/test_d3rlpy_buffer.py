@@ -411,7 +411,10 @@ def test_continuous_actions_of_one_dim_may_come_flat_as_d3rlpy_took_them():
 def test_sample_refuses_a_gamma_that_is_no_discount():
     buf = buffer(maxlen=40)
     chain(buf, [0.0, 1.0, 2.0])
-    for gamma in ("x", 1.5, -0.1, True, None):
-        with pytest.raises(ValueError, match=rf"sample: gamma={gamma!r}, expected a number in \[0, 1\]"):
+    for gamma in (1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match=rf"sample: gamma={gamma!r}, expected a finite number in \[0, 1\]"):
+            buf.sample(2, gamma=gamma)
+    for gamma in ("x", True, None):
+        with pytest.raises(TypeError, match=rf"sample: gamma={gamma!r} \(\w+\), expected a finite number in \[0, 1\]"):
             buf.sample(2, gamma=gamma)
     assert buf.sample(2, gamma=1).rewards.shape == (2, 1)

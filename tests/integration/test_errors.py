@@ -224,7 +224,7 @@ def test_nstep_components_arguments():
 
     with pytest.raises(ValueError, match=r"NStepSampler: n=0, expected an integer >= 1"):
         NStepSampler(0)
-    with pytest.raises(ValueError, match=r"NStepTransform: gamma=1.5, expected a value in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"NStepTransform: gamma=1.5, expected a finite number in \[0, 1\]"):
         NStepTransform(1.5)
     with pytest.raises(ValueError, match="reward_key='reward', expected a key under 'next'"):
         NStepTransform(0.9, reward_key="reward")

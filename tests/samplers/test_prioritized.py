@@ -440,6 +440,14 @@ def test_bad_parameters(kwargs, message):
         PrioritizedTransitionSampler(**kwargs)
 
 
+def test_parameters_that_are_not_numbers_are_named():
+    # alpha="0.5" failed with math.isfinite's "must be real number, not str"
+    with pytest.raises(TypeError, match=re.escape("PrioritizedTransitionSampler: alpha='0.5' (str), expected a finite number >= 0")):
+        PrioritizedTransitionSampler(alpha="0.5")
+    with pytest.raises(TypeError, match=re.escape("PrioritizedTransitionSampler: beta=None (NoneType)")):
+        PrioritizedTransitionSampler().beta = None
+
+
 def test_bad_beta_assignment():
     sampler = PrioritizedTransitionSampler()
     with pytest.raises(ValueError, match="beta=-0.1"):

@@ -138,7 +138,7 @@ def test_n_set_between_samples_is_checked_like_the_constructor_s(n):
 def test_gamma_set_between_samples_is_checked_like_the_constructor_s(gamma):
     # gamma=1.5 set between samples used to give bootstrap discounts above 1
     rb = episode([1.0] * 6, gamma=0.5)
-    message = rf"NStepTransform: gamma={gamma}, expected a value in \[0, 1\]"
+    message = rf"NStepTransform: gamma={gamma}, expected a finite number in \[0, 1\]"
     with pytest.raises(ValueError, match=message):
         NStepTransform(gamma)
     with pytest.raises(ValueError, match=message):
@@ -149,7 +149,7 @@ def test_gamma_set_between_samples_is_checked_like_the_constructor_s(gamma):
 @pytest.mark.parametrize("gamma", ["0.9", None])
 def test_gamma_that_is_not_a_number_names_the_argument(gamma):
     with pytest.raises(TypeError, match=rf"NStepTransform: gamma={re.escape(repr(gamma))} "
-                       rf"\({type(gamma).__name__}\), expected a number in \[0, 1\]"):
+                       rf"\({type(gamma).__name__}\), expected a finite number in \[0, 1\]"):
         NStepTransform(gamma)
 
 

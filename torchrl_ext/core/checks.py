@@ -1,6 +1,7 @@
 """Argument checks shared by the builders and facades (counts, flags, finite values) and the errors they share."""
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -8,7 +9,7 @@ import numpy as np
 
 __all__ = [
     "EMPTY_BUFFER", "EmptyBufferError", "check_count", "check_finite_entries", "check_finite_rows",
-    "is_flags", "sums_finite",
+    "check_number", "is_flags", "sums_finite",
 ]
 
 EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
@@ -52,6 +53,40 @@ def check_count(owner: str, name: str, value: Any, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{owner}: {name}={value}, expected an int >= {minimum}.")
     return int(value)
+
+
+def check_number(owner: str, name: str, value: Any, low: float, high: float = math.inf,
+                 *, low_open: bool = False) -> float:
+    """``value`` as a float in ``[low, high]`` (``(low, high]`` with ``low_open``), finite.
+
+    A number, or a one-element tensor or array; bools and strings are refused,
+    not converted.
+
+    Raises:
+        TypeError: not a number.
+        ValueError: NaN, infinite, or out of the range.
+
+    Examples:
+        >>> check_number("NStepTransform", "gamma", 0.99, 0.0, 1.0)
+        0.99
+        >>> check_number("Sampler", "alpha", "0.5", 0.0)
+        Traceback (most recent call last):
+        ...
+        TypeError: Sampler: alpha='0.5' (str), expected a finite number >= 0.
+    """
+    bounds = f"in {'(' if low_open else '['}{low:g}, {high:g}]" if math.isfinite(high) else (
+        f"{'>' if low_open else '>='} {low:g}")
+    try:  # a number, or a one-element tensor or array; not a flag or a string
+        number = None if isinstance(value, (bool, str, bytes)) else float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None:
+        raise TypeError(
+            f"{owner}: {name}={value!r} ({type(value).__name__}), expected a finite number {bounds}."
+        )
+    if not (math.isfinite(number) and (number > low if low_open else number >= low) and number <= high):
+        raise ValueError(f"{owner}: {name}={value}, expected a finite number {bounds}.")
+    return number
 
 
 def is_flags(array: np.ndarray) -> bool:

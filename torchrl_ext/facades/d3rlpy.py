@@ -1,8 +1,9 @@
 """d3rlpy 1.0's online ``BatchReplayBuffer`` API over the episode-aware components."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -11,6 +12,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.builders import make_replay_buffer
+from torchrl_ext.core.checks import check_number
 from torchrl_ext.facades._d3rlpy_inputs import AppendInputs, flags, spaces
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.sample_index import SampleIndex
@@ -344,7 +346,7 @@ class BatchReplayBuffer:
         order[valid] = np.arange(self._order, self._order + count)
         self._order += count
         self._held += valid
-        col = lambda x: np.asarray(x).reshape(n, 1)  # noqa: E731
+        col = lambda x: np.asarray(x).reshape(n, 1)
         return (obs, act, col(arrival), next_obs, next_act, col(next_arrival),
                 col(term), col(clip & ~term), self._traj.copy(), order, valid.copy())
 
@@ -439,7 +441,8 @@ class BatchReplayBuffer:
 
         Raises:
             ValueError: the buffer is empty (D11), ``n_frames`` / ``n_steps`` /
-                ``batch_size`` < 1 (D8), or ``gamma`` is not a number in ``[0, 1]``.
+                ``batch_size`` < 1 (D8), or ``gamma`` is out of ``[0, 1]``.
+            TypeError: ``gamma`` is not a number.
         """
         for name, value in (("n_frames", n_frames), ("n_steps", n_steps)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -452,9 +455,7 @@ class BatchReplayBuffer:
             )
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"BatchReplayBuffer.sample: batch_size={batch_size!r}, expected an integer >= 1.")
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) or not (
-                0.0 <= gamma <= 1.0):
-            raise ValueError(f"BatchReplayBuffer.sample: gamma={gamma!r}, expected a number in [0, 1].")
+        gamma = check_number("BatchReplayBuffer.sample", "gamma", gamma, 0.0, 1.0)
         self._frames.n_frames = int(n_frames)
         self._windows.n = int(n_steps)
         self._nstep.gamma = float(gamma)

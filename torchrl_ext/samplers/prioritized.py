@@ -9,7 +9,6 @@ vectorized numpy over the tree levels: O(batch * log capacity).
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler
 
+from torchrl_ext.core.checks import check_number
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.samplers.uniform import (
     EMPTY_BUFFER,
@@ -236,21 +236,13 @@ class PrioritizedTransitionSampler(Sampler):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
-        for name, value in (("alpha", alpha), ("eps", eps)):
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(
-                    f"PrioritizedTransitionSampler: {name}={value}, expected a finite number >= 0."
-                )
-        if not (math.isfinite(max_priority) and max_priority > 0):
-            raise ValueError(
-                f"PrioritizedTransitionSampler: max_priority={max_priority}, expected a "
-                "finite number > 0 (the priority of new transitions)."
-            )
-        self._alpha = float(alpha)
-        self._eps = float(eps)
+        owner = "PrioritizedTransitionSampler"
+        self._alpha = check_number(owner, "alpha", alpha, 0.0)
+        self._eps = check_number(owner, "eps", eps, 0.0)
         self.beta = beta
-        self._initial_max_priority = float(max_priority)
-        self.max_priority = float(max_priority)
+        # the priority of new transitions
+        self._initial_max_priority = check_number(owner, "max_priority", max_priority, 0.0, low_open=True)
+        self.max_priority = self._initial_max_priority
         self.generator = generator
         self._tree: torch.Tensor | None = None  # [2 * size] float64, shared memory
         self._bind()
@@ -273,11 +265,7 @@ class PrioritizedTransitionSampler(Sampler):
 
     @beta.setter
     def beta(self, value: float) -> None:
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(
-                f"PrioritizedTransitionSampler: beta={value}, expected a finite number >= 0."
-            )
-        self._beta = float(value)
+        self._beta = check_number("PrioritizedTransitionSampler", "beta", value, 0.0)
 
     reduction = "max"  # how TorchRL's buffers reduce a [B, ...] priority entry to [B]
 

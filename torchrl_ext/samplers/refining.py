@@ -81,6 +81,11 @@ class RefiningSampler(Sampler):
     """
 
     def __init__(self, base: Sampler) -> None:
+        if not isinstance(base, Sampler):
+            raise TypeError(
+                f"{type(self).__name__}: base is {type(base).__name__}, expected a TorchRL Sampler "
+                "(e.g. UniformTransitionSampler(), PrioritizedTransitionSampler())."
+            )
         super().__init__()
         self.base = base
 

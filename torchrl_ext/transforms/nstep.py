@@ -6,6 +6,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
+from torchrl_ext.core.checks import check_number
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, missing_entry
 from torchrl_ext.transforms.functional import discount_powers, nstep_return
 
@@ -94,18 +95,7 @@ class NStepTransform(Transform):
 
     @gamma.setter
     def gamma(self, value: float) -> None:
-        try:  # a number, or a one-element tensor or array; not a flag or a string
-            gamma = None if isinstance(value, (bool, str, bytes)) else float(value)
-        except (TypeError, ValueError):
-            gamma = None
-        if gamma is None:
-            raise TypeError(
-                f"NStepTransform: gamma={value!r} ({type(value).__name__}), expected a "
-                "number in [0, 1]."
-            )
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"NStepTransform: gamma={value}, expected a value in [0, 1].")
-        self._gamma = gamma
+        self._gamma = check_number("NStepTransform", "gamma", value, 0.0, 1.0)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         window = tensordict.pop("n_step", None)  # the windows are dropped from the batch
