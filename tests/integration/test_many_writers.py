@@ -8,6 +8,7 @@ sequences and hindsight goals against the collectors' own output.
 """
 from __future__ import annotations
 
+import multiprocessing
 import warnings
 
 import gymnasium as gym
@@ -353,7 +354,6 @@ def test_prioritized_buffer_refuses_writes_from_a_process_copy(prioritized):
     multi-process collector's worker gets a pickled copy. Other samplers read
     the shared episode index, so their copies may write.
     """
-    import multiprocessing
     import pickle
 
     from conftest import steps as make_steps
@@ -387,16 +387,8 @@ def _write_in_fork(rb, k: int) -> None:
         rb.extend(make_steps(obs, obs + 1))
 
 
-def test_forked_processes_are_writers_of_their_own():
-    """Processes forked with the buffer (multiprocessing "fork", a collector under
-    mp.set_start_method("fork")) inherit it without unpickling: each is still a
-    writer of its own, in its own streams, never continuing another's episode."""
-    import multiprocessing
-
-    from conftest import steps as make_steps
-
-    rb = make_replay_buffer(96, num_streams=3, batch_size=8, seed=0)
-    rb.extend(make_steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))  # this process: stream 0
+def _write_in_two_forks(rb) -> None:
+    """Two forked processes write to ``rb`` (``_write_in_fork`` 1 and 2), then exit cleanly."""
     ctx = multiprocessing.get_context("fork")
     children = [ctx.Process(target=_write_in_fork, args=(rb, k)) for k in (1, 2)]
     for child in children:
@@ -404,6 +396,18 @@ def test_forked_processes_are_writers_of_their_own():
     for child in children:
         child.join(60)
         assert child.exitcode == 0
+
+
+def test_forked_processes_are_writers_of_their_own():
+    """Processes forked with the buffer (multiprocessing "fork", a collector under
+    mp.set_start_method("fork")) inherit it without unpickling: each is still a
+    writer of its own, in its own streams, never continuing another's episode."""
+
+    from conftest import steps as make_steps
+
+    rb = make_replay_buffer(96, num_streams=3, batch_size=8, seed=0)
+    rb.extend(make_steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))  # this process: stream 0
+    _write_in_two_forks(rb)
     assert len(rb) == 41
     everything = rb.storage.get(slice(None))
     assert torch.equal(everything["next", "observation"], everything["observation"] + 1)
@@ -424,7 +428,6 @@ def test_end_episodes_in_a_process_copy_ends_that_process_s_episode():
     """Called without a writer id in a process copy, end_episodes / release act on
     that process's own writer; they defaulted to writer 0, the parent's, ending
     its running episode and leaving the copy's to be continued."""
-    import multiprocessing
 
     from conftest import steps as make_steps
 
@@ -454,7 +457,6 @@ def _extend_in_fork(rb, queue) -> None:
 def test_prioritized_buffer_refuses_writes_from_a_forked_process():
     """A process forked with a PER buffer (not pickled: multiprocessing "fork") is a
     process copy too: its rows would never get a priority in the building process."""
-    import multiprocessing
 
     from conftest import steps as make_steps
 
@@ -478,19 +480,12 @@ def test_write_count_counts_the_writes_of_every_process():
     """rb.write_count of a buffer shared with worker processes counts their writes too,
     as TorchRL's writers do (their count is shared memory): it counted only the
     writes of the process asking, 1 of 41 here."""
-    import multiprocessing
 
     from conftest import steps as make_steps
 
     rb = make_replay_buffer(96, num_streams=3, batch_size=8, seed=0).share()
     rb.extend(make_steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))
-    ctx = multiprocessing.get_context("fork")
-    children = [ctx.Process(target=_write_in_fork, args=(rb, k)) for k in (1, 2)]
-    for child in children:
-        child.start()
-    for child in children:
-        child.join(60)
-        assert child.exitcode == 0
+    _write_in_two_forks(rb)
     assert len(rb) == rb.write_count == 41
     assert rb.stats()["write_count"] == 41
     rb.empty()
@@ -512,7 +507,6 @@ def test_writer_handles_made_in_two_processes_get_their_own_ids():
     """rb.writer_handle() in a worker process and in the trainer: the count of ids
     handed out was each process's own, so both got id 1 and wrote into one stream,
     stitching their steps into one episode."""
-    import multiprocessing
 
     from conftest import steps as make_steps
 
@@ -551,7 +545,6 @@ def test_a_copy_made_before_the_first_write_refuses_to_write():
     """The storage is allocated by the first write: a process forked with a buffer
     that was never written would write rows nobody else sees (the parent's buffer
     stayed empty); it is refused, naming the fix."""
-    import multiprocessing
 
     ctx = multiprocessing.get_context("fork")
     rb = make_replay_buffer(64, num_streams=2, batch_size=8, seed=0)

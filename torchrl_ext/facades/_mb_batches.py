@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.schema import as_key
 from torchrl_ext.facades._mb_steps import STORED
 from torchrl_ext.model_based import ModelEpochDataset
 from torchrl_ext.samplers.epoch import content_ids, holdout_mask
@@ -54,10 +55,9 @@ class ModelBatches:
         if todo.any():
             data = self._rb.storage.get(self._rows[: self.size].T[torch.from_numpy(todo)])
             inputs = (STORED["Observation"], STORED["Action"])
-            leaves = {k: v for k, v in data.items(include_nested=True, leaves_only=True)
-                      if isinstance(k, tuple) and k[:1] in inputs or k in ("observation", "action")}
-            keys = sorted(leaves, key=lambda k: k if isinstance(k, tuple) else (k,))
-            ids[todo] = content_ids([leaves[k].numpy() for k in keys], batch_dims=1)
+            leaves = {as_key(k): v for k, v in data.items(include_nested=True, leaves_only=True)}
+            entries = [leaves[k].numpy() for k in sorted(leaves) if k[:1] in inputs]
+            ids[todo] = content_ids(entries, batch_dims=1)
             known[todo] = True
         return ids[take]
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+from tensordict import TensorDictBase
+from tensordict.utils import NestedKey
 
 from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.schema import as_key, missing_entry
 
-__all__ = ["call_reward_fn", "discount_powers", "nstep_return", "stack_frames"]
+__all__ = ["call_reward_fn", "discount_powers", "nstep_return", "stack_frames", "window_rewards"]
 
 
 def discount_powers(
@@ -144,3 +147,29 @@ def stack_frames(frames: torch.Tensor, batch_dims: int) -> torch.Tensor:
     if frames.ndim - batch_dims - 1 == 3:
         return frames.flatten(batch_dims, batch_dims + 1)
     return frames
+
+
+def window_rewards(window: TensorDictBase, reward_key: NestedKey, owner: str) -> torch.Tensor:
+    """The ``[B, W, *reward]`` rewards of ``"n_step"`` windows at ``reward_key`` (under ``"next"``).
+
+    Raises:
+        KeyError: the windows hold no such entry; the error names ``owner``'s
+            ``reward_key=`` argument and the per-step entries they hold.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> window = TensorDict({"reward": torch.ones(2, 3, 1), "mask": torch.ones(2, 3, dtype=torch.bool)}, [2, 3])
+        >>> window_rewards(window, ("next", "reward"), "T").shape
+        torch.Size([2, 3, 1])
+        >>> window_rewards(window, ("next", "r"), "T")
+        Traceback (most recent call last):
+        ...
+        torchrl_ext.core.schema.EntryKeyError: T: reward_key=('next', 'r') is not among the 'n_step' windows (held: ('next', 'reward')); pass reward_key= one of them.
+    """
+    key = as_key(reward_key)
+    rewards = window.get(key[1:], None)
+    if rewards is None:
+        held = [("next", *as_key(k)) for k in window.keys(True, True) if k != "mask"]
+        raise missing_entry(owner, "reward_key", key, held, "'n_step' windows")
+    return rewards

@@ -9,8 +9,11 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
 from torchrl_ext.core.schema import EntryKeyError, as_key, missing_entry
-from torchrl_ext.transforms.functional import call_reward_fn, stack_frames
-from torchrl_ext.transforms.nstep import _step_entries
+from torchrl_ext.transforms.functional import (
+    call_reward_fn,
+    stack_frames,
+    window_rewards,
+)
 
 __all__ = ["HindsightTransform"]
 
@@ -130,11 +133,7 @@ class HindsightTransform(Transform):
         stored = None if self.info_key is None else window.get(self.info_key[1:], None)
         if stored is not None:  # a buffer that stores no such entry passes infos=None
             infos = stored[idx].reshape(V * W)
-        rewards = window.get(self.reward_key[1:], None)  # [B, W, *reward]
-        if rewards is None:
-            raise missing_entry("HindsightTransform", "reward_key", self.reward_key,
-                                _step_entries(window), "'n_step' windows")
-        rewards = rewards.clone()
+        rewards = window_rewards(window, self.reward_key, "HindsightTransform").clone()  # [B, W, *reward]
         new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos)
         rewards[idx] = new.view(V, W, *rewards.shape[2:]).to(rewards.dtype)
         window.set(self.reward_key[1:], rewards)

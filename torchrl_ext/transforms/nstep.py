@@ -7,8 +7,12 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
 from torchrl_ext.core.checks import check_number
-from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, missing_entry
-from torchrl_ext.transforms.functional import discount_powers, nstep_return
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
+from torchrl_ext.transforms.functional import (
+    discount_powers,
+    nstep_return,
+    window_rewards,
+)
 
 __all__ = ["NStepTransform"]
 
@@ -117,10 +121,7 @@ class NStepTransform(Transform):
                 "(make_replay_buffer(terminated_key=...))."
             )
         mask = window.get("mask")
-        rewards = window.get(self.reward_key[1:], None)  # [B, W, *reward_shape]
-        if rewards is None:
-            raise missing_entry("NStepTransform", "reward_key", self.reward_key,
-                                _step_entries(window), "'n_step' windows")
+        rewards = window_rewards(window, self.reward_key, "NStepTransform")  # [B, W, *reward_shape]
         powers = self._discount_powers(mask.shape[1], rewards)
         ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers)
         tensordict.set(self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))
@@ -153,8 +154,3 @@ class NStepTransform(Transform):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(gamma={self.gamma})"
-
-
-def _step_entries(window: TensorDictBase) -> list[tuple[str, ...]]:
-    """The per-step entries of ``"n_step"`` windows, as keys under ``"next"``."""
-    return [("next", *as_key(k)) for k in window.keys(True, True) if k != "mask"]
