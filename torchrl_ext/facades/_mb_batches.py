@@ -24,7 +24,27 @@ class ModelBatches:
     real transition) and ``_ids`` / ``_ids_known`` (content ids, computed
     here when a holdout split first reads them), and ``_flush()``, which
     writes the staged steps. See :class:`~torchrl_ext.MBReplayBuffer` for the
-    public methods and an example.
+    public methods.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> from types import SimpleNamespace
+        >>> from torchrl_ext import MBReplayBuffer
+        >>> from torchrl_ext.transforms import StandardScaler
+        >>> actor = SimpleNamespace(action_space=gym.spaces.Box(-1, 1, (1,)), dynamics_model=SimpleNamespace(
+        ...     standard_scaler=StandardScaler(), reward_function=None))
+        >>> buffer = MBReplayBuffer(100, "cpu", actor, None, None, holdout_fraction=0.25, seed=0)
+        >>> for t in range(40):
+        ...     obs = np.full((2, 3), t, np.float32)
+        ...     buffer.insert_transition({"Observation": obs, "Action": np.zeros((2, 1), np.float32),
+        ...         "Reward": np.ones((2, 1), np.float32), "NextObservation": obs + 1,
+        ...         "Done": np.zeros((2, 1), np.float32), "NextDone": np.zeros((2, 1), np.float32)})
+        >>> isinstance(buffer, ModelBatches)
+        True
+        >>> batch = next(buffer.generate_batches(1, 16))
+        >>> batch["train_input"].shape[1], batch["holdout_input"].shape[1]  # 3 observation + 1 action features
+        (4, 4)
     """
 
     if TYPE_CHECKING:  # MBReplayBuffer's, for type checkers
