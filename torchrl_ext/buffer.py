@@ -132,6 +132,19 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         with self._captured():
             return super().state_dict()
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """TorchRL's ``load_state_dict``, also for a state loaded onto another device.
+
+        ``torch.load(..., map_location="cuda")`` moves every tensor of the
+        state, the random generator's too, which ``Generator.set_state`` takes
+        only as a CPU byte tensor: it is brought back first.
+        """
+        rng = state_dict.get("_rng")
+        if rng is not None:
+            state, device = rng
+            state_dict = {**state_dict, "_rng": (state.cpu(), device)}
+        super().load_state_dict(state_dict)
+
     def dumps(self, path: str | Path) -> None:
         """TorchRL's ``dumps``, atomic as a whole (see :func:`torchrl_ext._atomic.atomic_dir`).
 

@@ -18,5 +18,5 @@ def restore_generator(
     if "generator" not in state:
         return generator
     generator = generator if generator is not None else torch.Generator()
-    generator.set_state(state["generator"])
+    generator.set_state(state["generator"].cpu())  # a CPU byte tensor, also when loaded onto a GPU
     return generator

@@ -310,14 +310,19 @@ class PackedRows:
         width = self.obs[-1].hi
         return (incoming.to(self.device)[:, :width] == stored[:, :width]).all(1).cpu().numpy()
 
-    def _on_device(self, *indices: torch.Tensor | None) -> tuple[Any, ...]:
+    def _on_device(
+        self, *indices: torch.Tensor | None, beside: tuple[torch.Tensor | None, ...] = ()
+    ) -> tuple[Any, ...]:
         """Physical row ``indices`` as buffer slots on the rows' device, in one transfer.
 
+        ``beside``: tensors a sampler computed on the CPU for the batch (window
+        masks, lengths), moved in the same transfer and returned after the slots.
         See :func:`~torchrl_ext.storages._memory.move_together`.
         """
-        if self._slots_are_rows:
-            return indices
-        return move_together(tuple(None if i is None else self._slots(i) for i in indices), self.device)
+        if self._slots_are_rows:  # rows in host memory: nothing moves
+            return (*indices, *beside)
+        slots = tuple(None if i is None else self._slots(i) for i in indices)
+        return move_together(slots + beside, self.device)
 
     # ------------------------------------------------------------------ reads
     def gather(self, rows: torch.Tensor, next_rows: torch.Tensor | None) -> TensorDictBase:
@@ -413,8 +418,9 @@ class PackedRows:
         B, W = window_rows.shape
         if goal_rows is not None and window_next_rows is None:
             raise ValueError("PackedRows.gather_windows: goal_rows need window_next_rows.")
-        rows, window_rows, after_rows, goal_rows, window_next_rows = self._on_device(
-            rows, window_rows, after_rows, goal_rows, window_next_rows
+        rows, window_rows, after_rows, goal_rows, window_next_rows, mask, lengths, relabel = (
+            self._on_device(rows, window_rows, after_rows, goal_rows, window_next_rows,
+                            beside=(mask, lengths, relabel))
         )
         # [B, W, step bytes]: step 0 holds the root-only entries, column W - 1 the last step's
         steps = gather_rows(self._step_span, window_rows.reshape(-1)).view(B, W, -1)

@@ -466,7 +466,7 @@ class EpisodeReplayBuffer:
             self._devices = {k: v.device for k, v in first.items()}
             self._running = self._new_running()
             self._running.load(running)
-        self._stream.in_process_generator().set_state(state["generator"])
+        self._stream.in_process_generator().set_state(state["generator"].cpu())
 
     @property
     def num_episodes(self) -> int:

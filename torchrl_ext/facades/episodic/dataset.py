@@ -336,7 +336,7 @@ class EpisodeDataset(IterableDataset):
                     f"{type(self.evictor).__name__} has none; restore into a dataset with "
                     "the same kind of evictor."
                 )
-            generator.set_state(state["evictor"])
+            generator.set_state(state["evictor"].cpu())
 
     # -------------------------------------------------------------- sampling
     def get_loader(
