@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from torchrl_ext import (
+    BatchReplayBuffer,
     EpisodeReplayBuffer,
     HerReplayStorage,
     MBReplayBuffer,
@@ -108,3 +109,15 @@ def test_model_based_buffer_takes_cuda_tensors_and_serves_cuda_batches():
     labels = buffer.scaler.inverse_transform(torch.cat([b["train_label"] for b in batches]))
     assert len(labels) == 36  # every step of the 3 envs is a transition
     assert torch.allclose(labels[:, :3], torch.ones_like(labels[:, :3]))  # next - obs
+
+
+def test_d3rlpy_buffer_takes_cuda_tensors():
+    buf = BatchReplayBuffer(100, None, observation_space=BOX, action_space=gym.spaces.Discrete(2),
+                            n_envs=2, seed=0)
+    for obs, end in cuda_steps():
+        buf.append(obs, torch.zeros(2, dtype=torch.int64, device="cuda"), obs[:, 0], end, end)
+    batch = buf.sample(16, n_steps=1)
+    # d3rlpy's arrival rewards: o_t came with reward o_t[0], the step to o_t+1 earns o_t[0] + 1
+    assert torch.equal(batch.next_observations, batch.observations + 1)
+    assert torch.equal(batch.rewards.view(-1), batch.observations[:, 0])
+    assert torch.equal(batch.next_rewards.view(-1), batch.observations[:, 0] + 1)

@@ -156,6 +156,17 @@ def test_d4_callers_arrays_are_copied():
     assert {o: v["next_obs"] for o, v in all_of(buf).items()} == {0.0: 1.0, 1.0: 2.0}
 
 
+def test_torch_tensors_are_taken_and_copied_like_arrays():
+    # an env wrapper handing torch tensors: converted, not refused ("can't convert"), and copied
+    buf = buffer()
+    obs = torch.zeros(1, 2)
+    for t in range(3):
+        obs[:] = t
+        buf.append(obs, torch.tensor([0]), torch.zeros(1), torch.tensor([t == 2]), torch.tensor([t == 2]))
+    assert {o: v["next_obs"] for o, v in all_of(buf).items()} == {0.0: 1.0, 1.0: 2.0}
+    assert float(buf.sample(64).terminals.max()) == 1.0
+
+
 def test_d5_gymnasium_vector_env_and_env_none():
     env = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync")
     buf = BatchReplayBuffer(300, env, seed=0)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from torchrl_ext.core.checks import is_flags
+from torchrl_ext.facades._convert import to_numpy
 
 __all__ = ["AppendInputs", "flags", "spaces"]
 
@@ -38,7 +39,7 @@ def spaces(env: Any, observation_space: Any, action_space: Any, n_envs: Any) -> 
 
 def flags(value: Any, name: str, n: int) -> np.ndarray:
     """Bool ``(n,)`` flags from bool or 0/1 numbers (D3), copied."""
-    array = np.asarray(value)
+    array = to_numpy(value)
     if array.shape != (n,):
         raise ValueError(f"BatchReplayBuffer.append: {name} has shape {array.shape}, expected ({n},).")
     if array.dtype.kind not in _NUMERIC:
@@ -95,7 +96,7 @@ class AppendInputs:
 
     def check(self, name: str, value: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
         """``value`` as a numeric array of ``shape`` (not copied)."""
-        array = np.asarray(value)
+        array = to_numpy(value)
         if array.shape != shape:
             raise ValueError(
                 f"BatchReplayBuffer.{where}: {name} has shape {array.shape}, expected {shape} "
@@ -127,7 +128,7 @@ class AppendInputs:
         Actions of one number each come as ``(n,)`` or ``(n, 1)`` (d3rlpy took
         ``(n,)`` beside ``(n, action_size)``).
         """
-        actions = np.asarray(actions)
+        actions = to_numpy(actions)
         if self.action_shape == (1,) and actions.shape == (n,):
             actions = actions.reshape(n, 1)
         if self.discrete:
