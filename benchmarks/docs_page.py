@@ -1,4 +1,4 @@
-"""Write the docs' benchmark page from benchmarks/results/latest.md.
+"""Write the docs' benchmark page from benchmarks/results/latest.md (and gpu_h200.md).
 
     .venv/bin/python benchmarks/docs_page.py        # after benchmarks/run.py (make bench does both)
 
@@ -23,6 +23,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.md"
+#: tables measured on another machine than ``make bench``'s, appended after RESULTS when present
+EXTRA_RESULTS = [HERE / "results" / "gpu_h200.md"]  # gpu.py on a lent GPU machine
 PAGE_DIR = HERE.parent / "docs" / "benchmarks"
 
 #: table number -> (column plotted, axis label, file name); smaller is better in each
@@ -148,10 +150,13 @@ def page(text: str, out_dir: Path) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Write docs/benchmarks/ from the results.")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--extra", type=Path, nargs="*", default=EXTRA_RESULTS,
+                        help="results files appended after --results, where they exist")
     parser.add_argument("--out-dir", type=Path, default=PAGE_DIR)
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "index.md").write_text(page(args.results.read_text(), args.out_dir))
+    text = "\n".join(p.read_text() for p in [args.results, *args.extra] if p.exists())
+    (args.out_dir / "index.md").write_text(page(text, args.out_dir))
     print(f"wrote {args.out_dir / 'index.md'}")
 
 

@@ -107,3 +107,16 @@ def test_unnumbered_sections_chart_their_first_table(docs_page, tmp_path):
     w5_chart = lines.index("![W5 frame stacks: u8[1, 84, 84]](w5_frames.png)")
     assert lines[w5_chart - 2] == "| cpprb | 46,805 | not installed |"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w5_frames.png", "w6_epochs.png"]
+
+
+def test_tables_run_elsewhere_are_appended(docs_page, tmp_path):
+    # gpu.py's tables come from a GPU machine, kept in their own results file
+    results, gpu = tmp_path / "latest.md", tmp_path / "gpu.md"
+    results.write_text(RESULTS)
+    gpu.write_text("## Device-resident sampling (NVIDIA H200)\n\n| impl | us |\n|---|---|\n| ours | 268 |\n")
+    docs_page.main(["--results", str(results), "--extra", str(gpu), str(tmp_path / "absent.md"),
+                    "--out-dir", str(tmp_path / "page")])
+    lines = (tmp_path / "page" / "index.md").read_text().splitlines()
+    assert "### 1. Sample rate (batch 256 from a full buffer)" in lines
+    assert lines.index("### Device-resident sampling (NVIDIA H200)") > lines.index("| ours | 10,000 | 157.1 |")
+    assert "| ours | 268 |" in lines
