@@ -121,3 +121,23 @@ def test_d3rlpy_buffer_takes_cuda_tensors():
     assert torch.equal(batch.next_observations, batch.observations + 1)
     assert torch.equal(batch.rewards.view(-1), batch.observations[:, 0])
     assert torch.equal(batch.next_rewards.view(-1), batch.observations[:, 0] + 1)
+
+
+@pytest.mark.parametrize(("source", "target"), [("cuda", "cpu"), ("cpu", "cuda")])
+def test_episodic_checkpoint_moves_between_devices(source, target, tmp_path):
+    # saved on one device, loaded with map_location onto the other: the same next batches
+    def build(device):
+        return EpisodeReplayBuffer(RingBufferDataset(30, device=device), batch_size=8,
+                                   sequence_length=3, seed=5)
+
+    rb = build(source)
+    for t in range(40):  # 2 envs, episodes of 7 and 9 steps, evictions
+        was_done = torch.tensor([t % 7 == 0 and t > 0, t % 9 == 0 and t > 0], device=source)
+        rb.add_step({"x": torch.tensor([[float(t // 7), t % 7], [100.0 + t // 9, t % 9]],
+                                       device=source)}, was_done)
+    torch.save(rb.state_dict(), tmp_path / "rb.pt")
+    restored = build(target)
+    restored.load_state_dict(torch.load(tmp_path / "rb.pt", map_location=target, weights_only=False))
+    for _ in range(3):
+        batch, expected = restored.sample()["x"], rb.sample()["x"]
+        assert batch.device.type == target and torch.equal(batch.cpu(), expected.cpu())

@@ -771,6 +771,19 @@ def test_add_step_refuses_a_numpy_field_for_a_bfloat16_field():
         rb.add_step({"x": np.ones((2, 1))}, torch.zeros(2, dtype=torch.bool))
 
 
+def test_fields_devices_follow_the_checkpoint_map_location():
+    # each field's device is saved as a tensor, so torch.load(map_location=...) moves it
+    # with the data: a GPU run's checkpoint serves CPU batches on a machine without a GPU
+    dataset = RingBufferDataset(20)
+    dataset.add_episode(episode(0, 5))
+    state = dataset.state_dict()
+    state["devices"] = {k: v.to("meta") for k, v in state["devices"].items()}  # as if mapped
+    restored = RingBufferDataset(20)
+    restored.load_state_dict(state)
+    assert restored.fields["x"].device == torch.device("meta")
+    assert dataset.fields["x"].device == torch.device("cpu")
+
+
 def test_load_state_dict_without_running_steps_drops_the_running_episodes():
     def build():
         return EpisodeReplayBuffer(RingBufferDataset(30), batch_size=2, sequence_length=1, seed=5)

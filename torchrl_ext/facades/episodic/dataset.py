@@ -300,9 +300,14 @@ class EpisodeDataset(IterableDataset):
             [4]
         """
         generator = getattr(self.evictor, "generator", None)
+        fields = self.info.fields
         return {
             "capacity": self.capacity,
             "info": dataclasses.replace(self.info, episode_lengths=list(self.episode_lengths)),
+            # where each field's batches go, as tensors: torch.load's map_location moves
+            # them with the data (a GPU run's checkpoint read on a machine without one)
+            "devices": None if fields is None else {
+                k: torch.empty(0, device=t.device) for k, t in fields.items()},
             "slots": list(self._slots),
             "pool": None if self._pool is None else self._pool.state_dict(),
             "evictor": None if generator is None else generator.get_state(),
@@ -310,6 +315,10 @@ class EpisodeDataset(IterableDataset):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` into this dataset, which must be empty.
+
+        Each field's batches go to the device its data was loaded onto: a
+        state read with ``torch.load(..., map_location="cpu")`` serves them on
+        the CPU, even if the steps came from a GPU.
 
         Raises:
             ValueError: the dataset is not empty or has another capacity.
@@ -321,6 +330,10 @@ class EpisodeDataset(IterableDataset):
                 f"{self.num_episodes} episodes)."
             )
         info = dataclasses.replace(state["info"], episode_lengths=list(state["info"].episode_lengths))
+        devices = state.get("devices")
+        if info.fields is not None and devices is not None:
+            info = dataclasses.replace(info, fields=Fields(
+                {k: type(t)(devices[k].device, t.dtype, t.shape) for k, t in info.fields.items()}))
         if info.fields is not None and self._pool is None:
             self._allocate(info.fields)
         self.info = info
