@@ -484,6 +484,22 @@ def test_b17_builtin_evictors():
     assert dataset.num_timesteps == 12 and within_one_episode(draw(dataset, 50, 4))
 
 
+def test_b17_an_evictor_written_for_the_original_api_is_called_without_the_dataset():
+    class Oldest(Evictor):  # the original's signature: called with no argument
+        def __call__(self):
+            return 0
+
+    dataset = RingBufferDataset(8, evictor=Oldest())
+    for eid, n in enumerate([3, 4, 5]):
+        dataset.add_episode(episode(eid, n))
+    assert dataset.episode_lengths == [5]
+    with pytest.raises(TypeError, match=r"evictor .* takes 2 arguments, expected a callable taking "
+                       r"the dataset \(or none, as in the original\)"):
+        RingBufferDataset(8, evictor=lambda a, b: 0)
+    with pytest.raises(TypeError, match=r"RingBufferDataset: evictor is int, expected an Evictor"):
+        RingBufferDataset(8, evictor=3)
+
+
 def test_an_evictor_returning_a_bad_position_is_a_clear_error():
     class Bad(Evictor):
         def __call__(self, dataset):

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils.data import DataLoader, IterableDataset
 
-from torchrl_ext.facades.episodic.evictors import Evictor, FIFOEvictor
+from torchrl_ext.facades.episodic.evictors import Evictor, FIFOEvictor, eviction_choice
 from torchrl_ext.facades.episodic.fields import (
     EpisodeDatasetInfo,
     Fields,
@@ -78,11 +78,7 @@ class EpisodeDataset(IterableDataset):
                 "but a new dataset is empty; pass only fields and verification_mode."
             )
         evictor = FIFOEvictor() if evictor is None else evictor
-        if not callable(evictor):
-            raise TypeError(
-                f"{type(self).__name__}: evictor is {type(evictor).__name__}, expected an "
-                "Evictor (a callable taking the dataset and returning an episode position)."
-            )
+        self._choose = eviction_choice(evictor, type(self).__name__)
         self.capacity = int(capacity)
         # a copy: the statistics are this dataset's, even when one info builds several datasets
         self.info = dataclasses.replace(
@@ -255,7 +251,7 @@ class EpisodeDataset(IterableDataset):
             self._allocate(fields)
         verify(episode, fields, self.info.verification_mode)
         while self.num_timesteps + length > self.capacity:
-            position = self.evictor(self)
+            position = self._choose(self)
             if not isinstance(position, int) or not 0 <= position < self.num_episodes:
                 raise ValueError(
                     f"add_episode: {type(self.evictor).__name__} returned {position!r}, "
