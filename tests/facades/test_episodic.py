@@ -699,6 +699,29 @@ def test_sample_errors():
         rb.sample()
 
 
+def test_a_worker_that_drew_before_long_episodes_came_back_does_not_fail_sample(monkeypatch):
+    # The race: a worker draws its prefetched batch while eviction has left no
+    # episode of sequence_length steps; sample() comes after a long one was
+    # added. The worker's first draw fails, as it would in that moment.
+    from torchrl_ext.storages import EpisodePool
+
+    failures = multiprocessing.get_context("fork").Value("i", 1)  # shared with forked workers
+    sample = EpisodePool.sample
+
+    def racing(self, *args, **kwargs):
+        with failures.get_lock():
+            failing, failures.value = failures.value > 0, failures.value - 1
+        if failing:
+            raise ValueError("cannot sample sequences of 4 steps: no stored episode has that many")
+        return sample(self, *args, **kwargs)
+
+    monkeypatch.setattr(EpisodePool, "sample", racing)
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2, sequence_length=4, num_workers=2)
+    rb.dataset.add_episode(episode(0, 6))
+    assert within_one_episode(rb.sample())
+    rb.close()
+
+
 def test_construction_and_loader_errors(tmp_path):
     with pytest.raises(ValueError, match="capacity=0, expected >= 1 steps"):
         RingBufferDataset(0)
