@@ -241,6 +241,21 @@ def test_b9_half_precision_stores_float16_and_returns_float32():
     assert within_one_episode(batch)
 
 
+def test_b9_half_precision_refuses_values_float16_cannot_hold_before_evicting():
+    dataset = RingBufferDataset(10, half_precision=True)
+    dataset.add_episode(episode(0, 6))
+    big = episode(1, 6)
+    big["x"][3, 1] = -7e4  # float16 stops at 65504: it would be stored as -inf
+    with pytest.raises(ValueError, match=r"field 'x' holds -70000, beyond the float16 range "
+                       r"\(\+-65504\) of RingBufferDataset\(half_precision=True\)"):
+        dataset.add_episode(big)
+    assert dataset.episode_lengths == [6]  # nothing evicted for the refused episode
+    inf = episode(2, 6)
+    inf["x"][0, 1] = float("inf")  # an infinite value stays infinite: stored as it came
+    dataset.add_episode(inf)
+    assert dataset.episode(0)["x"][0, 1] == float("inf")
+
+
 # ------------------------------------------------------- B10: pin_memory
 def test_b10_pinning_is_off_by_default_and_refused_without_cuda():
     dataset = RingBufferDataset(20)

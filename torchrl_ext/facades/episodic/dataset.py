@@ -250,6 +250,7 @@ class EpisodeDataset(IterableDataset):
             fields = Fields.from_episode(episode)
             self._allocate(fields)
         verify(episode, fields, self.info.verification_mode)
+        self._stored_pool().check_range(episode, type(self).__name__)  # refused before evicting
         while self.num_timesteps + length > self.capacity:
             position = self._choose(self)
             if not isinstance(position, int) or not 0 <= position < self.num_episodes:
