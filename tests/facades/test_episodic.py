@@ -554,6 +554,22 @@ def test_b19_verification_modes_check_what_they_say():
         extended.add_episode({"x": torch.full((3, 2), float("inf"))})
 
 
+def test_add_episode_refuses_per_step_lists_whose_shape_or_dtype_changes():
+    # torch.stack promotes dtypes (an int64 step among float32 ones, float32 among
+    # float64) and names no field when shapes differ: each is refused by name
+    dataset = RingBufferDataset(100)
+    with pytest.raises(TypeError, match=r"add_episode: field 'obs' has dtype torch.float64 at "
+                       r"step 1, expected torch.float32 as at step 0"):
+        dataset.add_episode({"obs": [torch.zeros(3), torch.zeros(3, dtype=torch.float64)]})
+    with pytest.raises(TypeError, match=r"field 'reward' has dtype torch.float32 at step 2, "
+                       r"expected torch.int64"):
+        dataset.add_episode({"reward": [torch.tensor(1), torch.tensor(0), torch.tensor(0.5)]})
+    with pytest.raises(ValueError, match=r"add_episode: field 'obs' has shape \(4,\) at step 1, "
+                       r"expected \(3,\) as at step 0"):
+        dataset.add_episode({"obs": [torch.zeros(3), torch.zeros(4)]})
+    assert dataset.is_empty and dataset.fields is None  # nothing stored, no field fixed
+
+
 def test_b19_debugging_mode_logs_each_episode(caplog):
     dataset = RingBufferDataset(100, info=EpisodeDatasetInfo(
         verification_mode=VerificationMode.DEBUGGING_CHECKS))

@@ -226,8 +226,12 @@ class EpisodeDataset(IterableDataset):
                 or a ``[length]`` TensorDict.
 
         Raises:
-            ValueError: the episode is longer than the capacity, or its fields
-                do not match (see :class:`VerificationMode`).
+            ValueError: the episode is longer than the capacity, its fields'
+                shapes do not match (see :class:`VerificationMode`), or a
+                per-step list changes shape.
+            TypeError: a field's dtype does not match, or a per-step list
+                changes dtype (never promoted).
+            KeyError: fields missing or unknown.
         """
         episode = as_episode(episode)
         if self._other is None:
