@@ -241,6 +241,21 @@ def test_b9_half_precision_stores_float16_and_returns_float32():
     assert within_one_episode(batch)
 
 
+def test_b9_half_precision_refuses_values_float16_cannot_hold_before_evicting():
+    dataset = RingBufferDataset(10, half_precision=True)
+    dataset.add_episode(episode(0, 6))
+    big = episode(1, 6)
+    big["x"][3, 1] = -7e4  # float16 stops at 65504: it would be stored as -inf
+    with pytest.raises(ValueError, match=r"field 'x' holds -70000, beyond the float16 range "
+                       r"\(\+-65504\) of RingBufferDataset\(half_precision=True\)"):
+        dataset.add_episode(big)
+    assert dataset.episode_lengths == [6]  # nothing evicted for the refused episode
+    inf = episode(2, 6)
+    inf["x"][0, 1] = float("inf")  # an infinite value stays infinite: stored as it came
+    dataset.add_episode(inf)
+    assert dataset.episode(0)["x"][0, 1] == float("inf")
+
+
 # ------------------------------------------------------- B10: pin_memory
 def test_b10_pinning_is_off_by_default_and_refused_without_cuda():
     dataset = RingBufferDataset(20)
@@ -484,6 +499,22 @@ def test_b17_builtin_evictors():
     assert dataset.num_timesteps == 12 and within_one_episode(draw(dataset, 50, 4))
 
 
+def test_b17_an_evictor_written_for_the_original_api_is_called_without_the_dataset():
+    class Oldest(Evictor):  # the original's signature: called with no argument
+        def __call__(self):
+            return 0
+
+    dataset = RingBufferDataset(8, evictor=Oldest())
+    for eid, n in enumerate([3, 4, 5]):
+        dataset.add_episode(episode(eid, n))
+    assert dataset.episode_lengths == [5]
+    with pytest.raises(TypeError, match=r"evictor .* takes 2 arguments, expected a callable taking "
+                       r"the dataset \(or none, as in the original\)"):
+        RingBufferDataset(8, evictor=lambda a, b: 0)
+    with pytest.raises(TypeError, match=r"RingBufferDataset: evictor is int, expected an Evictor"):
+        RingBufferDataset(8, evictor=3)
+
+
 def test_an_evictor_returning_a_bad_position_is_a_clear_error():
     class Bad(Evictor):
         def __call__(self, dataset):
@@ -521,6 +552,22 @@ def test_b19_verification_modes_check_what_they_say():
         verification_mode=VerificationMode.EXTENDED_CHECKS))
     with pytest.raises(ValueError, match="field 'x' holds NaN or infinite values"):
         extended.add_episode({"x": torch.full((3, 2), float("inf"))})
+
+
+def test_add_episode_refuses_per_step_lists_whose_shape_or_dtype_changes():
+    # torch.stack promotes dtypes (an int64 step among float32 ones, float32 among
+    # float64) and names no field when shapes differ: each is refused by name
+    dataset = RingBufferDataset(100)
+    with pytest.raises(TypeError, match=r"add_episode: field 'obs' has dtype torch.float64 at "
+                       r"step 1, expected torch.float32 as at step 0"):
+        dataset.add_episode({"obs": [torch.zeros(3), torch.zeros(3, dtype=torch.float64)]})
+    with pytest.raises(TypeError, match=r"field 'reward' has dtype torch.float32 at step 2, "
+                       r"expected torch.int64"):
+        dataset.add_episode({"reward": [torch.tensor(1), torch.tensor(0), torch.tensor(0.5)]})
+    with pytest.raises(ValueError, match=r"add_episode: field 'obs' has shape \(4,\) at step 1, "
+                       r"expected \(3,\) as at step 0"):
+        dataset.add_episode({"obs": [torch.zeros(3), torch.zeros(4)]})
+    assert dataset.is_empty and dataset.fields is None  # nothing stored, no field fixed
 
 
 def test_b19_debugging_mode_logs_each_episode(caplog):
@@ -681,6 +728,29 @@ def test_sample_errors():
     with pytest.raises(RuntimeError, match="Cannot sample sequences of 5 steps: the longest "
                        "stored episode has 3; .* or pass pad=True"):
         rb.sample()
+
+
+def test_a_worker_that_drew_before_long_episodes_came_back_does_not_fail_sample(monkeypatch):
+    # The race: a worker draws its prefetched batch while eviction has left no
+    # episode of sequence_length steps; sample() comes after a long one was
+    # added. The worker's first draw fails, as it would in that moment.
+    from torchrl_ext.storages import EpisodePool
+
+    failures = multiprocessing.get_context("fork").Value("i", 1)  # shared with forked workers
+    sample = EpisodePool.sample
+
+    def racing(self, *args, **kwargs):
+        with failures.get_lock():
+            failing, failures.value = failures.value > 0, failures.value - 1
+        if failing:
+            raise ValueError("cannot sample sequences of 4 steps: no stored episode has that many")
+        return sample(self, *args, **kwargs)
+
+    monkeypatch.setattr(EpisodePool, "sample", racing)
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), batch_size=2, sequence_length=4, num_workers=2)
+    rb.dataset.add_episode(episode(0, 6))
+    assert within_one_episode(rb.sample())
+    rb.close()
 
 
 def test_construction_and_loader_errors(tmp_path):

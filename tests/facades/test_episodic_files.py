@@ -60,3 +60,26 @@ def test_eviction_after_load_state_dict(tmp_path):
     assert restored.episode_lengths == [5, 5]
     assert len(files_in(tmp_path / "b")) == 2
     assert IndividualFileDataset(10, directory=tmp_path / "b").episode(0)["obs"][0].item() == 10.0
+
+
+def test_b14_reopening_with_a_capacity_below_an_episode_keeps_its_file(tmp_path):
+    dataset = IndividualFileDataset(100, directory=tmp_path)
+    for start, length in ((0, 5), (10, 30), (50, 8)):
+        dataset.add_episode(episode(start, length))
+    before = files_in(tmp_path)
+    with pytest.warns(UserWarning, match=r"1 older episode files .* capacity=20 .*kept on disk"):
+        small = IndividualFileDataset(20, directory=tmp_path)  # the 30-step episode cannot fit
+    assert files_in(tmp_path) == before
+    assert small.episode_lengths == [5, 8]
+    assert IndividualFileDataset(100, directory=tmp_path).episode_lengths == [5, 30, 8]
+
+
+def test_reopening_names_the_file_whose_fields_differ(tmp_path):
+    IndividualFileDataset(100, directory=tmp_path).add_episode(episode(0))
+    name = files_in(tmp_path)[0]
+    (tmp_path / "other").mkdir()
+    IndividualFileDataset(100, directory=tmp_path / "other").add_episode({"obs": torch.zeros(3, 2)})
+    (tmp_path / "other" / files_in(tmp_path / "other")[0]).rename(tmp_path / "0000001_3_20250101-000000.npz")
+    with pytest.raises(ValueError, match=rf"0000001_3_20250101-000000.npz .*{name}.*field 'obs' "
+                       r"has steps of shape \(2,\), expected \(1,\)"):
+        IndividualFileDataset(100, directory=tmp_path)

@@ -20,6 +20,7 @@ __all__ = ["EpisodePool"]
 
 _COUNTERS = ("free_top", "slot_top", "row_high", "slot_high", "table_head")
 _TORN_TIMEOUT_S = 60.0  # a reader gives up after meeting writes under way this long
+_HALF_MAX = float(torch.finfo(torch.float16).max)  # 65504: beyond it float16 holds inf
 
 
 class _Torn(Exception):
@@ -69,7 +70,8 @@ class EpisodePool(NumpyViews):
     Keyword Args:
         device (torch.device or str): where the rows live. Defaults to CPU.
         half_precision (bool): store float32 entries as float16; :meth:`gather`
-            returns them as float32.
+            returns them as float32. :meth:`append` refuses finite values beyond
+            float16's range (:meth:`check_range`).
 
     Examples:
         >>> import torch
@@ -178,6 +180,7 @@ class EpisodePool(NumpyViews):
                 f"EpisodePool.append: an episode needs batch size [length >= 1], got "
                 f"{list(episode.batch_size)}."
             )
+        self.check_range(episode)
         with self._writing():
             top = self._counter("free_top")
             if L > top:
@@ -205,6 +208,39 @@ class EpisodePool(NumpyViews):
             self._set_counter("row_high", max(self._counter("row_high"), int(rows_np.max()) + 1))
             self._set_counter("slot_high", max(self._counter("slot_high"), slot + 1))
         return slot
+
+    def check_range(self, episode: TensorDictBase, owner: str = "EpisodePool") -> None:
+        """Refuse finite values that float16 rows (``half_precision``) would store as inf.
+
+        One pass (``aminmax``) over each entry stored in half precision; none without.
+
+        Raises:
+            ValueError: such an entry holds a finite value beyond float16's +-65504.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> pool = EpisodePool(4, TensorDict({"x": torch.zeros(())}, []), half_precision=True)
+            >>> pool.check_range(TensorDict({"x": torch.tensor([1.0, 1e5])}, [2]))
+            Traceback (most recent call last):
+            ...
+            ValueError: add_episode: field 'x' holds 100000, beyond the float16 range (+-65504) of EpisodePool(half_precision=True), where it would be stored as inf; scale it, or store it without half_precision.
+        """
+        for key in self._halved:
+            x = episode.get(key)
+            if not x.numel():
+                continue
+            low, high = torch.aminmax(x)
+            if float(torch.maximum(-low, high)) <= _HALF_MAX:
+                continue
+            finite = x[torch.isfinite(x)]  # an infinite value is stored as it came
+            worst = float(finite[finite.abs().argmax()]) if finite.numel() else 0.0
+            if abs(worst) > _HALF_MAX:
+                raise ValueError(
+                    f"add_episode: field {key!r} holds {worst:g}, beyond the float16 range "
+                    f"(+-{_HALF_MAX:g}) of {owner}(half_precision=True), where it would be "
+                    "stored as inf; scale it, or store it without half_precision."
+                )
 
     def _cast(self, episode: TensorDictBase) -> TensorDictBase:
         return episode.apply(lambda x: x.to(self.device, self._stored(x.dtype)))

@@ -402,7 +402,15 @@ class EpisodeReplayBuffer:
                 f"{self.dataset.longest_episode}; wait for longer episodes, lower "
                 "sequence_length, or pass pad=True."
             )
-        batch = next(self._iterator)
+        try:
+            batch = next(self._iterator)
+        except ValueError:
+            if not self.loader.num_workers:
+                raise
+            # A worker drew its prefetched batch while no episode was long enough
+            # (evicted, the long one added since: checked above). Its error ended
+            # the loader's iterator; new workers draw from the episodes stored now.
+            batch = next(self._iterator)
         for key, kind in fields.items():
             if batch.get(key).device != kind.device:
                 batch.set(key, batch.get(key).to(kind.device))

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils.data import DataLoader, IterableDataset
 
-from torchrl_ext.facades.episodic.evictors import Evictor, FIFOEvictor
+from torchrl_ext.facades.episodic.evictors import Evictor, FIFOEvictor, eviction_choice
 from torchrl_ext.facades.episodic.fields import (
     EpisodeDatasetInfo,
     Fields,
@@ -78,11 +78,7 @@ class EpisodeDataset(IterableDataset):
                 "but a new dataset is empty; pass only fields and verification_mode."
             )
         evictor = FIFOEvictor() if evictor is None else evictor
-        if not callable(evictor):
-            raise TypeError(
-                f"{type(self).__name__}: evictor is {type(evictor).__name__}, expected an "
-                "Evictor (a callable taking the dataset and returning an episode position)."
-            )
+        self._choose = eviction_choice(evictor, type(self).__name__)
         self.capacity = int(capacity)
         # a copy: the statistics are this dataset's, even when one info builds several datasets
         self.info = dataclasses.replace(
@@ -230,8 +226,12 @@ class EpisodeDataset(IterableDataset):
                 or a ``[length]`` TensorDict.
 
         Raises:
-            ValueError: the episode is longer than the capacity, or its fields
-                do not match (see :class:`VerificationMode`).
+            ValueError: the episode is longer than the capacity, its fields'
+                shapes do not match (see :class:`VerificationMode`), or a
+                per-step list changes shape.
+            TypeError: a field's dtype does not match, or a per-step list
+                changes dtype (never promoted).
+            KeyError: fields missing or unknown.
         """
         episode = as_episode(episode)
         if self._other is None:
@@ -254,8 +254,9 @@ class EpisodeDataset(IterableDataset):
             fields = Fields.from_episode(episode)
             self._allocate(fields)
         verify(episode, fields, self.info.verification_mode)
+        self._stored_pool().check_range(episode, type(self).__name__)  # refused before evicting
         while self.num_timesteps + length > self.capacity:
-            position = self.evictor(self)
+            position = self._choose(self)
             if not isinstance(position, int) or not 0 <= position < self.num_episodes:
                 raise ValueError(
                     f"add_episode: {type(self.evictor).__name__} returned {position!r}, "

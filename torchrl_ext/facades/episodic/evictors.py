@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING
+import inspect
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -19,6 +20,8 @@ class Evictor(abc.ABC):
     ``num_timesteps``, ``capacity``, ...); returns the position of the episode
     to evict in ``dataset.episode_lengths`` (0 is the oldest). The dataset
     frees that episode's storage (rows, file) before storing the new one.
+    An evictor written for the original API (``__call__(self)``, blind to the
+    dataset, B17) is called without it.
 
     Examples:
         >>> import torch
@@ -96,3 +99,45 @@ class ShortestEpisodeEvictor(Evictor):
     def __call__(self, dataset: EpisodeDataset) -> int:
         lengths = dataset.episode_lengths
         return lengths.index(min(lengths))
+
+
+def eviction_choice(evictor: Any, owner: str) -> Callable[[EpisodeDataset], int]:
+    """``evictor`` as a callable of the dataset (one taking no argument is called without it).
+
+    Raises:
+        TypeError: ``evictor`` is not callable, or takes neither the dataset nor no argument.
+
+    Examples:
+        >>> from torchrl_ext.facades.episodic import RingBufferDataset
+        >>> eviction_choice(lambda: 0, "RingBufferDataset")(RingBufferDataset(10))
+        0
+    """
+    if not callable(evictor):
+        raise TypeError(
+            f"{owner}: evictor is {type(evictor).__name__}, expected an Evictor (a callable "
+            "taking the dataset and returning an episode position)."
+        )
+    try:
+        signature = inspect.signature(evictor)
+    except (TypeError, ValueError):  # no signature to read (a builtin): called as documented
+        return evictor
+    for args, choice in (((None,), evictor), ((), _WithoutDataset(evictor))):
+        try:
+            signature.bind(*args)
+        except TypeError:
+            continue
+        return choice
+    raise TypeError(
+        f"{owner}: evictor {type(evictor).__name__} takes {len(signature.parameters)} arguments, "
+        "expected a callable taking the dataset (or none, as in the original)."
+    )
+
+
+class _WithoutDataset:
+    """An evictor of the original API (called without the dataset), called with it."""
+
+    def __init__(self, evictor: Callable[[], int]) -> None:
+        self.evictor = evictor
+
+    def __call__(self, dataset: EpisodeDataset) -> int:
+        return self.evictor()

@@ -200,8 +200,10 @@ def as_episode(episode: Any) -> TensorDictBase:
     stacked ``[L, ...]`` tensors, or a TensorDict with batch size ``[L]``.
 
     Raises:
-        TypeError: not a mapping of tensors or tensor lists.
-        ValueError: fields of different lengths, or no step.
+        TypeError: not a mapping of tensors or tensor lists, or a list whose
+            steps have different dtypes.
+        ValueError: fields of different lengths, no step, or a list whose
+            steps have different shapes.
 
     Examples:
         >>> import torch
@@ -224,6 +226,7 @@ def as_episode(episode: Any) -> TensorDictBase:
                         f"add_episode: field {key!r} must be a non-empty list of tensors "
                         f"(one per step) or a stacked tensor, got {_describe(steps)}."
                     )
+                _check_steps(key, steps)
                 steps = torch.stack(list(steps))
             elif not isinstance(steps, torch.Tensor) or steps.ndim == 0:
                 raise TypeError(
@@ -245,6 +248,24 @@ def as_episode(episode: Any) -> TensorDictBase:
     if out.shape[0] == 0:
         raise ValueError("add_episode: the episode has no step.")
     return out
+
+
+def _check_steps(key: str, steps: Any) -> None:
+    """Every step of a per-step list has step 0's shape and dtype (``torch.stack`` would promote)."""
+    shape, dtype = steps[0].shape, steps[0].dtype
+    t = next((t for t, x in enumerate(steps) if x.shape != shape or x.dtype != dtype), None)
+    if t is None:
+        return
+    x = steps[t]
+    if x.shape != shape:
+        raise ValueError(
+            f"add_episode: field {key!r} has shape {tuple(x.shape)} at step {t}, expected "
+            f"{tuple(shape)} as at step 0; a field keeps its shape within an episode."
+        )
+    raise TypeError(
+        f"add_episode: field {key!r} has dtype {x.dtype} at step {t}, expected {dtype} as at "
+        f"step 0; cast the steps to one dtype."
+    )
 
 
 def _describe(value: Any) -> str:

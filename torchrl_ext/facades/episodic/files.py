@@ -159,15 +159,25 @@ class IndividualFileDataset(EpisodeDataset):
             if match:
                 found.append((int(match.group(1)), path))
         kept: list[Path] = []  # reopening evicts from memory only: files stay on disk
+        origin = None if self.fields is None else "info.fields"  # what fixed the fields
         for _, path in sorted(found):
             episode = self._read(path)
             if episode is None:
                 continue
+            if episode.shape[0] > self.capacity:  # never fits: kept on disk like the evicted
+                kept.append(path)
+                continue
             self._reopening, self._kept = path, kept
             try:
                 self.add_episode(episode)
+            except (KeyError, TypeError, ValueError) as error:  # fields unlike the others'
+                raise type(error)(
+                    f"IndividualFileDataset: cannot reopen {path.name} in {self.directory} "
+                    f"(the fields are fixed by {origin}; move it to another directory): {error}"
+                ) from error
             finally:
                 self._reopening = self._kept = None
+            origin = origin or path.name
         if kept:
             warnings.warn(
                 f"IndividualFileDataset: {len(kept)} older episode files in {self.directory} "

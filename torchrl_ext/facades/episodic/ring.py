@@ -27,7 +27,9 @@ class RingBufferDataset(EpisodeDataset):
         evictor (Evictor, optional): defaults to FIFO.
         device (torch.device or str): where the steps are stored and sampled.
         half_precision (bool): store float32 fields as float16 (half the
-            memory); samples return them as float32 (B9).
+            memory); samples return them as float32 (B9). An episode holding
+            a finite value beyond float16's +-65504 is refused (ValueError),
+            never stored as inf.
 
     Examples:
         >>> import torch
