@@ -420,10 +420,20 @@ class HerReplayStorage(HeldStepsFacade):
         """No-op, as in the original (its training loop passes metrics here)."""
 
     def reset(self) -> None:
-        """Forget every stored step and the episode bookkeeping (in-progress episodes too)."""
-        self._batcher.clear()
-        self.adapter.reset(self._rb)  # before empty(): ending an episode needs its stream
-        self._rb.empty()
+        """Forget every stored step and the episode bookkeeping (in-progress episodes too).
+
+        The envs are not reset: steps added next open new episodes, and in
+        NEXT_STEP mode the reset step of an env whose episode ended before
+        this call is still left out (it is not a transition).
+
+        Raises:
+            ValueError: a held step holds a NaN or infinity (``check_finite``);
+                the storage is emptied all the same.
+        """
+        try:
+            self._batcher.flush()  # the adapter then stands after the last added step
+        finally:
+            self._rb.empty()  # every stream's next write opens a new episode
 
     def __repr__(self) -> str:
         return (
