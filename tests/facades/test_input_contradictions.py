@@ -237,6 +237,30 @@ def test_space_contradiction_inputs_are_refused_not_cast():
         HerReplayStorage(goals, gym.spaces.Discrete(2), num_goals=2.0)
 
 
+@pytest.mark.parametrize("bad", [np.array([[300, 1]]), np.array([[-1.0, 2.0]]), torch.tensor([[256, 3]]),
+                                 np.array([[np.inf, 0.0]])], ids=["int64", "float", "tensor", "inf"])
+def test_integer_values_outside_the_space_dtype_are_refused_not_wrapped(bad):
+    """uint8 pixels given as int64 / float values past 255 (or below 0) wrapped around
+    (300 was stored as 44); an int8 MultiBinary goal of 200 became -56."""
+    store = NStepReplayStorage(gym.spaces.Box(0, 255, (2,), np.uint8), gym.spaces.Discrete(2),
+                               storage_size=100, num_envs=1, num_workers=0)
+    fine = np.zeros((1, 2), np.uint8)
+    for obs, nxt, name in ((bad, fine, "observations"), (fine, bad, "next_observations")):
+        with pytest.raises(ValueError, match=rf"^NStepReplayStorage.add: {name} holds values in "
+                                             r"\[.*\], outside uint8's \[0, 255\] \(the dtype of "
+                                             r"Box\(0, 255, \(2,\), uint8\)\); they would wrap around"):
+            store.add(obs, np.zeros(1, np.int64), [0.0], [False], [False], {}, nxt)
+    assert len(store) == 0
+    bits = gym.spaces.Dict(observation=gym.spaces.MultiBinary(2), achieved_goal=gym.spaces.MultiBinary(2),
+                           desired_goal=gym.spaces.MultiBinary(2))
+    her = HerReplayStorage(bits, gym.spaces.Discrete(2), storage_size=100)
+    goal = {k: np.zeros((1, 2), np.int64) for k in bits.spaces}
+    with pytest.raises(ValueError, match=r"observations\['desired_goal'\] holds values in \[0, 200\], "
+                                         r"outside int8's \[-128, 127\]"):
+        her.add({**goal, "desired_goal": np.array([[200, 0]])}, np.zeros(1, np.int64), [0.0],
+                [False], [False], {}, goal)
+
+
 def test_flags_that_are_not_0_or_1_are_refused_not_cast():
     """A termination of 0.5, 2 or NaN is not a flag: it was stored as True."""
     env = cartpole()
