@@ -150,6 +150,26 @@ def test_autoreset_mode_contradiction_next_step_env_declared_same_step():
     env.close()
 
 
+@pytest.mark.parametrize("mode", [None, "disabled"])
+def test_autoreset_mode_contradiction_sb3_vec_env_infos_declared_next_step(mode):
+    """An SB3 VecEnv's step (per-env info dicts, the final observation in
+    ``infos[i]["terminal_observation"]``, the reset observation returned) was taken
+    as a NEXT_STEP step: the reset observation became the final one and the next
+    episode's first step was dropped as a reset step (DISABLED: kept, the same
+    wrong final observation)."""
+    store = nstep(n=2, autoreset_mode=mode)
+    obs = lambda v: np.full((2, 4), v, np.float32)
+    store.add(obs(0), np.zeros(2, np.int64), np.ones(2), np.zeros(2, bool), np.zeros(2, bool),
+              [{}, {}], obs(1))
+    infos = [{}, {"terminal_observation": np.full(4, 2.0, np.float32), "TimeLimit.truncated": False}]
+    with pytest.raises(ValueError, match=r"autoreset_mode is (NEXT_STEP|DISABLED), but the infos of "
+                                         r"an episode end carry \['terminal_observation'\] "
+                                         r"\(infos\[1\]\).*autoreset_mode='legacy'"):
+        store.add(obs(1), np.zeros(2, np.int64), np.ones(2), np.array([False, True]),
+                  np.zeros(2, bool), infos, obs(50))
+    assert len(store) == 2
+
+
 # ---------------------------------------------------- 8. modes users write (#17)
 @pytest.mark.parametrize("name", ["same_step", "SameStep", "SAME_STEP", "samestep",
                                   AutoresetMode.SAME_STEP, GymMode.SAME_STEP])
