@@ -365,8 +365,8 @@ class HerReplayStorage(HeldStepsFacade):
         # the batcher, unless laid out as the steps before); the adapter converts the rest
         extra = None
         if self.copy_info_dict:
-            done = np.asarray(terminateds, bool).reshape(-1) | np.asarray(
-                truncateds if truncateds is not None else False, bool).reshape(-1)
+            done = to_numpy(terminateds).astype(bool).reshape(-1) | to_numpy(
+                truncateds if truncateds is not None else False).astype(bool).reshape(-1)
             extra = self._infos(infos, done)
         self._batcher.add(  # written in chunks, flushed before any read
             observations, actions, rewards, terminateds, truncateds, infos, next_observations,
