@@ -466,6 +466,18 @@ def test_reset_by_hand_mid_episode_never_glues_two_episodes(mode):
 
 
 
+def test_reset_with_an_emptied_buffer_mid_episode():
+    """``rb.empty()`` mid-episode, then ``adapter.reset(rb)``: no episode runs in the
+    emptied buffer, so there is none to end (it raised IndexError from the writer)."""
+    rb, adapter = make_replay_buffer(100, seed=0), GymVectorAdapter(1)
+    for t in range(3):
+        rb.extend(adapter.step(*_one_env_step(t)))
+    rb.empty()
+    adapter.reset(rb)
+    rb.extend(adapter.step(*_one_env_step(10)))
+    assert len(rb) == 1 and rb.storage.index.episode_count.tolist() == [1]
+
+
 def test_reset_refuses_envs_it_does_not_have():
     adapter = GymVectorAdapter(NUM_ENVS)
     for envs in ([NUM_ENVS], [-1], [True, False], [0.5]):

@@ -66,6 +66,20 @@ def test_her_storage_takes_cuda_tensors(device):
     assert torch.equal(batch.next_observations["observation"], batch.observations["observation"] + 1)
 
 
+def test_her_storage_copy_info_dict_takes_cuda_flags():
+    """With copy_info_dict the done flags were read by np.asarray, which refuses CUDA tensors."""
+    space = gym.spaces.Dict({"observation": BOX, "achieved_goal": BOX, "desired_goal": BOX})
+    seen = []
+    storage = HerReplayStorage(space, BOX, num_envs=2, batch_size=16, seed=0, copy_info_dict=True,
+                               reward_fn=lambda a, d, infos: seen.append(infos) or -torch.ones(len(a)))
+    for obs, end in cuda_steps():
+        step = {"observation": obs, "achieved_goal": obs, "desired_goal": torch.zeros_like(obs)}
+        after = {k: v + 1 for k, v in step.items()}
+        storage.add(step, obs, obs[:, 0], end, torch.zeros_like(end), {"x": obs[:, 0]}, after)
+    batch = storage.sample()
+    assert batch.rewards.shape == (16, 1) and seen[-1]["x"].shape == (12,)
+
+
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
 def test_episode_replay_buffer_takes_cuda_tensors(device):
     rb = EpisodeReplayBuffer(RingBufferDataset(100, device=device), batch_size=8,

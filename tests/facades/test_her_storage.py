@@ -112,6 +112,24 @@ def test_h4_reset_clears_data_and_bookkeeping():
     assert bool((obs >= 100).all())  # nothing from before the reset, no half episode
 
 
+@pytest.mark.parametrize("held", [False, True], ids=["written", "held"])
+def test_h4_reset_keeps_the_envs_next_step_reset_step_out(held):
+    # reset() empties the storage, not the env: a NEXT_STEP env whose episode ended
+    # before it still spends its next step resetting (final obs -> reset obs)
+    store = storage(num_goals=0)
+    step = lambda t, nxt, term: store.add(obs_at(t, 1), np.zeros(1, np.int64), -np.ones(1),
+                                           np.array([term]), np.zeros(1, bool), {}, obs_at(nxt, 1))
+    step(0, 1, False)
+    step(1, 2, True)  # the episode ends on observation 2
+    if not held:
+        assert len(store) == 2
+    store.reset()
+    step(2, 50, False)  # the env's reset step: observes 2 again, returns the reset observation 50
+    step(50, 51, False)
+    assert len(store) == 1
+    assert set(draws(store, 3)[0][0].tolist()) == {50}
+
+
 def test_h5_terminated_fn_recomputes_termination_of_relabelled_rows():
     relabel = storage(terminated_fn=lambda a, d, i: (a == d).all(-1))
     keep = storage()

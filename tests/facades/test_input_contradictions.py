@@ -150,6 +150,26 @@ def test_autoreset_mode_contradiction_next_step_env_declared_same_step():
     env.close()
 
 
+@pytest.mark.parametrize("mode", [None, "disabled"])
+def test_autoreset_mode_contradiction_sb3_vec_env_infos_declared_next_step(mode):
+    """An SB3 VecEnv's step (per-env info dicts, the final observation in
+    ``infos[i]["terminal_observation"]``, the reset observation returned) was taken
+    as a NEXT_STEP step: the reset observation became the final one and the next
+    episode's first step was dropped as a reset step (DISABLED: kept, the same
+    wrong final observation)."""
+    store = nstep(n=2, autoreset_mode=mode)
+    obs = lambda v: np.full((2, 4), v, np.float32)
+    store.add(obs(0), np.zeros(2, np.int64), np.ones(2), np.zeros(2, bool), np.zeros(2, bool),
+              [{}, {}], obs(1))
+    infos = [{}, {"terminal_observation": np.full(4, 2.0, np.float32), "TimeLimit.truncated": False}]
+    with pytest.raises(ValueError, match=r"autoreset_mode is (NEXT_STEP|DISABLED), but the infos of "
+                                         r"an episode end carry \['terminal_observation'\] "
+                                         r"\(infos\[1\]\).*autoreset_mode='legacy'"):
+        store.add(obs(1), np.zeros(2, np.int64), np.ones(2), np.array([False, True]),
+                  np.zeros(2, bool), infos, obs(50))
+    assert len(store) == 2
+
+
 # ---------------------------------------------------- 8. modes users write (#17)
 @pytest.mark.parametrize("name", ["same_step", "SameStep", "SAME_STEP", "samestep",
                                   AutoresetMode.SAME_STEP, GymMode.SAME_STEP])
@@ -235,6 +255,30 @@ def test_space_contradiction_inputs_are_refused_not_cast():
     goals = gym.spaces.Dict(observation=bits, achieved_goal=bits, desired_goal=bits)
     with pytest.raises(TypeError, match=r"num_goals=2.0 \(float\), expected an int >= 0"):
         HerReplayStorage(goals, gym.spaces.Discrete(2), num_goals=2.0)
+
+
+@pytest.mark.parametrize("bad", [np.array([[300, 1]]), np.array([[-1.0, 2.0]]), torch.tensor([[256, 3]]),
+                                 np.array([[np.inf, 0.0]])], ids=["int64", "float", "tensor", "inf"])
+def test_integer_values_outside_the_space_dtype_are_refused_not_wrapped(bad):
+    """uint8 pixels given as int64 / float values past 255 (or below 0) wrapped around
+    (300 was stored as 44); an int8 MultiBinary goal of 200 became -56."""
+    store = NStepReplayStorage(gym.spaces.Box(0, 255, (2,), np.uint8), gym.spaces.Discrete(2),
+                               storage_size=100, num_envs=1, num_workers=0)
+    fine = np.zeros((1, 2), np.uint8)
+    for obs, nxt, name in ((bad, fine, "observations"), (fine, bad, "next_observations")):
+        with pytest.raises(ValueError, match=rf"^NStepReplayStorage.add: {name} holds values in "
+                                             r"\[.*\], outside uint8's \[0, 255\] \(the dtype of "
+                                             r"Box\(0, 255, \(2,\), uint8\)\); they would wrap around"):
+            store.add(obs, np.zeros(1, np.int64), [0.0], [False], [False], {}, nxt)
+    assert len(store) == 0
+    bits = gym.spaces.Dict(observation=gym.spaces.MultiBinary(2), achieved_goal=gym.spaces.MultiBinary(2),
+                           desired_goal=gym.spaces.MultiBinary(2))
+    her = HerReplayStorage(bits, gym.spaces.Discrete(2), storage_size=100)
+    goal = {k: np.zeros((1, 2), np.int64) for k in bits.spaces}
+    with pytest.raises(ValueError, match=r"observations\['desired_goal'\] holds values in \[0, 200\], "
+                                         r"outside int8's \[-128, 127\]"):
+        her.add({**goal, "desired_goal": np.array([[200, 0]])}, np.zeros(1, np.int64), [0.0],
+                [False], [False], {}, goal)
 
 
 def test_flags_that_are_not_0_or_1_are_refused_not_cast():

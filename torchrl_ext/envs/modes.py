@@ -118,7 +118,8 @@ def check_mode(mode: AutoresetMode, infos: Any, done: np.ndarray) -> None:
 
     Raises:
         ValueError: a NEXT_STEP or DISABLED env's infos carry final observations
-            or infos of done envs, as a SAME_STEP env returns them.
+            or infos of done envs, as a SAME_STEP env (or an SB3 VecEnv, LEGACY)
+            returns them.
 
     Examples:
         >>> import numpy as np
@@ -129,8 +130,21 @@ def check_mode(mode: AutoresetMode, infos: Any, done: np.ndarray) -> None:
         ...
         ValueError: GymVectorAdapter: autoreset_mode is NEXT_STEP, but the infos of an episode end carry ['final_obs'], ...
     """
-    if mode in (AutoresetMode.LEGACY, AutoresetMode.SAME_STEP) or not isinstance(infos, Mapping):
+    if mode in (AutoresetMode.LEGACY, AutoresetMode.SAME_STEP):
         return  # SAME_STEP without a final observation raises in final_observation
+    if isinstance(infos, (list, tuple)):  # per-env dicts: an SB3 VecEnv's final observations?
+        envs = [i for i in np.flatnonzero(done).tolist() if i < len(infos)
+                and isinstance(infos[i], Mapping) and "terminal_observation" in infos[i]]
+        if envs:
+            raise ValueError(
+                f"GymVectorAdapter: autoreset_mode is {mode.name}, but the infos of an "
+                f"episode end carry ['terminal_observation'] (infos[{envs[0]}]), as an SB3 "
+                "VecEnv (which resets in the step) returns them: the next observations of "
+                "done steps would be reset observations. Pass autoreset_mode='legacy'."
+            )
+        return
+    if not isinstance(infos, Mapping):
+        return
     keys = [
         k for k in FINAL_OBS_KEYS + FINAL_INFO_KEYS
         if k in infos and any(final_entry(infos, (k,), i) is not None

@@ -74,7 +74,9 @@ class SpaceInput:
     * any other space: ``[num_envs, *space.shape]`` (``Discrete`` actions also
       ``[num_envs, 1]``), cast to the space's dtype. Floats for an integer
       space must be integral (``2.0`` is ``2``; ``0.9999999`` is refused, never
-      truncated), and ``Discrete`` values lie in ``[start, start + n)``.
+      truncated), values cast to an integer dtype must fit it (``300`` for
+      ``uint8`` is refused, never wrapped to ``44``), and ``Discrete`` values
+      lie in ``[start, start + n)``.
 
     ``Tuple`` spaces are refused at construction: their batches are tuples
     that numpy would stack across envs; use a ``Dict`` space.
@@ -128,6 +130,9 @@ class SpaceInput:
         if self.discrete:
             self.shapes.append((num_envs, 1))
         self.integral = self.dtype is not None and self.dtype.kind in "iub"
+        # the values an integer dtype holds: casts of others would wrap around
+        self.bounds = (0, 1) if self.dtype == np.bool_ else (
+            (int(np.iinfo(self.dtype).min), int(np.iinfo(self.dtype).max)) if self.integral else None)
 
     def value_check(self, name: str | None = None) -> Callable[[np.ndarray], None] | None:
         """What :meth:`__call__` still checks in an array of exactly the space's shape and dtype.
@@ -171,8 +176,10 @@ class SpaceInput:
         if self.dtype is None or array.dtype == self.dtype:
             out = array
         else:
-            if self.integral and array.dtype.kind not in "iub":
-                self._check_integral(array)
+            if self.integral:
+                if array.dtype.kind not in "iub":
+                    self._check_integral(array)
+                self._check_fits(array)
             out = array.astype(self.dtype)
         if self.discrete:
             self._check_range(out)
@@ -208,21 +215,38 @@ class SpaceInput:
                 "np.rint(a).astype(int) if the rounding is meant)."
             )
 
+    def _check_fits(self, array: np.ndarray) -> None:
+        """Refuse values the cast to the space's integer dtype would wrap around (300 -> 44 in uint8)."""
+        dtype, bounds = self.dtype, self.bounds
+        if dtype is None or bounds is None or not array.size or np.can_cast(array.dtype, dtype):
+            return
+        (lo, hi), (low, high) = bounds, _min_max(array)
+        if low < lo or high > hi:
+            raise ValueError(
+                f"{self.owner}: {self.name} holds values in [{low}, {high}], outside "
+                f"{dtype.name}'s [{lo}, {hi}] (the dtype of {self.space}); they would wrap "
+                f"around. Pass values in that range (np.clip(x, {lo}, {hi}) if clipping is meant)."
+            )
+
     def _check_range(self, array: np.ndarray) -> None:
         space: Any = self.space  # a Discrete space
         lo, hi = int(space.start), int(space.start) + int(space.n)
         if not array.size:
             return
-        if array.size <= 256:  # a step's actions: Python's min / max beat numpy's reduction setup
-            values = array.reshape(-1).tolist()
-            low, high = min(values), max(values)
-        else:
-            low, high = array.min(), array.max()
+        low, high = _min_max(array)
         if low < lo or high >= hi:
             raise ValueError(
                 f"{self.owner}: {self.name} holds values in [{int(low)}, "
                 f"{int(high)}], outside {space} (values {lo} .. {hi - 1})."
             )
+
+
+def _min_max(array: np.ndarray) -> tuple[Any, Any]:
+    """The smallest and largest value of a non-empty array, as Python numbers."""
+    if array.size <= 256:  # a step's actions: Python's min / max beat numpy's reduction setup
+        values = array.reshape(-1).tolist()
+        return min(values), max(values)
+    return array.min().item(), array.max().item()
 
 
 def step_inputs(

@@ -365,8 +365,8 @@ class HerReplayStorage(HeldStepsFacade):
         # the batcher, unless laid out as the steps before); the adapter converts the rest
         extra = None
         if self.copy_info_dict:
-            done = np.asarray(terminateds, bool).reshape(-1) | np.asarray(
-                truncateds if truncateds is not None else False, bool).reshape(-1)
+            done = to_numpy(terminateds).astype(bool).reshape(-1) | to_numpy(
+                truncateds if truncateds is not None else False).astype(bool).reshape(-1)
             extra = self._infos(infos, done)
         self._batcher.add(  # written in chunks, flushed before any read
             observations, actions, rewards, terminateds, truncateds, infos, next_observations,
@@ -420,10 +420,20 @@ class HerReplayStorage(HeldStepsFacade):
         """No-op, as in the original (its training loop passes metrics here)."""
 
     def reset(self) -> None:
-        """Forget every stored step and the episode bookkeeping (in-progress episodes too)."""
-        self._batcher.clear()
-        self.adapter.reset(self._rb)  # before empty(): ending an episode needs its stream
-        self._rb.empty()
+        """Forget every stored step and the episode bookkeeping (in-progress episodes too).
+
+        The envs are not reset: steps added next open new episodes, and in
+        NEXT_STEP mode the reset step of an env whose episode ended before
+        this call is still left out (it is not a transition).
+
+        Raises:
+            ValueError: a held step holds a NaN or infinity (``check_finite``);
+                the storage is emptied all the same.
+        """
+        try:
+            self._batcher.flush()  # the adapter then stands after the last added step
+        finally:
+            self._rb.empty()  # every stream's next write opens a new episode
 
     def __repr__(self) -> str:
         return (

@@ -312,6 +312,8 @@ class TransitionWriter(Writer):
         if index is None:
             return
         streams = index.owned_streams(self._writer_here() if writer is None else int(writer))
+        if not streams.size:  # nothing written since rb.empty(): no episode runs
+            return
         index.end_episodes(streams[np.asarray(envs)])
 
     # ---------------------------------------------------------------- writing
