@@ -216,6 +216,19 @@ def test_memmap_backend_keeps_the_pool_in_the_scratch_dir(atari, tmp_path):
     assert_same(plain.sample(), rb.sample())
 
 
+def test_a_nested_entry_named_like_a_compressed_key_is_kept(atari):
+    """compress={"pixels": ...} compresses "pixels" only: a wrist camera's ("wrist", "pixels")
+    and a root-only ("info", "pixels") are other entries, stored as written."""
+    def with_wrist(step):
+        wrist = {"pixels": step["pixels"] // 2}
+        return step.update({"wrist": wrist, "info": {"pixels": step["action"].float()},
+                            "next": {"wrist": {"pixels": step["next", "pixels"] // 2}}})
+
+    steps = [with_wrist(s.clone()) for s in atari[:30]]
+    plain, packed = (fill(rb, steps, 30) for rb in pair("nstep", 150))
+    assert_same(plain.sample(), packed.sample())
+
+
 def test_a_pickled_storage_reads_the_same_frames(atari):
     rb = fill(make_replay_buffer(150, compress={"pixels": "zstd"}), atari, 90)
     copy = pickle.loads(pickle.dumps(rb.storage))

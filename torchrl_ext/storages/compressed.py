@@ -441,7 +441,10 @@ class CompressedRows:
                     f"observation entry of the data (observation entries, present at the root "
                     f"and under 'next': {[key_str(k) for k in schema.shared]}); compress one of those."
                 )
-        kept = {k: v for k, v in schema.leaves.items() if k not in compress and k[1:] not in compress}
+        # a compressed key leaves the rows at the root and under "next" only: ("wrist",
+        # "pixels") is another entry than "pixels"
+        dropped = {*compress, *(("next", *k) for k in compress)}
+        kept = {k: v for k, v in schema.leaves.items() if k not in dropped}
         inner = RowSchema(
             shared=tuple(k for k in schema.shared if k not in compress),
             root_only=schema.root_only,
