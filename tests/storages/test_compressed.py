@@ -8,6 +8,7 @@ the same batch, bit for bit.
 from __future__ import annotations
 
 import pickle
+import sys
 
 import ale_py
 import gymnasium as gym
@@ -284,6 +285,25 @@ def test_unknown_codec_is_refused():
 def test_compress_must_be_a_dict():
     with pytest.raises(TypeError, match=r"compress='pixels': expected a dict of observation key to codec"):
         TransitionStorage(10, compress="pixels")
+
+
+@pytest.mark.parametrize("codec, package", [("zstd", "zstandard"), ("lz4", "lz4.block")])
+def test_a_missing_codec_package_is_an_error_naming_the_key_and_the_extra(codec, package, monkeypatch):
+    monkeypatch.setitem(sys.modules, package, None)  # import fails as if not installed
+    with pytest.raises(ImportError, match=rf"compress\['pixels'\]='{codec}': the {codec} codec needs the "
+                       rf"{package.split('.')[0]} package, .*pip install 'torchrl_ext\[compress\]'"):
+        TransitionStorage(10, compress={"pixels": codec})
+
+
+@pytest.mark.parametrize("compress, error, match", [
+    ({1: "zstd"}, TypeError, r"compress has the key 1 \(int\), expected an observation key: a str or a "
+                             r"tuple of str, e.g. compress=\{'pixels': 'zstd'\}"),
+    ({"pixels": "zstd", ("pixels",): "lz4"}, ValueError,
+     r"compress names 'pixels' twice \('pixels' and \('pixels',\)\); give each entry one codec"),
+])
+def test_compress_keys_must_be_observation_keys_given_once(compress, error, match):
+    with pytest.raises(error, match=match):
+        TransitionStorage(10, compress=compress)
 
 
 def test_compressing_an_entry_that_is_not_an_observation_is_refused(atari):
