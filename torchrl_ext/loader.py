@@ -129,9 +129,11 @@ class ReplayDataset(SampleStream):
     Keyword Args:
         batch_size (int, optional): defaults to the buffer's batch size.
         num_batches (int, optional): batches per worker; ``None`` for endless.
-        seed (int, optional): in the main process (``num_workers=0``), reseeds the
-            buffer's generator when iteration starts. Workers are seeded by the
-            DataLoader (see :func:`make_loader`).
+        seed (int, optional): in the main process (``num_workers=0``), the buffer
+            samples with a generator seeded with it when the first iteration
+            starts; later iterations go on with that generator (new batches each
+            epoch, as with workers). Workers are seeded by the DataLoader (see
+            :func:`make_loader`).
 
     Examples:
         >>> import torch
@@ -172,6 +174,7 @@ class ReplayDataset(SampleStream):
         self.rb = rb
         self.batch_size = int(batch_size)
         self.seed = seed
+        self._generator: torch.Generator | None = None  # in-process, made once (see below)
 
     def __getstate__(self) -> dict[str, Any]:
         # Workers only sample: send the storage, sampler and transform, not the
@@ -191,10 +194,17 @@ class ReplayDataset(SampleStream):
         self.batch_size = state["batch_size"]
         self.num_batches = state["num_batches"]
         self.seed = state["seed"]
+        self._generator = None
 
     def in_process_generator(self) -> torch.Generator | None:
-        """A generator seeded with ``seed``; ``None`` (the buffer's own) without one."""
-        return None if self.seed is None else torch.Generator().manual_seed(self.seed)
+        """A generator seeded with ``seed`` once, then continued; ``None`` (the buffer's own) without one.
+
+        Made once, not per iteration: each epoch of the loader (``for batch in
+        loader``) draws new batches, as the DataLoader's per-worker seeds do.
+        """
+        if self.seed is not None and self._generator is None:
+            self._generator = torch.Generator().manual_seed(self.seed)
+        return self._generator
 
     def batches(self, generator: torch.Generator | None) -> Iterator[TensorDictBase]:
         """Endless ``rb.sample(batch_size)``, after handing ``generator`` to the buffer."""

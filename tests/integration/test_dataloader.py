@@ -124,6 +124,16 @@ def test_loader_seed_makes_runs_identical_in_process(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_each_epoch_of_a_seeded_loader_draws_new_batches(num_workers, tmp_path):
+    """``for batch in loader`` twice: the second epoch goes on drawing, in process as with workers."""
+    rb = filled("tensor", 50, tmp_path)
+    loader = make_loader(rb, num_batches=2, seed=0, num_workers=num_workers,
+                         prefetch_factor=1 if num_workers else None)
+    first, second = _indices(loader), _indices(loader)
+    assert not any(torch.equal(a, b) for a, b in zip(first, second))
+
+
 def test_worker_batches_keep_every_entry_dtype_and_shape(tmp_path):
     """Worker batches cross to the main process packed by value: nothing is lost on the way."""
     rb = make_replay_buffer(1000, batch_size=32, seed=0, n_step=3, terminated_key=("next", "done"),

@@ -256,3 +256,29 @@ def test_worker_killed_mid_sample_leaves_the_episode_pool_writable():
     writer.join(10)
     assert writes, "append blocked after readers were killed mid-sample"
     assert pool.sample(8, 16, generator=torch.Generator().manual_seed(0)).batch_size == (8, 16)
+
+
+@pytest.mark.parametrize("how", ["load_state_dict", "loads"])
+def test_a_checkpoint_loaded_under_a_worker_s_draw_makes_it_draw_again(how, tmp_path):
+    """A worker draws without the buffer's lock: a checkpoint loaded in place meanwhile
+    rewrites every row, so the draw is stale (as for a write), whatever the checkpoint's
+    own write count; writes after the load are seen as new too."""
+    envs = SyntheticEnvs(0)
+    saved = make_replay_buffer(CAPACITY, batch_size=8, seed=0)
+    saved.extend(envs.batch())
+    saved.dumps(tmp_path / "ckpt")
+    state = saved.state_dict()
+    rb = make_replay_buffer(CAPACITY, batch_size=8, seed=0)
+    for _ in range(20):  # this buffer has written far more than the checkpoint had
+        rb.extend(envs.batch())
+    storage, rows = rb.storage, rb.sample()["index"]
+    token = storage.read_token()
+    if how == "loads":
+        rb.loads(tmp_path / "ckpt")
+    else:
+        rb.load_state_dict(state)
+    assert storage.stale(rows, token)
+    token = storage.read_token()
+    assert not storage.stale(rows, token)
+    rb.extend(envs.batch())
+    assert storage.stale(rb.storage.live_transition_rows(), token)

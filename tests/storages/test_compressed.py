@@ -8,6 +8,7 @@ the same batch, bit for bit.
 from __future__ import annotations
 
 import pickle
+import sys
 
 import ale_py
 import gymnasium as gym
@@ -216,6 +217,19 @@ def test_memmap_backend_keeps_the_pool_in_the_scratch_dir(atari, tmp_path):
     assert_same(plain.sample(), rb.sample())
 
 
+def test_a_nested_entry_named_like_a_compressed_key_is_kept(atari):
+    """compress={"pixels": ...} compresses "pixels" only: a wrist camera's ("wrist", "pixels")
+    and a root-only ("info", "pixels") are other entries, stored as written."""
+    def with_wrist(step):
+        wrist = {"pixels": step["pixels"] // 2}
+        return step.update({"wrist": wrist, "info": {"pixels": step["action"].float()},
+                            "next": {"wrist": {"pixels": step["next", "pixels"] // 2}}})
+
+    steps = [with_wrist(s.clone()) for s in atari[:30]]
+    plain, packed = (fill(rb, steps, 30) for rb in pair("nstep", 150))
+    assert_same(plain.sample(), packed.sample())
+
+
 def test_a_pickled_storage_reads_the_same_frames(atari):
     rb = fill(make_replay_buffer(150, compress={"pixels": "zstd"}), atari, 90)
     copy = pickle.loads(pickle.dumps(rb.storage))
@@ -271,6 +285,25 @@ def test_unknown_codec_is_refused():
 def test_compress_must_be_a_dict():
     with pytest.raises(TypeError, match=r"compress='pixels': expected a dict of observation key to codec"):
         TransitionStorage(10, compress="pixels")
+
+
+@pytest.mark.parametrize("codec, package", [("zstd", "zstandard"), ("lz4", "lz4.block")])
+def test_a_missing_codec_package_is_an_error_naming_the_key_and_the_extra(codec, package, monkeypatch):
+    monkeypatch.setitem(sys.modules, package, None)  # import fails as if not installed
+    with pytest.raises(ImportError, match=rf"compress\['pixels'\]='{codec}': the {codec} codec needs the "
+                       rf"{package.split('.')[0]} package, .*pip install 'torchrl_ext\[compress\]'"):
+        TransitionStorage(10, compress={"pixels": codec})
+
+
+@pytest.mark.parametrize("compress, error, match", [
+    ({1: "zstd"}, TypeError, r"compress has the key 1 \(int\), expected an observation key: a str or a "
+                             r"tuple of str, e.g. compress=\{'pixels': 'zstd'\}"),
+    ({"pixels": "zstd", ("pixels",): "lz4"}, ValueError,
+     r"compress names 'pixels' twice \('pixels' and \('pixels',\)\); give each entry one codec"),
+])
+def test_compress_keys_must_be_observation_keys_given_once(compress, error, match):
+    with pytest.raises(error, match=match):
+        TransitionStorage(10, compress=compress)
 
 
 def test_compressing_an_entry_that_is_not_an_observation_is_refused(atari):

@@ -443,8 +443,13 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         return TensorDict({name: getattr(self, name) for name in self._TENSORS}, batch_size=[])
 
     def load_state(self, state: TensorDict) -> None:
-        """Copy a :meth:`state` in place (keeps shared memory shared)."""
-        self.state().update_(state)
+        """Copy a :meth:`state` in place (keeps shared memory shared).
+
+        The write sequence and row versions are this index's own, not the
+        checkpoint's: they order writes for readers in other processes, and go
+        on from here (the caller marks the load, see :meth:`begin_rewrite`).
+        """
+        self.state().exclude("write_seq", "row_version").update_(state.exclude("write_seq", "row_version"))
 
     def share_memory_(self) -> EpisodeIndex:
         """Move every index tensor to shared memory, in place."""

@@ -202,6 +202,25 @@ class IndexWrites:
         self._np["row_version"][plan.rows[plan.start]] = seq[0]
         self._np["row_version"][plan.next_rows] = seq[0]
 
+    def begin_rewrite(self) -> None:
+        """Mark every row before a checkpoint is loaded in place (close with :meth:`end_write`).
+
+        The load is one write touching every row, after every write before it:
+        a reader that took its token before sees its draw stale, whatever
+        write count the checkpoint was saved at.
+
+        Examples:
+            >>> from torchrl_ext.core.episodes import EpisodeIndex
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> token = index.read_token()
+            >>> index.begin_rewrite(); index.end_write()
+            >>> bool(index.touched_since(np.arange(8), token).all())
+            True
+        """
+        seq = self._np["write_seq"]
+        seq[0] += 1
+        self._np["row_version"][:] = seq[0]
+
     def end_write(self) -> None:
         """Close the write opened by :meth:`begin_write` (even again).
 

@@ -89,13 +89,13 @@ class FrameCodec(StrEnum):
     LZ4 = "lz4"
 
 
-def _module(name: str) -> Any:
-    """The codec package ``name``, or an ImportError naming the extra."""
+def _module(name: str, codec: FrameCodec) -> Any:
+    """The package ``name`` of ``codec``, or an ImportError naming the extra."""
     try:
         return importlib.import_module(name)
-    except ImportError as err:  # pragma: no cover - the extra is installed in tests
+    except ImportError as err:
         raise ImportError(
-            f"compress=...: the codec needs the {name.split('.')[0]} package, installed with "
+            f"the {codec.value} codec needs the {name.split('.')[0]} package, installed with "
             "the compress extra: pip install 'torchrl_ext[compress]'."
         ) from err
 
@@ -121,7 +121,7 @@ def _coders(codec: FrameCodec) -> tuple[Any, Any]:
     DataLoader worker: see :meth:`FrameArena._decode`).
     """
     if codec is FrameCodec.ZSTD:
-        zstd = _module("zstandard")
+        zstd = _module("zstandard", codec)
         decompress = zstd.ZstdDecompressor().decompress
 
         def decode(src: Any, dst: Any, size: int, capacity: int) -> int:
@@ -136,7 +136,7 @@ def _coders(codec: FrameCodec) -> tuple[Any, Any]:
             return capacity
 
         return zstd.ZstdCompressor(level=1).compress, decode
-    block = _module("lz4.block")
+    block = _module("lz4.block", codec)
     # python-lz4 has no decode into a buffer; its extension module carries the
     # lz4 library, whose LZ4_decompress_safe (stable public API) does, and never
     # reads or writes past the sizes it is given, whatever the blob holds
@@ -154,7 +154,7 @@ def _coders(codec: FrameCodec) -> tuple[Any, Any]:
 
 
 def check_compress(compress: Any) -> dict[tuple[str, ...], FrameCodec]:
-    """``compress`` as ``{key: FrameCodec}``; raises on an unknown codec.
+    """``compress`` as ``{key: FrameCodec}``; raises on an unknown codec or a missing package.
 
     Examples:
         >>> check_compress({"pixels": "zstd"})
@@ -167,15 +167,31 @@ def check_compress(compress: Any) -> dict[tuple[str, ...], FrameCodec]:
             f"compress={compress!r}: expected a dict of observation key to codec, "
             "e.g. compress={'pixels': 'zstd'}."
         )
-    out = {}
+    out: dict[tuple[str, ...], FrameCodec] = {}
+    given: dict[tuple[str, ...], Any] = {}
     for key, codec in compress.items():
+        if not (isinstance(key, str) or isinstance(key, tuple) and key
+                and all(isinstance(k, str) for k in key)):
+            raise TypeError(
+                f"compress has the key {key!r} ({type(key).__name__}), expected an observation "
+                "key: a str or a tuple of str, e.g. compress={'pixels': 'zstd'}."
+            )
+        if as_key(key) in given:
+            raise ValueError(
+                f"compress names {key_str(key)} twice ({given[as_key(key)]!r} and {key!r}); "
+                "give each entry one codec."
+            )
+        given[as_key(key)] = key
         if codec not in tuple(FrameCodec):
             raise ValueError(
                 f"compress[{key_str(key)}]={codec!r}: unknown codec; expected one of "
                 f"{[c.value for c in FrameCodec]}."
             )
         out[as_key(key)] = FrameCodec(codec)
-        _coders(out[as_key(key)])  # a missing package fails here, not at the first write
+        try:  # a missing package fails here, not at the first write
+            _coders(out[as_key(key)])
+        except ImportError as err:
+            raise ImportError(f"compress[{key_str(key)}]={codec!r}: {err}") from err
     return out
 
 
@@ -441,7 +457,10 @@ class CompressedRows:
                     f"observation entry of the data (observation entries, present at the root "
                     f"and under 'next': {[key_str(k) for k in schema.shared]}); compress one of those."
                 )
-        kept = {k: v for k, v in schema.leaves.items() if k not in compress and k[1:] not in compress}
+        # a compressed key leaves the rows at the root and under "next" only: ("wrist",
+        # "pixels") is another entry than "pixels"
+        dropped = {*compress, *(("next", *k) for k in compress)}
+        kept = {k: v for k, v in schema.leaves.items() if k not in dropped}
         inner = RowSchema(
             shared=tuple(k for k in schema.shared if k not in compress),
             root_only=schema.root_only,

@@ -1,7 +1,9 @@
 """Episode-aware storage: per-stream rings, each observation stored once."""
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -447,11 +449,25 @@ class TransitionStorage(TensorStorage):
             self._empty()
             return
         self._restore_meta(state_dict["meta"])
-        index = self._ready("load_state_dict")[1]
-        self._put_rows(state_dict["index"]["written"].cpu(), state_dict["rows"])
-        index.load_state(state_dict["index"])
-        if isinstance(self.packed, CompressedRows):
-            self.packed.load_state(state_dict["frames"])
+        with self._rewriting("load_state_dict") as index:
+            self._put_rows(state_dict["index"]["written"].cpu(), state_dict["rows"])
+            index.load_state(state_dict["index"])
+            if isinstance(self.packed, CompressedRows):
+                self.packed.load_state(state_dict["frames"])
+
+    @contextlib.contextmanager
+    def _rewriting(self, where: str) -> Iterator[EpisodeIndex]:
+        """The index, with every row marked as written while a checkpoint is loaded in place.
+
+        DataLoader workers draw without the buffer's lock: one that drew before
+        or during the load finds its draw stale (:meth:`stale`) and draws again.
+        """
+        index = self._ready(where)[1]
+        index.begin_rewrite()
+        try:
+            yield index
+        finally:
+            index.end_write()
 
     def dumps(self, path: str | Path) -> None:
         """Write the rows in use, the episode index and the schema under ``path``, atomically."""
@@ -482,12 +498,12 @@ class TransitionStorage(TensorStorage):
             self._empty()
             return
         self._restore_meta(meta)
-        index = self._ready("loads")[1]
         saved_index = TensorDict.load_memmap(path / "index")
-        self._put_rows(saved_index.get("written").clone(), TensorDict.load_memmap(path / "rows"))
-        index.load_state(saved_index)
-        if isinstance(self.packed, CompressedRows):
-            self.packed.load_state(TensorDict.load_memmap(path / "frames"))
+        with self._rewriting("loads") as index:
+            self._put_rows(saved_index.get("written").clone(), TensorDict.load_memmap(path / "rows"))
+            index.load_state(saved_index)
+            if isinstance(self.packed, CompressedRows):
+                self.packed.load_state(TensorDict.load_memmap(path / "frames"))
 
     def __getstate__(self) -> dict[str, Any]:
         state = Storage.__getstate__(self)
