@@ -83,11 +83,15 @@ def worker_loader(
     seed: int | None = None,
     multiprocessing_context: str | None = None,
     prefetch_factor: int | None = None,
+    owner: str = "make_loader",
 ) -> DataLoader:
     """The ``DataLoader`` over a :class:`SampleStream`, as every loader here builds it.
 
     ``seed`` seeds the per-worker generators; ``multiprocessing_context``
     defaults to :data:`DEFAULT_CONTEXT` (only used with workers).
+
+    Raises:
+        ValueError: ``pin_memory`` without CUDA (torch would only warn, and not pin).
 
     Examples:
         >>> import torch
@@ -99,6 +103,8 @@ def worker_loader(
         >>> [x.shape for x in loader]
         [torch.Size([2, 3])]
     """
+    if pin_memory and not torch.cuda.is_available():
+        raise ValueError(f"{owner}: pin_memory=True needs CUDA, which is not available.")
     return DataLoader(
         stream,
         batch_size=batch_size,
@@ -233,7 +239,7 @@ def make_loader(
     Keyword Args:
         batch_size (int, optional): defaults to the buffer's.
         num_workers (int): worker processes; 0 samples in the main process.
-        pin_memory (bool): pin batches (only useful with a GPU).
+        pin_memory (bool): pin batches (only useful with a GPU; without CUDA a ValueError).
         num_batches (int, optional): batches per worker; ``None`` for endless.
         multiprocessing_context (str, optional): ``"fork"``, ``"spawn"`` or
             ``"forkserver"``. Defaults to ``"fork"`` where the platform has it:

@@ -208,3 +208,11 @@ def test_workers_sample_the_whole_ring_and_each_write_while_it_wraps(context):
                 assert {o[1] for o in drawn} == {0.0, 1.0}, "one env only"
     finally:
         del it
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="pinning works with CUDA")
+def test_pin_memory_without_cuda_is_refused_not_warned(tmp_path):
+    # torch only warns that pinning needs an accelerator, and serves unpinned batches
+    rb = filled("tensor", 20, tmp_path)
+    with pytest.raises(ValueError, match=r"make_loader: pin_memory=True needs CUDA, which is not available"):
+        make_loader(rb, num_workers=2, pin_memory=True)

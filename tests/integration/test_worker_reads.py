@@ -282,3 +282,19 @@ def test_a_checkpoint_loaded_under_a_worker_s_draw_makes_it_draw_again(how, tmp_
     assert not storage.stale(rows, token)
     rb.extend(envs.batch())
     assert storage.stale(rb.storage.live_transition_rows(), token)
+
+
+def test_a_buffer_emptied_under_a_worker_s_draw_makes_it_draw_again():
+    """rb.empty() forgets every row: a worker that drew before it must not serve the draw,
+    and the rows written after it are new to a draw taken in between."""
+    envs = SyntheticEnvs(0)
+    rb = make_replay_buffer(CAPACITY, batch_size=8, seed=0)
+    for _ in range(3):
+        rb.extend(envs.batch())
+    storage, rows = rb.storage, rb.sample()["index"]
+    token = storage.read_token()
+    rb.empty()
+    assert storage.stale(rows, token)
+    token = storage.read_token()
+    rb.extend(envs.batch())
+    assert storage.stale(rb.storage.live_transition_rows(), token)

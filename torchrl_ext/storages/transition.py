@@ -363,7 +363,12 @@ class TransitionStorage(TensorStorage):
     # ---------------------------------------------------- state and persistence
     def _empty(self) -> None:
         if self.index is not None:
-            self.index.reset()
+            # one write touching every row: a worker's draw across it is stale
+            self.index.begin_rewrite()
+            try:
+                self.index.reset()
+            finally:
+                self.index.end_write()
         # torchrl >= 0.14 caches metadata per storage revision; 0.13 has none
         bump = getattr(self, "_bump_mutation_revision", None)
         if bump is not None:

@@ -410,8 +410,6 @@ class EpisodeDataset(IterableDataset):
                 f"get_loader: sequence_length={sequence_length}, expected >= 1 or None "
                 "(whole episodes)."
             )
-        if pin_memory and not torch.cuda.is_available():
-            raise ValueError("get_loader: pin_memory=True needs CUDA, which is not available.")
         if not isinstance(pad, (bool, np.bool_)):  # the sampler refuses it too, but only when sequences are drawn
             raise TypeError(f"get_loader: pad={pad!r} ({type(pad).__name__}), expected True or False.")
         return worker_loader(
@@ -422,6 +420,7 @@ class EpisodeDataset(IterableDataset):
             pin_memory=bool(pin_memory),
             seed=seed,
             multiprocessing_context=multiprocessing_context,
+            owner="get_loader",
         )
 
     def __iter__(self) -> Iterator[TensorDictBase]:
