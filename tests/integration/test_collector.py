@@ -6,8 +6,10 @@ produced is a real transition of one of the envs, in time order per env.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -46,6 +48,15 @@ def make_collector(total_frames: int, seed: int, max_steps: int | None = None, *
     return collector
 
 
+@contextlib.contextmanager
+def shut_down_after(collector: Collector) -> Iterator[Collector]:
+    """The collector, shut down (its env too) however the block ends."""
+    try:
+        yield collector
+    finally:
+        collector.shutdown()
+
+
 def collect_into(rb, total_frames: int, seed: int, max_steps: int | None = None):
     """Run a collector with ``replay_buffer=rb``; return what it wrote, ``[N, T]`` each."""
     batches: list[TensorDictBase] = []
@@ -53,21 +64,16 @@ def collect_into(rb, total_frames: int, seed: int, max_steps: int | None = None)
         total_frames, seed, max_steps,
         replay_buffer=rb, post_collect_hook=lambda td: batches.append(td.clone()),
     )
-    try:
+    with shut_down_after(collector):
         for _ in collector:
             pass
-    finally:
-        collector.shutdown()
     return batches
 
 
 def collect(total_frames: int, seed: int, max_steps: int | None = None):
     """Iterate a collector without a buffer; return copies of its batches."""
-    collector = make_collector(total_frames, seed, max_steps)
-    try:
+    with shut_down_after(make_collector(total_frames, seed, max_steps)) as collector:
         return [batch.clone() for batch in collector]
-    finally:
-        collector.shutdown()
 
 
 # --------------------------------------------------------------- transitions
@@ -262,12 +268,10 @@ def test_compact_obs_batches_are_refused_not_stored_without_next_observations():
     without any next observation. The first write is refused, naming the option."""
     rb = make_replay_buffer(1000, seed=0)
     collector = make_collector(2 * FRAMES_PER_BATCH, seed=0, replay_buffer=rb, compact_obs=True)
-    try:
-        with pytest.raises(KeyError, match=r"no observation found: no entry other than the done "
-                                           r"flags.*compact_obs=True"):
-            next(iter(collector))
-    finally:
-        collector.shutdown()
+    with shut_down_after(collector), pytest.raises(
+        KeyError, match=r"no observation found: no entry other than the done flags.*compact_obs=True"
+    ):
+        next(iter(collector))
     assert len(rb) == 0
 
 
@@ -279,17 +283,13 @@ def test_single_env_collector_is_told_to_pass_num_streams_1():
     env = make_env(max_steps=7)
     collector = Collector(env, policy=None, frames_per_batch=10, total_frames=20,
                           replay_buffer=make_replay_buffer(1000, seed=0))
-    try:
-        with pytest.raises(ValueError, match=r"needs the number of envs: .*num_streams=1\) for a "
-                                             r"collector over one env"):
-            next(iter(collector))
-    finally:
-        collector.shutdown()
+    with shut_down_after(collector), pytest.raises(
+        ValueError, match=r"needs the number of envs: .*num_streams=1\) for a collector over one env"
+    ):
+        next(iter(collector))
     rb = make_replay_buffer(1000, num_streams=1, seed=0)  # as the message says
     collector = Collector(env, policy=None, frames_per_batch=10, total_frames=40, replay_buffer=rb)
-    try:
+    with shut_down_after(collector):
         for _ in collector:
             pass
-    finally:
-        collector.shutdown()
     assert len(rb) == 40 and (rb.storage.get(slice(None))["next", "step_count"] <= 7).all()

@@ -447,7 +447,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
 
         The write sequence and row versions are this index's own, not the
         checkpoint's: they order writes for readers in other processes, and go
-        on from here (the caller marks the load, see :meth:`begin_rewrite`).
+        on from here (the caller marks the load, see :meth:`rewriting`).
         """
         self.state().exclude("write_seq", "row_version").update_(state.exclude("write_seq", "row_version"))
 

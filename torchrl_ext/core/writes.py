@@ -9,6 +9,8 @@ touched while they read.
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -202,24 +204,30 @@ class IndexWrites:
         self._np["row_version"][plan.rows[plan.start]] = seq[0]
         self._np["row_version"][plan.next_rows] = seq[0]
 
-    def begin_rewrite(self) -> None:
-        """Mark every row before a checkpoint is loaded in place (close with :meth:`end_write`).
+    @contextlib.contextmanager
+    def rewriting(self) -> Iterator[None]:
+        """One write touching every row, around a change of them all in place.
 
-        The load is one write touching every row, after every write before it:
-        a reader that took its token before sees its draw stale, whatever
-        write count the checkpoint was saved at.
+        A checkpoint loaded in place or an emptied buffer comes after every
+        write before it: a reader that took its token before sees its draw
+        stale, whatever write count a checkpoint was saved at.
 
         Examples:
             >>> from torchrl_ext.core.episodes import EpisodeIndex
             >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
             >>> token = index.read_token()
-            >>> index.begin_rewrite(); index.end_write()
+            >>> with index.rewriting():
+            ...     index.reset()
             >>> bool(index.touched_since(np.arange(8), token).all())
             True
         """
         seq = self._np["write_seq"]
         seq[0] += 1
         self._np["row_version"][:] = seq[0]
+        try:
+            yield
+        finally:
+            self.end_write()
 
     def end_write(self) -> None:
         """Close the write opened by :meth:`begin_write` (even again).

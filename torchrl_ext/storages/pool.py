@@ -167,12 +167,17 @@ class EpisodePool(NumpyViews):
         return np.flatnonzero(self._np["length"][:high] > 0)
 
     # ----------------------------------------------------------------- writes
-    def append(self, episode: TensorDictBase) -> int:
+    def append(self, episode: TensorDictBase, *, range_checked: bool = False) -> int:
         """Store ``episode`` (``[L]`` steps) in free rows; returns its slot.
 
+        Args:
+            episode: ``[L]`` steps.
+            range_checked: the caller ran :meth:`check_range` on it already
+                (before evicting room for it): not checked again.
+
         Raises:
-            ValueError: the episode has no step, or fewer than ``L`` rows are
-                free (evict first).
+            ValueError: the episode has no step, fewer than ``L`` rows are
+                free (evict first), or it holds values half precision cannot.
         """
         L = int(episode.shape[0]) if episode.ndim else 0
         if L < 1:
@@ -180,7 +185,8 @@ class EpisodePool(NumpyViews):
                 f"EpisodePool.append: an episode needs batch size [length >= 1], got "
                 f"{list(episode.batch_size)}."
             )
-        self.check_range(episode)
+        if not range_checked:
+            self.check_range(episode)
         with self._writing():
             top = self._counter("free_top")
             if L > top:

@@ -1,9 +1,7 @@
 """Episode-aware storage: per-stream rings, each observation stored once."""
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -363,12 +361,8 @@ class TransitionStorage(TensorStorage):
     # ---------------------------------------------------- state and persistence
     def _empty(self) -> None:
         if self.index is not None:
-            # one write touching every row: a worker's draw across it is stale
-            self.index.begin_rewrite()
-            try:
+            with self.index.rewriting():  # a worker's draw across it is stale
                 self.index.reset()
-            finally:
-                self.index.end_write()
         # torchrl >= 0.14 caches metadata per storage revision; 0.13 has none
         bump = getattr(self, "_bump_mutation_revision", None)
         if bump is not None:
@@ -454,25 +448,12 @@ class TransitionStorage(TensorStorage):
             self._empty()
             return
         self._restore_meta(state_dict["meta"])
-        with self._rewriting("load_state_dict") as index:
+        index = self._ready("load_state_dict")[1]
+        with index.rewriting():  # a worker's draw across the load is stale
             self._put_rows(state_dict["index"]["written"].cpu(), state_dict["rows"])
             index.load_state(state_dict["index"])
             if isinstance(self.packed, CompressedRows):
                 self.packed.load_state(state_dict["frames"])
-
-    @contextlib.contextmanager
-    def _rewriting(self, where: str) -> Iterator[EpisodeIndex]:
-        """The index, with every row marked as written while a checkpoint is loaded in place.
-
-        DataLoader workers draw without the buffer's lock: one that drew before
-        or during the load finds its draw stale (:meth:`stale`) and draws again.
-        """
-        index = self._ready(where)[1]
-        index.begin_rewrite()
-        try:
-            yield index
-        finally:
-            index.end_write()
 
     def dumps(self, path: str | Path) -> None:
         """Write the rows in use, the episode index and the schema under ``path``, atomically."""
@@ -503,8 +484,9 @@ class TransitionStorage(TensorStorage):
             self._empty()
             return
         self._restore_meta(meta)
+        index = self._ready("loads")[1]
         saved_index = TensorDict.load_memmap(path / "index")
-        with self._rewriting("loads") as index:
+        with index.rewriting():
             self._put_rows(saved_index.get("written").clone(), TensorDict.load_memmap(path / "rows"))
             index.load_state(saved_index)
             if isinstance(self.packed, CompressedRows):

@@ -264,11 +264,14 @@ class EpisodeDataset(IterableDataset):
                 )
             self.evict_episode(position)
             self.info.is_full = True
-        self.append_episode(episode)
+        self.append_episode(episode, range_checked=True)
 
-    def append_episode(self, episode: TensorDictBase) -> None:
-        """Store ``episode`` in free space (the caller made room) and count it."""
-        self._slots.append(self._stored_pool().append(episode))
+    def append_episode(self, episode: TensorDictBase, *, range_checked: bool = False) -> None:
+        """Store ``episode`` in free space (the caller made room) and count it.
+
+        ``range_checked``: see :meth:`~torchrl_ext.storages.pool.EpisodePool.append`.
+        """
+        self._slots.append(self._stored_pool().append(episode, range_checked=range_checked))
         length = int(episode.shape[0])
         self.info.episode_lengths.append(length)
         self.info.num_episodes += 1
