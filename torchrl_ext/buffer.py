@@ -138,6 +138,23 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         ``torch.load(..., map_location="cuda")`` moves every tensor of the
         state, the random generator's too, which ``Generator.set_state`` takes
         only as a CPU byte tensor: it is brought back first.
+
+        Examples:
+            >>> import io
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl_ext import make_replay_buffer
+            >>> rb = make_replay_buffer(100, batch_size=2, seed=0)
+            >>> _ = rb.extend(TensorDict({"observation": torch.arange(6.).view(2, 3),
+            ...     "action": torch.zeros(2, 1), "next": {"observation": torch.ones(2, 3),
+            ...     "reward": torch.ones(2, 1), "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
+            >>> file = io.BytesIO()
+            >>> torch.save(rb.state_dict(), file)
+            >>> _ = file.seek(0)
+            >>> copy = make_replay_buffer(100, batch_size=2, seed=0)
+            >>> copy.load_state_dict(torch.load(file, map_location="cpu", weights_only=False))
+            >>> torch.equal(copy.sample()["observation"], rb.sample()["observation"])
+            True
         """
         rng = state_dict.get("_rng")
         if rng is not None:
