@@ -350,13 +350,18 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         for transform in self._transforms():
             data = transform(data)
         # the sample keeps the plain [B, k] index; on a device, the entries go in one transfer
-        values = tuple(
+        values = [
             v.as_subclass(torch.Tensor) if isinstance(v, SampleIndex) else v for v in info.values()
-        )
-        if data.device is not None:
-            values = move_together(values, data.device)
+        ]
+        device = data.device
+        if device is not None and device.type != "cpu":
+            values = list(move_together(tuple(values), device))
+        batch = data.batch_size
         for key, value in zip(info, values):
-            if value.ndim < data.ndim:
-                value = value.expand(data.shape)
-            data.set(key, value)
+            if value.ndim < len(batch):
+                value = value.expand(batch)
+            if isinstance(key, str):  # [B, ...] on the batch's device by construction: unchecked
+                data._set_str(key, value, inplace=False, validated=True)
+            else:
+                data.set(key, value)
         return (data, info) if return_info else data

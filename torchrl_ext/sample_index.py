@@ -83,7 +83,7 @@ class RowReads:
         rows = index.as_subclass(torch.Tensor)
         if observations:
             return storage.get(rows)
-        return storage.packed.gather(rows.reshape(-1), None).reshape(rows.shape)
+        return storage.packed.gather_steps(rows)
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = index.as_subclass(torch.Tensor)

@@ -29,6 +29,7 @@ import torch
 from tensordict import TensorDict
 
 from torchrl_ext.core.checks import EMPTY_BUFFER, EmptyBufferError, check_count
+from torchrl_ext.core.kernels.rows import keep_transitions, window_lengths
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.streams import StreamOwnership
 from torchrl_ext.core.views import NumpyViews
@@ -37,6 +38,7 @@ from torchrl_ext.core.writes import IndexWrites
 __all__ = ["EMPTY_BUFFER", "EmptyBufferError", "EpisodeIndex", "WritePlan"]
 
 _MAX_ROUNDS = 64  # redraw rounds of draw_transitions before giving up
+_FULL = np.empty(0, dtype=np.int64)  # the draw shift once every stream is full: none
 
 
 class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
@@ -99,8 +101,12 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         self.episode_length = torch.zeros(S, E, dtype=torch.int64)
         self._bind()
 
+    _PER_PROCESS = ("_np", "_live")
+
     def _bind(self) -> None:
         super()._bind()
+        # (write token, live-row geometry) of the last draw (see _live_rows)
+        self._live: tuple[int, tuple[int, np.ndarray, np.ndarray]] | None = None
         self._np["episode_start_flat"] = self._np["episode_start"].reshape(-1)
         self._np["episode_length_flat"] = self._np["episode_length"].reshape(-1)
         self._stream_base = np.arange(self.num_streams) * self.stream_capacity
@@ -222,15 +228,10 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             >>> index.window_lengths(np.array([0, 1, 2, 4]), 3).tolist()  # episode of 3, then 1 step
             [3, 2, 1, 1]
         """
-        rows = np.asarray(rows)
-        C = self.stream_capacity
-        base = rows - rows % C  # [B] first row of each row's stream
-        is_step = self._np["row_is_step"]
-        length = np.ones(rows.shape, dtype=np.int64)
-        inside = np.ones(rows.shape, dtype=bool)  # every step so far is a transition
-        for k in range(1, n):
-            inside &= is_step[base + (rows - base + k) % C]
-            length += inside
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        length = np.empty(rows.shape, dtype=np.int64)
+        window_lengths(rows.reshape(-1), self._np["row_is_step"], self.stream_capacity, n,
+                       length.reshape(-1))
         return length
 
     def draw_rows(self, count: int, generator: torch.Generator | None) -> np.ndarray:
@@ -240,8 +241,9 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         (the ring's first pass, or all of it), so the ``u``-th live row overall
         is one offset away from ``u`` (none once every stream is full). A row
         that holds only an observation (an episode's final or pending one) is
-        redrawn: exact rejection sampling; such rows are one per episode, so a
-        redraw round is rarely needed. O(count + num_streams). Callers check
+        rejected: a round draws a few more rows than needed and keeps the first
+        transitions among them (exact rejection sampling); such rows are one
+        per episode, so one round usually does. O(count + num_streams). Callers check
         ``count >= 1`` (see :func:`torchrl_ext.samplers.draw_transitions`).
 
         Raises:
@@ -256,33 +258,41 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             >>> sorted(set(rows.tolist()))  # stream 1's steps, never its final observation (row 10)
             [8, 9]
         """
+        total, shift, ends = self._live_rows()
+        rows = np.empty(count, dtype=np.int64)
+        filled = 0
+        for _ in range(_MAX_ROUNDS):
+            todo = count - filled
+            # a margin for the observation-only rows, so that one round usually does
+            drawn = torch.randint(total, (todo + todo // 16 + 4,), generator=generator).numpy()
+            filled = keep_transitions(drawn, ends, shift, self._np["row_is_step"], rows, filled)
+            if filled == count:
+                return rows
+        raise RuntimeError("draw_rows: too many redraws; the episode index is inconsistent.")
+
+    def _live_rows(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(total, shift, ends)``: how :meth:`draw_rows` maps a draw to a live row.
+
+        ``total`` live rows; stream ``s``'s are the draws ``u`` in ``[ends -
+        live, ends)[s]``, at physical row ``u + shift[s]`` (``shift`` is
+        empty once every stream is full: ``u`` is the row). They change only
+        with a write, so they are kept for the write token they were read at.
+
+        Raises:
+            EmptyBufferError: the index holds no transition.
+        """
+        token = self.read_token()
+        if self._live is not None and self._live[0] == token and not token & 1:
+            return self._live[1]
         live = np.minimum(self._np["written"], self.stream_capacity)  # [S] live rows
         ends = live.cumsum()
         total = int(ends[-1])
         if (total - self.num_streams) // 2 < 1 and not self.num_transitions():
             # (rows - S) / 2 bounds the transitions from below: count only near it
             raise EmptyBufferError(EMPTY_BUFFER)
-        # stream s's live rows are u in [ends - live, ends)[s], physical row u + shift[s]
-        shift = None if total == self.num_rows else self._stream_base - ends + live
-        is_step = self._np["row_is_step"]
-
-        def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
-            rows = torch.randint(total, (n,), generator=generator).numpy()
-            if shift is not None:
-                rows += shift[ends.searchsorted(rows, side="right")]
-            return rows, is_step[rows]
-
-        rows, ok = draw(count)
-        if ok.all():
-            return rows
-        todo = np.flatnonzero(~ok)  # observation-only rows: redrawn
-        for _ in range(_MAX_ROUNDS):
-            again, ok = draw(todo.size)
-            rows[todo[ok]] = again[ok]
-            todo = todo[~ok]
-            if not todo.size:
-                return rows
-        raise RuntimeError("draw_rows: too many redraws; the episode index is inconsistent.")
+        shift = _FULL if total == self.num_rows else self._stream_base - ends + live
+        self._live = (token, (total, shift, ends))
+        return total, shift, ends
 
     def draw_transitions(
         self, count: int, generator: torch.Generator | None

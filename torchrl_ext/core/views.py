@@ -26,13 +26,16 @@ class NumpyViews:
     """
 
     _VIEWED: tuple[str, ...] = ()
+    # attributes of this process alone (views, caches), rebuilt by _bind: never pickled
+    _PER_PROCESS: tuple[str, ...] = ("_np",)
 
     def _bind(self) -> None:
         self._np = {name: getattr(self, name).numpy() for name in self._VIEWED}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.pop("_np", None)
+        for name in self._PER_PROCESS:
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.core.episodes import EpisodeIndex
+from torchrl_ext.core.kernels.rows import window_rows
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
@@ -69,29 +70,31 @@ class StepWindows:
     def read(
         self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
     ) -> TensorDictBase:
-        columns = index.as_subclass(torch.Tensor).numpy()
+        columns = index.numpy()  # [B, 2 or 3]: row, k, goal row
         rows, steps = columns[:, 0], columns[:, 1]
-        capacity = storage_index(storage).stream_capacity
-        stream_base, slot, window_slot, mask = _window_slots(rows, steps, capacity)
-        window_rows = stream_base[:, None] + window_slot % capacity  # [B, W]
-        after_rows = None  # the row of the next observation, when it is read here
+        B, W = rows.shape[0], int(steps.max())
+        hindsight = columns.shape[1] > 2
+        # the observation rows, in the order gather_windows reads them: first rows,
+        # after rows (observations); goal rows, window-next rows (hindsight)
+        at = 2 * B if observations else 0  # where the goal rows start
+        obs_rows = np.empty(at + ((W + 1) * B if hindsight else 0), np.int64)
+        after = obs_rows[B:at] if observations else np.empty(B, np.int64)
+        window_next = obs_rows[at + B :].reshape(B, W) if hindsight else np.empty((B, W), np.int64)
+        window, mask = _window_rows(storage, columns, W, after, window_next)
         if observations:
-            after_rows = torch.from_numpy(stream_base + (slot + steps) % capacity)
-        goals = window_next = relabel = None
-        if columns.shape[1] > 2:
-            goal_rows = torch.from_numpy(columns[:, 2])
-            relabel = goal_rows >= 0
-            goals = torch.where(relabel, goal_rows, torch.from_numpy(rows))  # real rows: any valid row
-            window_next = torch.from_numpy(stream_base[:, None] + (window_slot + 1) % capacity)
+            obs_rows[:B] = rows
+        relabel = None
+        if hindsight:
+            goals = columns[:, 2]
+            relabel = goals >= 0
+            obs_rows[at : at + B] = np.where(relabel, goals, rows)  # real rows: any valid row
         return storage.packed.gather_windows(
-            torch.from_numpy(rows),
-            torch.from_numpy(window_rows),
-            after_rows,
-            goals,
-            window_next,
+            torch.from_numpy(window),
+            torch.from_numpy(obs_rows) if obs_rows.size else None,
             mask=torch.from_numpy(mask),
             lengths=torch.from_numpy(steps),
-            relabel=relabel,
+            observations=observations,
+            relabel=None if relabel is None else torch.from_numpy(relabel),
         )
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,36 +102,34 @@ class StepWindows:
         return columns[:, 0].contiguous(), columns[:, 1].contiguous()
 
     def rows_read(self, storage: Any, index: torch.Tensor) -> torch.Tensor:
-        columns = index.as_subclass(torch.Tensor).numpy()
-        rows, steps = columns[:, 0], columns[:, 1]
-        capacity = storage_index(storage).stream_capacity
-        stream_base, slot, _, _ = _window_slots(rows, steps, capacity)
+        columns = index.numpy()
+        B, W = columns.shape[0], int(columns[:, 1].max())
+        after = np.empty(B, np.int64)
+        window, mask = _window_rows(storage, columns, W, after, np.empty((B, W), np.int64))
         # the window's rows and the row after it (its next observation)
-        reach = stream_base[:, None] + (slot[:, None] + np.arange(int(steps.max()) + 1)) % capacity
-        read = reach[np.arange(reach.shape[1]) <= steps[:, None]]
+        read = [window[mask], after]
         if columns.shape[1] > 2:  # and the goal rows
-            read = np.concatenate([read, columns[:, 2][columns[:, 2] >= 0]])
-        return torch.from_numpy(read)
+            read.append(columns[:, 2][columns[:, 2] >= 0])
+        return torch.from_numpy(np.concatenate(read))
 
 
-def _window_slots(
-    rows: np.ndarray, steps: np.ndarray, capacity: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(stream_base, slot, window_slot, mask)`` of windows of ``steps`` steps from ``rows``.
+def _window_rows(
+    storage: TransitionStorage, columns: np.ndarray, width: int, after: np.ndarray,
+    window_next: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(window, mask)`` of the windows ``columns`` (``[B, k]``: row, steps...), ``width`` wide.
 
-    A window runs forward in its stream's ring: step ``k`` of it is at slot
-    ``(slot + k) % capacity``, so no logical time is needed. ``window_slot``
-    (``[B, W]``, ``W = max(steps)``, not yet wrapped) repeats the window's
-    last slot as padding, which ``mask`` hides: column ``W - 1`` is then
-    every window's last step (see
-    :meth:`~torchrl_ext.storages._packed.PackedRows.gather_windows`).
+    See :func:`~torchrl_ext.core.kernels.rows.window_rows`: ``[B, width]``
+    rows of each window's steps (past its steps a window repeats its last one,
+    which ``mask`` hides, so column ``width - 1`` is every window's last step);
+    the row after each window (its next observation) is written to ``after``
+    (``[B]``) and the row after each window step to ``window_next`` (``[B, width]``).
     """
-    stream_base = rows - rows % capacity  # [B] first row of the stream
-    slot = rows - stream_base
-    offsets = np.arange(int(steps.max()))
-    mask = offsets < steps[:, None]  # [B, W]
-    window_slot = slot[:, None] + np.minimum(offsets, steps[:, None] - 1)
-    return stream_base, slot, window_slot, mask
+    B = columns.shape[0]
+    window, mask = np.empty((B, width), np.int64), np.empty((B, width), bool)
+    capacity = storage_index(storage).stream_capacity
+    window_rows(columns, capacity, window, window_next, after, mask)
+    return window, mask
 
 
 class NStepSampler(RefiningSampler):

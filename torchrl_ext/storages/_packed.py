@@ -12,8 +12,6 @@ aligned, and spans and rows are padded to 8 bytes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from math import prod
 from typing import Any
 
 import numpy as np
@@ -21,96 +19,14 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyMemmapStorage
 
+from torchrl_ext.core.kernels.rows import any_ring_end
 from torchrl_ext.core.schema import RowSchema, put_leaf
+from torchrl_ext.storages._columns import ALIGN, Column, Layout, place, tensordict_of
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
 
 __all__ = ["PackedRows"]
 
-_ALIGN = 8
 _FIRST_ROWS = 1024  # rows per stream first allocated on an accelerator, then doubled
-
-
-@dataclass(frozen=True)
-class _Column:
-    key: tuple[str, ...]  # input key (obs role: the root key)
-    dtype: torch.dtype
-    shape: torch.Size
-    lo: int  # byte range in the row
-    hi: int
-    width: int  # elements per row
-    # a same-size integer dtype to see the entry as on the host, where numpy has
-    # no such dtype (bfloat16...); None: numpy has it
-    host_dtype: torch.dtype | None = None
-
-
-def _place(keys, schema: RowSchema, offset: int) -> tuple[list[_Column], int]:
-    specs = sorted(((k, schema.leaves[k]) for k in keys), key=lambda kv: -kv[1].dtype.itemsize)
-    columns = []
-    for key, spec in specs:
-        nbytes = prod(spec.shape) * spec.dtype.itemsize
-        columns.append(_Column(key, spec.dtype, spec.shape, offset, offset + nbytes,
-                               prod(spec.shape), _host_dtype(spec.dtype)))
-        offset += nbytes
-    return columns, -(-offset // _ALIGN) * _ALIGN
-
-
-# dtypes a CPU tensor's .numpy() keeps; others (bfloat16, float8...) are reinterpreted
-_NUMPY_DTYPES = frozenset({
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-    torch.float32, torch.float64, torch.complex64, torch.complex128,
-})
-
-
-def _host_dtype(dtype: torch.dtype) -> torch.dtype | None:
-    """``None`` if numpy has ``dtype``, else the same-size integer dtype to reinterpret it as."""
-    if dtype in _NUMPY_DTYPES:
-        return None
-    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
-
-
-class _Cut:
-    """Typed views of ``columns`` in ``[n, width]`` blocks whose byte 0 is row byte ``shift``.
-
-    One reinterpreting ``view`` and one ``split`` per dtype instead of a slice
-    and a view per entry: the columns of a dtype start at multiples of its
-    itemsize, so the bytes around them are whole elements of it.
-    """
-
-    def __init__(self, columns: list[_Column], shift: int, width: int) -> None:
-        self.columns = columns
-        self.runs: list[tuple[torch.dtype, list[int], list[int]]] = []  # dtype, sizes, picks
-        self._order: list[int] = []  # column of each picked piece, run by run
-        for dtype in dict.fromkeys(c.dtype for c in columns):
-            sizes: list[int] = []
-            picks: list[int] = []
-            at = 0  # bytes covered so far
-            for i, c in enumerate(columns):
-                if c.dtype != dtype:
-                    continue
-                if c.lo - shift > at:
-                    sizes.append((c.lo - shift - at) // dtype.itemsize)
-                picks.append(len(sizes))
-                self._order.append(i)
-                sizes.append(c.width)
-                at = c.hi - shift
-            if width > at:
-                sizes.append((width - at) // dtype.itemsize)
-            self.runs.append((dtype, sizes, picks))
-        self._flat = [c.shape == (c.width,) for c in columns]
-
-    def pieces(self, block: torch.Tensor) -> list[torch.Tensor]:
-        """Each column of ``block`` (``[*lead, width]`` bytes) as a ``[*lead, *shape]`` view."""
-        out: list[Any] = [None] * len(self.columns)
-        order = iter(self._order)
-        for dtype, sizes, picks in self.runs:
-            parts = block.view(dtype).split_with_sizes(sizes, -1)
-            for p in picks:
-                out[next(order)] = parts[p]
-        lead = block.shape[:-1]
-        for i, flat in enumerate(self._flat):
-            if not flat:
-                out[i] = out[i].view(*lead, *self.columns[i].shape)
-        return out
 
 
 class PackedRows:
@@ -156,10 +72,10 @@ class PackedRows:
         grow = device.type != "cpu" if grow is None else grow
         growing = grow and backend == "tensor"
         self.allocated = min(stream_capacity, _FIRST_ROWS) if growing else stream_capacity
-        self.obs, obs_end = _place(schema.shared, schema, 0)
+        self.obs, obs_end = place(schema.shared, schema, 0)
         self._obs_bytes = obs_end  # the observation span, padded to 8 bytes
         step_keys = schema.root_only + tuple(("next", *k) for k in schema.next_only)
-        self.step, self.row_bytes = _place(step_keys, schema, obs_end)
+        self.step, self.row_bytes = place(step_keys, schema, obs_end)
         self.device = device
         if backend == "tensor":
             rows = reserve((num_streams * self.allocated, self.row_bytes), torch.uint8, device)
@@ -189,14 +105,27 @@ class PackedRows:
         self._host_words: dict[str, np.ndarray] | None = None
         if self._rows.device.type == "cpu":
             self._host_words = {span: words.numpy() for span, words in self._words.items()}
-        # typed views of whole rows, observation spans and step spans
-        self._cut_row = _Cut(self.obs + self.step, 0, self.row_bytes)
-        self._cut_obs = _Cut(self.obs, 0, self._obs_bytes)
-        self._cut_step = _Cut(self.step, self._step_lo, self.row_bytes - self._step_lo)
+        # each row's bytes and then its successor's observation span, in one run:
+        # a transition is one gather (see _pairs); overlapping views, no copy
+        W, O = self.row_bytes, self._obs_bytes
+        self._pair_view = self._rows.as_strided((max(self._rows.shape[0] - 1, 0), W + O), (W, 1))
+        self._bind_layouts()
         # CPU indices address this buffer as they are: no mapping, no transfer
         self._slots_are_rows = (
             self._rows.device.type == "cpu" and self.allocated == self.stream_capacity
         )
+
+    def _bind_layouts(self) -> None:
+        """The :class:`~torchrl_ext.storages._columns.Layout` of each kind of read."""
+        W, S, lo = self.row_bytes, self.row_bytes - self._step_lo, self._step_lo
+        obs_next = [(1, ("next", *c.key), c, c.lo) for c in self.obs]
+        row = [(0, c.key, c, c.lo) for c in self.obs + self.step]
+        # a transition: its row, then its successor's observation span, in one block
+        self._pair_layout = Layout(row + [(0, k, c, W + at) for _, k, c, at in obs_next], [W + self._obs_bytes])
+        # sequences: rows [:, :-1] and the next rows' observation spans [:, 1:]
+        self._sequence_layout = Layout(row + obs_next, [W, self._obs_bytes])
+        self._obs_layout = Layout([(0, c.key, c, c.lo) for c in self.obs], [self._obs_bytes])
+        self._step_layout = Layout([(0, c.key, c, c.lo - lo) for c in self.step], [S])
 
     @property
     def _step_lo(self) -> int:
@@ -325,36 +254,64 @@ class PackedRows:
         return move_together(slots + beside, self.device)
 
     # ------------------------------------------------------------------ reads
-    def gather(self, rows: torch.Tensor, next_rows: torch.Tensor | None) -> TensorDictBase:
-        """Transitions at ``rows`` (next observations from ``next_rows``), ``[B]``.
+    def gather(self, rows: torch.Tensor) -> TensorDictBase:
+        """Transitions at ``rows`` (``[B]``, CPU int64): one gather.
 
-        ``next_rows=None``: without the observation entries (root and next),
-        for a caller that reads them itself; only the step span is gathered.
+        Each row's entries, and under ``"next"`` the observation entries of
+        its successor in its stream (the step's next observation).
+        """
+        return self._pair_layout([self._pairs(rows)], rows.shape, self.device)
+
+    def _pairs(self, rows: torch.Tensor) -> torch.Tensor:
+        """``[k, row bytes + observation bytes]``: each of ``rows``, then its successor's observation span.
+
+        A row's successor is the next row (read with it through the
+        overlapping pair view), except at the end of its stream's ring, where
+        it is the ring's first slot: those rows, one in ``stream_capacity``,
+        are read again, apart.
+        """
+        C, W = self.stream_capacity, self.row_bytes
+        host = rows.numpy()
+        if not any_ring_end(host, C):
+            (at,) = self._on_device(rows)
+            return gather_rows(self._pair_view, at)
+        ring_end = host % C == C - 1
+        ends = torch.from_numpy(host[ring_end])
+        at, ends, firsts, where = self._on_device(
+            torch.from_numpy(np.where(ring_end, 0, host)), ends, ends - (C - 1),
+            beside=(torch.from_numpy(ring_end),),
+        )
+        block = gather_rows(self._pair_view, at)
+        block[where, :W] = gather_rows(self._rows, ends)
+        block[where, W:] = gather_rows(self._obs_span, firsts)
+        return block
+
+    def next_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The row following each of ``rows`` in its stream's ring (the ring's first slot after its last)."""
+        C = self.stream_capacity
+        nxt = rows + 1
+        nxt[nxt % C == 0] -= C
+        return nxt
+
+    def gather_steps(self, rows: torch.Tensor) -> TensorDictBase:
+        """The step entries of ``rows`` (any shape), shaped as ``rows``: no observation entry.
+
+        For a caller that reads the observations itself (frame stacks): one
+        read of the step span.
         """
         batch = rows.shape
-        root: dict[str, Any] = {}
-        rows, next_rows = self._on_device(rows, next_rows)
-        if next_rows is None:
-            first = gather_rows(self._step_span, rows)
-            _put_all(root, (), self._cut_step, first)
-            return _tree(root, batch, self.device)
-        # only the observation span is read at the next rows
-        first, after = gather_rows(self._rows, rows), gather_rows(self._obs_span, next_rows)
-        _put_all(root, (), self._cut_row, first)  # step keys of next-only entries start with "next"
-        _put_all(root, ("next",), self._cut_obs, after)
-        return _tree(root, batch, self.device)
+        (at,) = self._on_device(rows.reshape(-1))
+        span = gather_rows(self._step_span, at)
+        return self._step_layout([span.view(*batch, span.shape[-1])], batch, self.device)
 
     def gather_observations(self, rows: torch.Tensor) -> TensorDictBase:
         """The observation entries of ``rows`` (any shape), shaped as ``rows``: one read of the span."""
         batch = rows.shape
-        root: dict[str, Any] = {}
         if not self.obs:
-            return _tree(root, batch, self.device)
-        (rows,) = self._on_device(rows)
-        span = gather_rows(self._obs_span, rows.reshape(-1))
-        for c, value in zip(self.obs, self._cut_obs.pieces(span)):
-            put_leaf(root, c.key, value.view(*batch, *c.shape))
-        return _tree(root, batch, self.device)
+            return tensordict_of({}, batch, self.device)
+        (at,) = self._on_device(rows.reshape(-1))
+        span = gather_rows(self._obs_span, at).view(*batch, self._obs_bytes)
+        return self._obs_layout([span], batch, self.device)
 
     def gather_sequences(self, rows: torch.Tensor) -> TensorDictBase:
         """Sequences of consecutive rows: ``[B, L]`` transitions from ``[B, L + 1]`` rows.
@@ -365,105 +322,95 @@ class PackedRows:
         Entries are strided views of the gathered block (no copy).
         """
         B, L1 = rows.shape
-        (rows,) = self._on_device(rows)
-        block = gather_rows(self._rows, rows.reshape(-1)).view(B, L1, self.row_bytes)
-        root: dict[str, Any] = {}
-        _put_all(root, (), self._cut_row, block[:, :-1])
-        _put_all(root, ("next",), self._cut_obs, block[:, 1:, : self._obs_bytes])
-        return _tree(root, torch.Size([B, L1 - 1]), self.device)
+        (at,) = self._on_device(rows.reshape(-1))
+        block = gather_rows(self._rows, at).view(B, L1, self.row_bytes)
+        return self._sequence_layout(
+            [block[:, :-1], block[:, 1:, : self._obs_bytes]], torch.Size([B, L1 - 1]), self.device
+        )
 
     def gather_windows(
         self,
-        rows: torch.Tensor,
         window_rows: torch.Tensor,
-        after_rows: torch.Tensor | None,
-        goal_rows: torch.Tensor | None = None,
-        window_next_rows: torch.Tensor | None = None,
+        obs_rows: torch.Tensor | None,
         *,
         mask: torch.Tensor,
         lengths: torch.Tensor,
+        observations: bool = True,
         relabel: torch.Tensor | None = None,
     ) -> TensorDictBase:
-        """Windows of steps: ``[B]`` transitions from ``rows`` to ``after_rows``.
+        """Windows of steps: ``[B]`` transitions, each from its window's first step to the row after its last.
 
         Two gathers whatever the window: the step spans of every window step,
-        and the observation spans of every other row read (first, after,
-        goal and window-next rows, in one index).
+        and the observation spans of every other row read, in one index.
 
         Args:
-            rows: ``[B]`` first row of each window (its observation).
             window_rows: ``[B, W]`` rows of the window's steps, the first row
                 first; padding repeats the window's last row (the caller masks
                 it), so column ``W - 1`` is each window's last step.
-            after_rows: ``[B]`` row after each window's last step (its observation
-                is the window's next observation); ``None``: without the
-                observation entries (root and next), for a caller that reads
-                them itself (then only step spans are gathered).
+            obs_rows: the rows whose observation entries are read, in this
+                order: with ``observations``, each window's first row (its
+                observation), then the row after each window's last step (its
+                next observation), ``[2B]``; with ``relabel`` (hindsight), then
+                each transition's goal row ``[B]`` and the row after each
+                window step ``[B * W]`` (row-major). ``None`` if neither.
             mask: ``[B, W]`` bool, the step is inside its window (``("n_step", "mask")``).
             lengths: ``[B]`` steps of each window (``"steps_to_next_obs"``, ``[B, 1]``).
-            relabel: ``[B]`` bool, with ``goal_rows``: the row gets the goal
-                (``("her", "relabel")``).
+            observations: read the observation entries (root and next);
+                ``False`` for a caller that reads them itself.
+            relabel: ``[B]`` bool, the row gets the goal (``("her", "relabel")``);
+                ``None``: no hindsight goals.
 
         Returns:
-            a ``[B]`` TensorDict: observation entries at ``rows``, root-only
-            entries (action...) of the first step, ``("next", obs)`` at
-            ``after_rows``, the next-only entries (done flags...) of the last
+            a ``[B]`` TensorDict: observation entries of each first row,
+            root-only entries (action...) of the first step, the next
+            observation, the next-only entries (done flags...) of the last
             step under ``"next"``, and under ``"n_step"`` a ``[B, W]``
             TensorDict of the next-only entries of every window step. With
-            ``goal_rows`` and ``window_next_rows`` (``[B, W]``, hindsight),
-            also the observation entries at the goal rows under ``"her"``, and
-            each window step's next observation entries in ``"n_step"`` (so
-            rewards can be recomputed for a new goal).
+            ``relabel``, also the observation entries at the goal rows under
+            ``"her"``, and each window step's next observation entries in
+            ``"n_step"`` (so rewards can be recomputed for a new goal).
         """
         B, W = window_rows.shape
-        if goal_rows is not None and window_next_rows is None:
-            raise ValueError("PackedRows.gather_windows: goal_rows need window_next_rows.")
-        rows, window_rows, after_rows, goal_rows, window_next_rows, mask, lengths, relabel = (
-            self._on_device(rows, window_rows, after_rows, goal_rows, window_next_rows,
-                            beside=(mask, lengths, relabel))
+        hindsight = relabel is not None
+        window_rows, obs_rows, mask, lengths, relabel = self._on_device(
+            window_rows, obs_rows, beside=(mask, lengths, relabel)
         )
         # [B, W, step bytes]: step 0 holds the root-only entries, column W - 1 the last step's
         steps = gather_rows(self._step_span, window_rows.reshape(-1)).view(B, W, -1)
         root: dict[str, Any] = {}
         nxt: dict[str, Any] = {}
         window: dict[str, Any] = {}
-        for c, values in zip(self.step, self._cut_step.pieces(steps)):
-            if c.key[0] == "next":  # next-only entry: at the last step, and the whole window
-                put_leaf(nxt, c.key[1:], values.select(1, W - 1))
-                put_leaf(window, c.key[1:], values)
+        for key, values in zip(self._step_layout.keys, self._step_layout.pieces([steps])):
+            if key[0] == "next":  # next-only entry: at the last step, and the whole window
+                put_leaf(nxt, key[1:], values[:, W - 1])
+                put_leaf(window, key[1:], values)
             else:
-                put_leaf(root, c.key, values.select(1, 0))
-        # observation spans, one gather: [rows; after] [2B], then [goals; window next] [B + B * W]
-        parts = [] if after_rows is None else [rows, after_rows]
-        if goal_rows is not None and window_next_rows is not None:
-            parts += [goal_rows, window_next_rows.reshape(-1)]
+                put_leaf(root, key, values[:, 0])
         her: dict[str, Any] = {}
-        if parts and self.obs:
-            block = gather_rows(self._obs_span, torch.cat(parts))
-            at = 0  # where the goal rows start in the block
-            for c, value in zip(self.obs, self._cut_obs.pieces(block)):
-                if after_rows is not None:
-                    put_leaf(root, c.key, value[:B])
-                    put_leaf(nxt, c.key, value[B : 2 * B])
-                    at = 2 * B
-                if goal_rows is not None:
-                    put_leaf(her, c.key, value[at : at + B])
-                    put_leaf(window, c.key, value[at + B :].view(B, W, *c.shape))
-        if goal_rows is not None:
-            if relabel is not None:
-                her["relabel"] = relabel
+        if obs_rows is not None and self.obs:
+            block = gather_rows(self._obs_span, obs_rows)
+            at = 2 * B if observations else 0  # where the goal rows start in the block
+            for key, value in zip(self._obs_layout.keys, self._obs_layout.pieces([block])):
+                if observations:
+                    put_leaf(root, key, value[:B])
+                    put_leaf(nxt, key, value[B:at])
+                if hindsight:
+                    put_leaf(her, key, value[at : at + B])
+                    put_leaf(window, key, value[at + B :].view(B, W, *value.shape[1:]))
+        if hindsight:
+            her["relabel"] = relabel
             root["her"] = her
         window["mask"] = mask
-        root["steps_to_next_obs"] = lengths.reshape(B, 1)
+        root["steps_to_next_obs"] = lengths.view(B, 1)
         root["next"] = nxt
-        root["n_step"] = _tree(window, torch.Size([B, W]), self.device)
-        return _tree(root, torch.Size([B]), self.device)
+        root["n_step"] = tensordict_of(window, torch.Size([B, W]), self.device)
+        return tensordict_of(root, torch.Size([B]), self.device)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         for name in ("_rows", "_obs_span", "_step_span", "_obs_words", "_step_words", "_words",
-                     "_host_words", "_cut_row",
-                     "_cut_obs", "_cut_step"):
+                     "_host_words", "_pair_view",
+                     "_pair_layout", "_sequence_layout", "_obs_layout", "_step_layout"):
             state.pop(name)
         return state
 
@@ -478,7 +425,7 @@ def _leaves_device(leaves: dict[tuple[str, ...], torch.Tensor]) -> torch.device:
 
 
 def _bytes(
-    columns: list[_Column],
+    columns: list[Column],
     leaves: dict[tuple[str, ...], torch.Tensor],
     n: int,
     prefix: tuple[str, ...],
@@ -496,7 +443,7 @@ def _bytes(
     if values[0].device.type == "cpu":
         out = np.empty((n, width), np.uint8)
         if columns[-1].hi - lo < width:  # zero the padding: the last word, before the columns fill it
-            out[:, -_ALIGN:].view(np.int64)[...] = 0
+            out[:, -ALIGN:].view(np.int64)[...] = 0
         for value, c in zip(values, columns):
             if c.host_dtype is not None:
                 value = value.view(c.host_dtype)
@@ -522,18 +469,3 @@ def _bytes(
 def _pick(value: torch.Tensor, mask: np.ndarray) -> torch.Tensor:
     """The ``[k, ...]`` steps of ``value`` where the ``[n]`` host mask ``mask`` is set, on ``value``'s device."""
     return value.index_select(0, torch.from_numpy(np.flatnonzero(mask)).to(value.device))
-
-
-def _put_all(tree: dict[str, Any], prefix: tuple[str, ...], cut: _Cut, block: torch.Tensor) -> None:
-    """Every column of ``cut`` from ``block`` into ``tree``, under ``prefix``."""
-    for c, value in zip(cut.columns, cut.pieces(block)):
-        put_leaf(tree, prefix + c.key, value)
-
-
-def _tree(tree: dict[str, Any], batch: torch.Size, device: torch.device | None = None) -> TensorDictBase:
-    """Nested dicts of fresh tensors on ``device`` to a TensorDict (sub-dicts share ``batch``), unchecked.
-
-    The TensorDict carries ``device``, so entries a sampler or transform adds
-    later (masks, window lengths) are put there too.
-    """
-    return TensorDict._new_unsafe(tree, batch_size=batch, device=device)

@@ -523,12 +523,19 @@ class CompressedRows:
         for key, arena in self.arenas.items():
             out.set((*prefix, *key), arena.read(rows))
 
-    def gather(self, rows: torch.Tensor, next_rows: torch.Tensor | None) -> TensorDictBase:
+    def gather(self, rows: torch.Tensor) -> TensorDictBase:
         """See :meth:`PackedRows.gather`."""
-        out = self.packed.gather(rows, next_rows)
-        if next_rows is not None:
-            self._put_transitions(out, rows, next_rows)
+        out = self.packed.gather(rows)
+        self._put_transitions(out, rows, torch.from_numpy(self.packed.next_rows(rows.numpy())))
         return out
+
+    def next_rows(self, rows: np.ndarray) -> np.ndarray:
+        """See :meth:`PackedRows.next_rows`."""
+        return self.packed.next_rows(rows)
+
+    def gather_steps(self, rows: torch.Tensor) -> TensorDictBase:
+        """See :meth:`PackedRows.gather_steps` (no frame is decoded)."""
+        return self.packed.gather_steps(rows)
 
     def _put_transitions(self, out: TensorDictBase, rows: torch.Tensor, after: torch.Tensor) -> None:
         """Set each key at ``rows`` and ``("next", key)`` at ``after``: one read, shared rows decoded once."""
@@ -555,26 +562,29 @@ class CompressedRows:
 
     def gather_windows(
         self,
-        rows: torch.Tensor,
         window_rows: torch.Tensor,
-        after_rows: torch.Tensor | None,
-        goal_rows: torch.Tensor | None = None,
-        window_next_rows: torch.Tensor | None = None,
+        obs_rows: torch.Tensor | None,
         *,
         mask: torch.Tensor,
         lengths: torch.Tensor,
+        observations: bool = True,
         relabel: torch.Tensor | None = None,
     ) -> TensorDictBase:
         """See :meth:`PackedRows.gather_windows`."""
         out = self.packed.gather_windows(
-            rows, window_rows, after_rows, goal_rows, window_next_rows,
-            mask=mask, lengths=lengths, relabel=relabel,
+            window_rows, obs_rows, mask=mask, lengths=lengths, observations=observations,
+            relabel=relabel,
         )
-        if after_rows is not None:
-            self._put_transitions(out, rows, after_rows)
-        if goal_rows is not None and window_next_rows is not None:
-            self._put(out, ("her",), goal_rows)
-            self._put(out, ("n_step",), window_next_rows)
+        if obs_rows is None:
+            return out
+        B, W = window_rows.shape
+        at = 0  # where the goal rows start in obs_rows
+        if observations:
+            self._put_transitions(out, obs_rows[:B], obs_rows[B : 2 * B])
+            at = 2 * B
+        if relabel is not None:
+            self._put(out, ("her",), obs_rows[at : at + B])
+            self._put(out, ("n_step",), obs_rows[at + B :].view(B, W))
         return out
 
     # ---------------------------------------------------- state and persistence

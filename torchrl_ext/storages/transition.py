@@ -223,10 +223,8 @@ class TransitionStorage(TensorStorage):
     # ------------------------------------------------------------------ reads
     def next_rows(self, rows: np.ndarray) -> np.ndarray:
         """Physical row following ``rows`` in their streams (ring wrap-around)."""
-        capacity = self._ready("next_rows")[1].stream_capacity
-        nxt = rows + 1
-        nxt[nxt % capacity == 0] -= capacity  # past the end of its stream's ring
-        return nxt
+        self._ready("next_rows")
+        return self.packed.next_rows(rows)
 
     def get(self, index: Any) -> TensorDictBase:
         """Transitions starting at physical ``index`` rows, in TorchRL layout.
@@ -259,7 +257,7 @@ class TransitionStorage(TensorStorage):
                 after = self.next_rows(r[:, -1:])
                 return self.packed.gather_sequences(torch.from_numpy(np.concatenate([r, after], 1)))
         flat = rows if rows.ndim == 1 else rows.reshape(-1)
-        out = self.packed.gather(flat, torch.from_numpy(self.next_rows(flat.numpy())))
+        out = self.packed.gather(flat)
         return out if rows.ndim == 1 else out.reshape(rows.shape)
 
     def __getitem__(self, item: Any) -> TensorDictBase:

@@ -38,6 +38,7 @@ def nstep_return(
     gamma: float,
     *,
     powers: torch.Tensor | None = None,
+    steps: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """n-step return and bootstrap discount of windows cut at episode ends.
 
@@ -67,6 +68,9 @@ def nstep_return(
             with at least ``W + 1`` entries, in the dtype of the returns and on
             their device; for a caller that samples again and again (built
             here if ``None``).
+        steps (torch.Tensor, optional): ``[B, 1]`` (or ``[B]``) int64, each
+            window's ``k`` (the set entries of its ``mask`` row), for a caller
+            that has them (``"steps_to_next_obs"``); counted from ``mask`` if ``None``.
 
     Returns:
         ``(return, discount)``, both ``[B, 1]`` with the dtype of ``rewards``.
@@ -87,7 +91,9 @@ def nstep_return(
         powers = discount_powers(gamma, W, dtype=rewards.dtype, device=rewards.device)  # [W + 1]
     # [B, W] @ [W]: steps past the window weigh 0
     ret = torch.where(mask, rewards, 0.0).matmul(powers[:W]).unsqueeze(-1)
-    discount = powers.take(mask.sum(-1, keepdim=True))  # [B, 1] gamma ** k, k steps in the window
+    if steps is None:
+        steps = mask.sum(-1, keepdim=True)  # [B, 1] k, the steps in each window
+    discount = powers.take(steps.reshape(-1, 1))  # [B, 1] gamma ** k
     # a terminated window does not bootstrap
     return ret, discount.masked_fill_(terminated.reshape(-1, 1), 0.0)
 

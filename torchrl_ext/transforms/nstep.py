@@ -17,6 +17,14 @@ from torchrl_ext.transforms.functional import (
 __all__ = ["NStepTransform"]
 
 
+def _set_unchecked(tensordict: TensorDictBase, key: tuple[str, ...], value: torch.Tensor) -> None:
+    """``tensordict.set(key, value)`` for a value known to fit (batch dims and device)."""
+    if len(key) == 1:
+        tensordict._set_str(key[0], value, inplace=False, validated=True)
+    else:
+        tensordict._set_tuple(key, value, inplace=False, validated=True)
+
+
 class NStepTransform(Transform):
     """Turn sampled windows into n-step transitions in TorchRL's layout.
 
@@ -123,10 +131,12 @@ class NStepTransform(Transform):
         mask = window.get("mask")
         rewards = window_rewards(window, self.reward_key, "NStepTransform")  # [B, W, *reward_shape]
         powers = self._discount_powers(mask.shape[1], rewards)
-        ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers)
-        tensordict.set(self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))
+        steps = tensordict.get("steps_to_next_obs", None)  # [B, 1] window lengths, from the reader
+        ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers, steps=steps)
+        # [B, *reward_shape] and [B, 1], on the batch's device: set without TensorDict's checks
+        _set_unchecked(tensordict, self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))
         if self.discount_key is not None:
-            tensordict.set(self.discount_key, discount)
+            _set_unchecked(tensordict, self.discount_key, discount)
         return tensordict
 
     def _discount_powers(self, width: int, rewards: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,41 @@
+"""Compiled index arithmetic: the per-row loops of draws, windows and write plans.
+
+A batch's index arithmetic (which rows to read, how long each window is, where
+each step of a write goes) is a loop over the batch with a few branches per
+row. As numpy it is a dozen small array operations, each costing more call
+overhead than arithmetic; compiled, it is one call. Only index arithmetic
+lives here, on numpy int / bool arrays: gathers and math on the data stay
+torch operations, which run wherever the rows are (CPU or accelerator).
+
+Kernels are compiled by numba at their first call and cached on disk, so a
+new process (a spawned DataLoader worker, a Ray actor) loads them instead of
+compiling them again. Each kernel's docstring states its contract; the
+modules here are private to the package (no kernel is public API).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+import numba
+
+__all__ = ["jit"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def jit(function: F) -> F:
+    """Compile ``function`` with numba: no Python objects, no GIL held, cached on disk.
+
+    Where no cache location is writable (a read-only install without a
+    writable home), each process compiles it at its first call instead.
+
+    Examples:
+        >>> import numpy as np
+        >>> from torchrl_ext.core.kernels.rows import any_ring_end  # a kernel made with jit
+        >>> bool(any_ring_end(np.array([3, 7]), 4)), bool(any_ring_end(np.array([3, 6]), 8))
+        (True, False)
+    """
+    try:
+        return numba.njit(cache=True, nogil=True)(function)  # type: ignore[no-any-return]
+    except RuntimeError:  # numba found nowhere to write its cache
+        return numba.njit(nogil=True)(function)  # type: ignore[no-any-return]

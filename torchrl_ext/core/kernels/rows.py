@@ -1,0 +1,132 @@
+"""Which rows a batch reads: draws of live transitions, n-step windows, stream successors.
+
+Rows are addressed as in :class:`~torchrl_ext.core.EpisodeIndex`: stream ``s``'s
+ring of ``C`` slots is rows ``s * C .. s * C + C - 1``, and the row after slot
+``C - 1`` is slot ``0`` of the same stream (the ring wraps).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from torchrl_ext.core.kernels import jit
+
+__all__ = ["any_ring_end", "keep_transitions", "window_lengths", "window_rows"]
+
+
+@jit
+def any_ring_end(rows: np.ndarray, C: int) -> bool:
+    """Whether any of ``rows`` is the last slot of its stream's ring (its successor wraps).
+
+    Examples:
+        >>> bool(any_ring_end(np.array([0, 5, 2]), 3)), bool(any_ring_end(np.array([0, 4]), 3))
+        (True, False)
+    """
+    for r in rows:
+        if r % C == C - 1:
+            return True
+    return False
+
+
+@jit
+def keep_transitions(
+    drawn: np.ndarray, ends: np.ndarray, shift: np.ndarray, is_step: np.ndarray,
+    out: np.ndarray, filled: int,
+) -> int:
+    """Append to ``out[filled:]`` the draws that are transitions, in order; return the new fill.
+
+    ``drawn`` are uniform over the live rows: draw ``u`` in ``[ends - live,
+    ends)[s]`` is stream ``s``'s, at physical row ``u + shift[s]`` (``shift``
+    empty: every stream is full and ``u`` is the row). A row that is not a
+    transition (``is_step`` unset: an episode's final or pending observation)
+    is skipped, so the kept rows of i.i.d. uniform draws are i.i.d. uniform
+    transitions (rejection sampling). Stops once ``out`` is full.
+
+    Examples:
+        >>> out = np.empty(3, np.int64)
+        >>> is_step = np.array([True, False, True, True])
+        >>> keep_transitions(np.array([1, 0, 3, 2]), np.empty(0, np.int64), np.empty(0, np.int64),
+        ...                  is_step, out, 0), out.tolist()  # row 1 is no transition
+        (3, [0, 3, 2])
+    """
+    n = out.shape[0]
+    for u in drawn:
+        if filled == n:
+            break
+        row = u
+        if shift.shape[0]:
+            row += shift[np.searchsorted(ends, u, side="right")]
+        if is_step[row]:
+            out[filled] = row
+            filled += 1
+    return filled
+
+
+@jit
+def window_lengths(rows: np.ndarray, is_step: np.ndarray, C: int, n: int, out: np.ndarray) -> None:
+    """``out[i] = min(n, steps of its episode from rows[i] on)`` for live transitions ``rows``.
+
+    An episode's steps are consecutive transition rows of its stream, followed
+    by its final (or, while it runs, pending) observation row, which is no
+    transition: a window grows while the next row is one.
+
+    Examples:
+        >>> is_step = np.array([True, True, True, False, True, False, False, False])
+        >>> out = np.empty(4, np.int64)
+        >>> window_lengths(np.array([0, 1, 2, 4]), is_step, 8, 3, out); out.tolist()
+        [3, 2, 1, 1]
+    """
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        base = r - r % C
+        slot = r - base
+        k = 1
+        while k < n:
+            s = slot + k
+            if s >= C:
+                s -= C
+            if not is_step[base + s]:
+                break
+            k += 1
+        out[i] = k
+
+
+@jit
+def window_rows(
+    index: np.ndarray, C: int,
+    window: np.ndarray, window_next: np.ndarray, after: np.ndarray, mask: np.ndarray,
+) -> None:
+    """The rows of windows given as ``index[i] = (row, k, ...)``: ``k`` steps from ``row``.
+
+    For window ``i`` (``k <= W = window.shape[1]``): ``window[i, j]`` is the
+    row of its step ``min(j, k - 1)`` (columns past the window repeat its last
+    step, so column ``W - 1`` is every window's last step), ``window_next[i,
+    j]`` the row after ``window[i, j]``, ``mask[i, j] = j < k``, and
+    ``after[i]`` the row after the window's last step (its next observation).
+
+    Examples:
+        >>> window, nxt, mask = (np.empty((2, 3), d) for d in (np.int64, np.int64, bool))
+        >>> after = np.empty(2, np.int64)
+        >>> window_rows(np.array([[1, 3], [7, 2]]), 4, window, nxt, after, mask)
+        >>> window.tolist(), after.tolist(), mask.tolist()  # row 7 wraps to row 4
+        ([[1, 2, 3], [7, 4, 4]], [0, 5], [[True, True, True], [True, True, False]])
+    """
+    W = window.shape[1]
+    for i in range(index.shape[0]):
+        r = index[i, 0]
+        k = index[i, 1]
+        base = r - r % C
+        slot = r - base
+        for j in range(W):
+            s = slot + min(j, k - 1)
+            if s >= C:
+                s -= C
+            window[i, j] = base + s
+            s += 1
+            if s == C:
+                s = 0
+            window_next[i, j] = base + s
+            mask[i, j] = j < k
+        s = slot + k
+        if s >= C:
+            s -= C
+        after[i] = base + s

@@ -1,0 +1,187 @@
+"""Where each entry lies in a packed row, and how gathered bytes become a TensorDict.
+
+A row is a run of bytes holding every entry of a step (see
+:mod:`~torchrl_ext.storages._packed`). :func:`place` decides where each entry
+goes; a :class:`Layout`, planned once per kind of read, turns gathered byte
+blocks back into typed views of those entries, nested by key.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from torchrl_ext.core.schema import RowSchema
+
+__all__ = ["ALIGN", "Column", "Layout", "place"]
+
+ALIGN = 8  # spans and rows are padded to 8 bytes, so every typed view is aligned
+
+# dtypes a CPU tensor's .numpy() keeps; others (bfloat16, float8...) are reinterpreted
+_NUMPY_DTYPES = frozenset({
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+    torch.float32, torch.float64, torch.complex64, torch.complex128,
+})
+
+
+@dataclass(frozen=True)
+class Column:
+    """An entry's place in a row: bytes ``[lo, hi)``, ``width`` elements of ``dtype``.
+
+    Examples:
+        >>> c = Column(("action",), torch.float32, torch.Size([6]), 72, 96, 6)
+        >>> c.hi - c.lo == c.width * c.dtype.itemsize
+        True
+    """
+
+    key: tuple[str, ...]  # input key (observation entries: the root key)
+    dtype: torch.dtype
+    shape: torch.Size
+    lo: int  # byte range in the row
+    hi: int
+    width: int  # elements per row
+    # a same-size integer dtype to see the entry as on the host, where numpy has
+    # no such dtype (bfloat16...); None: numpy has it
+    host_dtype: torch.dtype | None = None
+
+
+def place(keys: Iterable[tuple[str, ...]], schema: RowSchema, offset: int) -> tuple[list[Column], int]:
+    """Columns of ``keys`` from byte ``offset`` on, widest dtype first; and the padded end.
+
+    Ordered by itemsize, every column starts at a multiple of its own itemsize.
+
+    Examples:
+        >>> from torchrl_ext.core.schema import RowSchema
+        >>> schema = RowSchema.infer({("a",): torch.zeros(1, dtype=torch.bool),
+        ...                           ("b",): torch.zeros(2)}, batch_dims=0)
+        >>> columns, end = place([("a",), ("b",)], schema, 0)
+        >>> [(c.key, c.lo, c.hi) for c in columns], end
+        ([(('b',), 0, 8), (('a',), 8, 9)], 16)
+    """
+    specs = sorted(((k, schema.leaves[k]) for k in keys), key=lambda kv: -kv[1].dtype.itemsize)
+    columns = []
+    for key, spec in specs:
+        nbytes = prod(spec.shape) * spec.dtype.itemsize
+        columns.append(Column(key, spec.dtype, spec.shape, offset, offset + nbytes,
+                              prod(spec.shape), _host_dtype(spec.dtype)))
+        offset += nbytes
+    return columns, -(-offset // ALIGN) * ALIGN
+
+
+def _host_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """``None`` if numpy has ``dtype``, else the same-size integer dtype to reinterpret it as."""
+    if dtype in _NUMPY_DTYPES:
+        return None
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
+
+
+class Layout:
+    """Gathered byte blocks as a TensorDict of typed views (no copy), planned once.
+
+    Each read of a row store gathers one or more byte blocks (``[*batch,
+    width]``, uint8) and serves every entry as a view of them. A layout is
+    built once per kind of read; at each read it costs one reinterpreting
+    ``view`` and one ``split_with_sizes`` per block and dtype (the columns of
+    a dtype start at multiples of its itemsize, so the bytes around them are
+    whole elements of it), a ``view`` per entry of more than one dim, and the
+    TensorDict (unchecked: the views have the batch's leading dims by
+    construction).
+
+    Args:
+        parts: ``(block, key, column, at)``: ``column``'s bytes start at byte
+            ``at`` of block number ``block``, and go to ``key`` of the result.
+        widths: the bytes of each block's last dim (multiples of every itemsize).
+
+    Examples:
+        >>> from torchrl_ext.core.schema import RowSchema
+        >>> schema = RowSchema.infer({("x",): torch.zeros(2), ("done",): torch.zeros(1, dtype=torch.bool)},
+        ...                          batch_dims=0)
+        >>> columns, width = place([("x",), ("done",)], schema, 0)
+        >>> layout = Layout([(0, ("next", *c.key), c, c.lo) for c in columns], [width])
+        >>> block = torch.zeros(3, width, dtype=torch.uint8)
+        >>> td = layout([block], torch.Size([3]))
+        >>> td["next", "x"].shape, td["next", "done"].dtype
+        (torch.Size([3, 2]), torch.bool)
+    """
+
+    def __init__(
+        self, parts: Sequence[tuple[int, tuple[str, ...], Column, int]], widths: Sequence[int]
+    ) -> None:
+        self.keys: list[tuple[str, ...]] = []  # of each leaf, in the order the splits give them
+        self._shapes: list[torch.Size | None] = []  # None: a flat entry, the split piece as is
+        # (block, dtype, split sizes, [(piece, leaf)]): the pieces of a split that are entries
+        self._splits: list[tuple[int, torch.dtype, list[int], list[tuple[int, int]]]] = []
+        for b, width in enumerate(widths):
+            mine = sorted((p for p in parts if p[0] == b), key=lambda p: p[3])
+            for dtype in dict.fromkeys(p[2].dtype for p in mine):
+                sizes: list[int] = []
+                picks: list[tuple[int, int]] = []
+                at = 0  # bytes of the block covered so far
+                for _, key, c, lo in mine:
+                    if c.dtype != dtype:
+                        continue
+                    if lo > at:
+                        sizes.append((lo - at) // dtype.itemsize)
+                    picks.append((len(sizes), len(self.keys)))
+                    self.keys.append(key)
+                    self._shapes.append(None if c.shape == (c.width,) else c.shape)
+                    sizes.append(c.width)
+                    at = lo + c.hi - c.lo
+                if width > at:
+                    sizes.append((width - at) // dtype.itemsize)
+                self._splits.append((b, dtype, sizes, picks))
+        # the result's nested dicts: the root first, each parent before its children
+        groups: dict[tuple[str, ...], int] = {(): 0}
+        for key in self.keys:
+            for depth in range(1, len(key)):
+                groups.setdefault(key[:depth], len(groups))
+        self._groups = len(groups)
+        self._places = [(groups[key[:-1]], key[-1]) for key in self.keys]
+        self._links = [(groups[g[:-1]], g[-1], i) for g, i in groups.items() if g]
+
+    def pieces(self, blocks: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Every leaf's view (in :attr:`keys` order), ``[*lead, *shape]`` of its block's lead dims."""
+        values: list[Any] = [None] * len(self.keys)
+        for b, dtype, sizes, picks in self._splits:
+            split = blocks[b].view(dtype).split_with_sizes(sizes, -1)
+            for piece, leaf in picks:
+                values[leaf] = split[piece]
+        for leaf, shape in enumerate(self._shapes):
+            if shape is not None:
+                value = values[leaf]
+                values[leaf] = value.view(*value.shape[:-1], *shape)
+        return values
+
+    def tree(self, values: Sequence[Any]) -> dict[str, Any]:
+        """Nested dicts of ``values`` (one per leaf, :attr:`keys` order) by key."""
+        dicts: list[dict[str, Any]] = [{} for _ in range(self._groups)]
+        for (group, name), value in zip(self._places, values):
+            dicts[group][name] = value
+        for parent, name, child in self._links:
+            dicts[parent][name] = dicts[child]
+        return dicts[0]
+
+    def __call__(
+        self, blocks: Sequence[torch.Tensor], batch: torch.Size, device: torch.device | None = None
+    ) -> TensorDictBase:
+        """The TensorDict of ``blocks``, ``batch``-shaped, on ``device``."""
+        return tensordict_of(self.tree(self.pieces(blocks)), batch, device)
+
+
+def tensordict_of(
+    tree: dict[str, Any], batch: torch.Size, device: torch.device | None = None
+) -> TensorDictBase:
+    """Nested dicts of fresh tensors on ``device`` to a TensorDict (sub-dicts share ``batch``), unchecked.
+
+    The TensorDict carries ``device``, so entries a sampler or transform adds
+    later (masks, window lengths) are put there too.
+
+    Examples:
+        >>> tensordict_of({"next": {"r": torch.zeros(2, 1)}}, torch.Size([2]))["next"].batch_size
+        torch.Size([2])
+    """
+    return TensorDict._new_unsafe(tree, batch_size=batch, device=device)
