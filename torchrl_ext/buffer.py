@@ -96,12 +96,15 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
                 buffer, and rows written here would never get one.
         """
         self._check_writes_here()
+        priority = self.priority_key
         if (
             not isinstance(tensordicts, TensorDictBase)
             or not self._lean()
             # a transform with an inverse (write-time) part needs TorchRL's path
             or not all(getattr(t, "_sample_time_only", False) for t in self._transforms())
-            or self.priority_key in tensordicts.keys(include_nested=True)
+            # a root key is found among the root keys (a fraction of the nested lookup)
+            or priority in (tensordicts.keys() if isinstance(priority, str)
+                            else tensordicts.keys(include_nested=True))
         ):
             return super().extend(tensordicts, update_priority=update_priority)
         with self._replay_lock, self._write_lock:

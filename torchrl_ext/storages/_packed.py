@@ -20,6 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyMemmapStorage
 
 from torchrl_ext.core.kernels.rows import any_ring_end
+from torchrl_ext.core.kernels.writes import put_bytes, same_bytes
 from torchrl_ext.core.schema import RowSchema, put_leaf
 from torchrl_ext.storages._columns import ALIGN, Column, Layout, place, tensordict_of
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
@@ -27,6 +28,7 @@ from torchrl_ext.storages._memory import gather_rows, move_together, reserve
 __all__ = ["PackedRows"]
 
 _FIRST_ROWS = 1024  # rows per stream first allocated on an accelerator, then doubled
+_NO_START = np.empty(0, dtype=bool)  # a write opening no episode
 
 
 class PackedRows:
@@ -76,6 +78,16 @@ class PackedRows:
         self._obs_bytes = obs_end  # the observation span, padded to 8 bytes
         step_keys = schema.root_only + tuple(("next", *k) for k in schema.next_only)
         self.step, self.row_bytes = place(step_keys, schema, obs_end)
+        # what a write to host rows copies, by whether a step opens an episode: the
+        # (key, column) of each source, and [byte, target] where it goes (target 0:
+        # the step's row, 1: its next row, 2: its row if it opens an episode)
+        copies = [(c.key, c, 0) for c in self.step] + [(("next", *c.key), c, 1) for c in self.obs]
+        at_starts = copies + [(c.key, c, 2) for c in self.obs]
+        self._sources = tuple([(k, c) for k, c, _ in w] for w in (copies, at_starts))
+        self._targets = tuple(
+            np.array([[c.lo, t] for _, c, t in w], dtype=np.int64).reshape(-1, 2) for w in (copies, at_starts)
+        )
+        self._obs_los = np.array([c.lo for c in self.obs], dtype=np.int64)
         self.device = device
         if backend == "tensor":
             rows = reserve((num_streams * self.allocated, self.row_bytes), torch.uint8, device)
@@ -101,10 +113,8 @@ class PackedRows:
             for span, words in (("obs", self._obs_words), ("step", self._step_words))
             if words is not None
         }
-        # rows in host memory are written through numpy views of those words
-        self._host_words: dict[str, np.ndarray] | None = None
-        if self._rows.device.type == "cpu":
-            self._host_words = {span: words.numpy() for span, words in self._words.items()}
+        # rows in host memory are written through a numpy view of their bytes
+        self._host_rows = self._rows.numpy() if self._rows.device.type == "cpu" else None
         # each row's bytes and then its successor's observation span, in one run:
         # a transition is one gather (see _pairs); overlapping views, no copy
         W, O = self.row_bytes, self._obs_bytes
@@ -180,25 +190,42 @@ class PackedRows:
     ) -> None:
         """Write ``n`` steps.
 
+        Rows in host memory take each entry's bytes where it lies (one
+        compiled pass, :func:`~torchrl_ext.core.kernels.writes.put_bytes`);
+        rows on an accelerator get each span packed there and copied in one
+        ``index_copy_``.
+
         Args:
             leaves: every input entry, flattened to ``[n, *shape]``.
             rows: ``[n]`` row of each step (step entries; observation if it starts).
             next_rows: ``[n]`` row of each step's next observation.
             start: ``[n]`` bool, the step opens an episode; ``None`` if none does.
         """
-        n = rows.size
         self._fit(rows, next_rows)
+        host = self._host_rows
+        if host is None:
+            self._write_on_device(leaves, rows, next_rows, start)
+            return
+        starts = start is not None
+        # step entries, next observations, then (at episode starts) observations
+        sources = tuple([_host_bytes(leaves[key], c) for key, c in self._sources[starts]])
+        put_bytes(host, self._slots(rows), self._slots(next_rows), _NO_START if start is None else start,
+                  sources, self._targets[starts])
+
+    def _write_on_device(
+        self,
+        leaves: dict[tuple[str, ...], torch.Tensor],
+        rows: np.ndarray,
+        next_rows: np.ndarray,
+        start: np.ndarray | None,
+    ) -> None:
+        """:meth:`write` to rows on an accelerator: each span packed there (row indices moved once)."""
+        n = rows.size
         first_rows = None if start is None else rows[start]
-        # rows in host memory take numpy row indices; on an accelerator the
-        # indices go there in one transfer
-        if self._host_words is None:
-            at = self._on_device(*(None if r is None else torch.from_numpy(r)
-                                   for r in (rows, next_rows, first_rows)))
-        else:
-            at = tuple(None if r is None else self._slots(r) for r in (rows, next_rows, first_rows))
+        at = self._on_device(*(None if r is None else torch.from_numpy(r)
+                               for r in (rows, next_rows, first_rows)))
         if self.step:
-            step = _bytes(self.step, leaves, n, (), self.row_bytes - self._step_lo)
-            self._store("step", at[0], step)
+            self._store("step", at[0], _bytes(self.step, leaves, n, (), self.row_bytes - self._step_lo))
         if self.obs:
             self._store("obs", at[1], _bytes(self.obs, leaves, n, ("next",), self._obs_bytes))
             if start is not None:  # packed at the starts only
@@ -206,15 +233,9 @@ class PackedRows:
                 first = _bytes(self.obs, starts, int(start.sum()), (), self._obs_bytes)
                 self._store("obs", at[2], first)
 
-    def _store(self, span: str, at: Any, packed: np.ndarray | torch.Tensor) -> None:
-        """Copy ``packed`` (``[k, span bytes]``) into ``span`` of the buffer slots ``at``, as int64 words."""
-        host = self._host_words
-        if host is not None:  # numpy's fancy assignment: a fraction of index_copy_'s call cost
-            words = packed if isinstance(packed, np.ndarray) else packed.cpu().numpy()
-            host[span][at] = words.view(np.int64)
-            return
-        moved = torch.as_tensor(packed).view(torch.int64).to(self.device)
-        self._words[span].index_copy_(0, at, moved)
+    def _store(self, span: str, at: torch.Tensor, packed: torch.Tensor) -> None:
+        """Copy ``packed`` (``[k, span bytes]``) into ``span`` of the device slots ``at``, as int64 words."""
+        self._words[span].index_copy_(0, at, packed.view(torch.int64).to(self.device))
 
     def same_observation(
         self,
@@ -231,11 +252,17 @@ class PackedRows:
         """
         if not self.obs:
             return np.ones(rows.size, dtype=bool)
+        host = self._host_rows
+        if host is not None:
+            same = np.empty(rows.size, dtype=bool)
+            sources = tuple([_host_bytes(leaves[c.key], c) for c in self.obs])
+            same_bytes(host, self._slots(rows), positions, sources, self._obs_los, same)
+            return same
         (at,) = self._on_device(torch.from_numpy(rows))
         stored = gather_rows(self._rows, at)  # [k, row bytes]
         where = torch.from_numpy(positions).to(_leaves_device(leaves))
         picked = {c.key: leaves[c.key].index_select(0, where) for c in self.obs}
-        incoming = torch.as_tensor(_bytes(self.obs, picked, rows.size, (), self._obs_bytes))
+        incoming = _bytes(self.obs, picked, rows.size, (), self._obs_bytes)
         width = self.obs[-1].hi
         return (incoming.to(self.device)[:, :width] == stored[:, :width]).all(1).cpu().numpy()
 
@@ -409,7 +436,7 @@ class PackedRows:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         for name in ("_rows", "_obs_span", "_step_span", "_obs_words", "_step_words", "_words",
-                     "_host_words", "_pair_view",
+                     "_host_rows", "_pair_view",
                      "_pair_layout", "_sequence_layout", "_obs_layout", "_step_layout"):
             state.pop(name)
         return state
@@ -430,29 +457,13 @@ def _bytes(
     n: int,
     prefix: tuple[str, ...],
     width: int,
-) -> np.ndarray | torch.Tensor:
-    """The ``[n, width]`` bytes of ``columns`` from ``leaves`` (keys under ``prefix``), where they are.
+) -> torch.Tensor:
+    """The ``[n, width]`` bytes of ``columns`` from ``leaves`` (keys under ``prefix``), packed where they are.
 
     ``width``: the span's bytes, padded to 8 (zero padding after the columns).
-    Data in CPU memory is packed by numpy (its calls cost a fraction of
-    torch's on the small blocks of a step) into an array; data on an
-    accelerator is packed there, into a tensor.
     """
     values = [leaves[prefix + c.key] for c in columns]
     lo = columns[0].lo
-    if values[0].device.type == "cpu":
-        out = np.empty((n, width), np.uint8)
-        if columns[-1].hi - lo < width:  # zero the padding: the last word, before the columns fill it
-            out[:, -ALIGN:].view(np.int64)[...] = 0
-        for value, c in zip(values, columns):
-            if c.host_dtype is not None:
-                value = value.view(c.host_dtype)
-            if value.requires_grad:  # an action straight from a policy
-                value = value.detach()
-            host = value.numpy().reshape(n, c.width)
-            # copied as elements of the entry's dtype, not byte by byte
-            out[:, c.lo - lo : c.hi - lo].view(host.dtype)[...] = host
-        return out
     pad = width - (columns[-1].hi - lo)
     tensors = []
     for value, c in zip(values, columns):
@@ -464,6 +475,26 @@ def _bytes(
     if pad:
         tensors.append(torch.zeros(n, pad, dtype=torch.uint8, device=tensors[0].device))
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors, 1)
+
+
+def _host_bytes(value: torch.Tensor, column: Column) -> np.ndarray:
+    """``[n, column bytes]`` uint8, C order: the host bytes of entry ``value`` (``[n, *shape]``).
+
+    A view of ``value`` where it can be (a CPU tensor in C order); a copy
+    otherwise (another layout, an accelerator's tensor).
+    """
+    if value.requires_grad:  # an action straight from a policy
+        value = value.detach()
+    if not value.is_cpu:
+        value = value.cpu()
+    if column.host_dtype is not None:  # a dtype numpy lacks (bfloat16...): its bits
+        value = value.view(column.host_dtype)
+    if not value.is_contiguous():
+        value = value.contiguous()
+    array = value.numpy()
+    if array.ndim != 2:
+        array = array.reshape(array.shape[0], column.width)
+    return array.view(np.uint8)
 
 
 def _pick(value: torch.Tensor, mask: np.ndarray) -> torch.Tensor:

@@ -177,11 +177,11 @@ class TransitionStorage(TensorStorage):
             plan: rows from :meth:`EpisodeIndex.plan`.
             leaves: every entry of the steps, ``[K * T, *shape]``.
         """
-        start = plan.start.reshape(-1)
-        index = self.episode_index
+        index = plan.index
         index.begin_write(plan)
         self.packed.write(
-            leaves, plan.rows.reshape(-1), plan.next_rows.reshape(-1), start if start.any() else None
+            leaves, plan.rows.reshape(-1), plan.next_rows.reshape(-1),
+            plan.start.reshape(-1) if plan.opened else None,
         )
         plan.commit()
         index.end_write()

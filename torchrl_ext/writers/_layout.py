@@ -71,10 +71,6 @@ class _Layout:
         # [N, ...] is already stream-major with T == 1: flatten is the identity
         self.flat = len(batch) == 1 and not time_first
 
-    @classmethod
-    def of(cls, data: TensorDictBase) -> _Layout:
-        return cls(tuple(data.shape), bool(data.ndim) and data.names[0] == "time")
-
     def flatten(self, value: torch.Tensor) -> torch.Tensor:
         nb = len(self.batch)
         if self.flat:

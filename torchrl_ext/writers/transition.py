@@ -151,6 +151,7 @@ class TransitionWriter(Writer):
         # Ray actor) is a writer of its own, see __setstate__
         self._default_writer = 0
         self._home_pid = os.getpid()
+        self._layouts: dict[tuple[tuple[int, ...], bool], _Layout] = {}  # see _layout_of
 
     def register_storage(self, storage: Any) -> None:
         if not isinstance(storage, TransitionStorage):
@@ -178,8 +179,8 @@ class TransitionWriter(Writer):
         mask = leaves.pop(self.mask_key, None)
         writer = self._writer_of(leaves.pop(self.writer_key, None), where)
         batch = tuple(data.shape)
-        flat = data.ndim == 1 and self.traj_key in leaves
-        layout = None if flat else _Layout.of(data)
+        flat = len(batch) == 1 and self.traj_key in leaves
+        layout = None if flat else self._layout_of(data, batch)
         if storage.schema is None:
             self._first_write(leaves, batch, where, layout)
         else:
@@ -202,6 +203,17 @@ class TransitionWriter(Writer):
         self._write_count += placed.size if mask is None else int((placed >= 0).sum())
         self._mark_update_entities(rows)
         return rows
+
+    def _layout_of(self, data: TensorDictBase, batch: tuple[int, ...]) -> _Layout:
+        """The :class:`_Layout` of ``data`` (batch shape ``batch``), made once per shape and dim names."""
+        time_first = bool(batch) and data.names[0] == "time"
+        layout = self._layouts.get((batch, time_first))
+        if layout is None:
+            layout = _Layout(batch, time_first)
+            if len(self._layouts) >= 64:  # [N, T] writes of many lengths: keep the recent ones
+                self._layouts.clear()
+            self._layouts[batch, time_first] = layout
+        return layout
 
     # ---------------------------------------------------------------- writers
     def _writer_of(self, value: torch.Tensor | None, where: str) -> int | None:
@@ -259,6 +271,7 @@ class TransitionWriter(Writer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("check_continuation", True)  # pickled before the option existed
+        state.setdefault("_layouts", {})
         self.__dict__.update(state)
         self._counts_np = self._counts.numpy()
         self._writer_here()
@@ -509,7 +522,7 @@ class TransitionWriter(Writer):
     def _done(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray:
         # the flags only come to the host (rows stay where they are); OR-ed by
         # numpy, a fraction of a torch op's cost on a step's few flags
-        flags = [leaves[key].cpu().numpy() for key in self.done_keys if key in leaves]  # >= 1
+        flags = [_host(leaves[key]) for key in self.done_keys if key in leaves]  # >= 1
         done = flags[0]
         for flag in flags[1:]:
             done = done | flag
@@ -517,7 +530,7 @@ class TransitionWriter(Writer):
 
     def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
         value = leaves.get(self.traj_key)
-        return None if value is None else value.reshape(shape).long().cpu().numpy()  # long(): no copy if int64
+        return None if value is None else _host(value.reshape(shape).long())  # long(): no copy if int64
 
     # -------------------------------------------------- TorchRL writer contract
     # steps written (rb.write_count) and writer ids handed out (new_writer_id),
@@ -555,3 +568,8 @@ class TransitionWriter(Writer):
             f"{type(self).__name__}(num_streams={self.num_streams}, "
             f"done_keys={self.done_keys}, write_count={self._write_count})"
         )
+
+
+def _host(value: torch.Tensor) -> np.ndarray:
+    """``value`` as a numpy array in host memory (a view of a CPU tensor)."""
+    return value.numpy() if value.is_cpu else value.cpu().numpy()

@@ -1,0 +1,263 @@
+"""Where a write's steps go, its publication in the episode index, and its bytes.
+
+Rows are addressed as in :class:`~torchrl_ext.core.EpisodeIndex`: stream ``s``'s
+ring of ``C`` slots is rows ``s * C .. s * C + C - 1``, and its logical time
+``tau`` (rows ever written to the stream) lies at row ``s * C + tau % C``. A
+write is ``T`` steps of each of ``K`` streams (``[K, T]`` arrays, time last).
+The index state comes as the numpy views of its tensors (``EpisodeIndex._np``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from torchrl_ext.core.kernels import jit
+
+__all__ = ["commit_steps", "mark_rows", "owned_streams", "plan_steps", "put_bytes", "same_bytes"]
+
+
+@jit
+def owned_streams(stream_writer: np.ndarray, writer: int, out: np.ndarray) -> int:
+    """Fill ``out`` with the streams whose owner is ``writer``, in order; return how many.
+
+    Examples:
+        >>> out = np.empty(4, np.int64)
+        >>> count = owned_streams(np.array([3, -1, 3, 5]), 3, out)
+        >>> out[:count].tolist()
+        [0, 2]
+    """
+    count = 0
+    for s in range(stream_writer.shape[0]):
+        if stream_writer[s] == writer:
+            out[count] = s
+            count += 1
+    return count
+
+
+@jit
+def plan_steps(
+    streams: np.ndarray, done: np.ndarray, traj: np.ndarray,
+    written: np.ndarray, is_open: np.ndarray, episode_count: np.ndarray, stream_traj: np.ndarray,
+    C: int, tau: np.ndarray, start: np.ndarray, episode: np.ndarray,
+    rows: np.ndarray, next_rows: np.ndarray,
+) -> tuple[int, int]:
+    """Place ``[K, T]`` steps; fill ``tau``, ``start``, ``episode``, ``rows``, ``next_rows``; changes no state.
+
+    Step ``t`` of stream ``s = streams[k]`` opens an episode (``start``) if
+    the stream's last episode has ended (``t = 0``), the step before it is
+    done (``done[k, t - 1]``), or its trajectory id differs from the one
+    before it (``traj``; an empty array: no ids). A step continuing an episode
+    goes to the row holding its observation (the previous step's next
+    observation: at ``t = 0``, the stream's pending row ``written - 1``); a
+    start after a step written before it leaves that step's observation row
+    in place and opens on the next row. ``next_rows`` is the row after each
+    step's row. ``episode`` numbers the stream's episodes from 0.
+
+    Returns:
+        ``(most, opened)``: the most rows one stream's steps and their next
+        observations span (the caller refuses a write spanning more than
+        its ring), and the number of episodes opened.
+
+    Examples:
+        >>> K, T = 1, 3
+        >>> tau, episode, rows, next_rows = (np.empty((K, T), np.int64) for _ in range(4))
+        >>> start = np.empty((K, T), bool)
+        >>> done = np.array([[False, True, False]])  # an episode of 2 steps, then one of 1
+        >>> state = [np.zeros(1, np.int64), np.zeros(1, bool), np.zeros(1, np.int64),
+        ...          np.full(1, -1, np.int64)]  # written, is_open, episode_count, stream_traj
+        >>> plan_steps(np.array([0]), done, np.empty((0, 0), np.int64), *state, 8,
+        ...            tau, start, episode, rows, next_rows)  # rows 0-1, final obs 2, rows 3-4
+        (5, 2)
+        >>> rows.tolist(), next_rows.tolist(), episode.tolist()
+        ([[0, 1, 3]], [[1, 2, 4]], [[0, 0, 1]])
+    """
+    K, T = done.shape
+    has_traj = traj.shape[0] > 0
+    most = 0
+    opened = 0
+    for k in range(K):
+        s = streams[k]
+        was_open = is_open[s]
+        base = written[s] - was_open  # the pending row if the episode runs
+        ep = episode_count[s] - 1
+        at = base
+        for t in range(T):
+            if t == 0:
+                opens = not was_open
+                if has_traj and traj[k, 0] != stream_traj[s]:
+                    opens = True
+                skip = opens and was_open  # the pending row stays the old episode's last
+            else:
+                opens = done[k, t - 1]
+                if has_traj and traj[k, t] != traj[k, t - 1]:
+                    opens = True
+                skip = opens
+            if skip:
+                at += 1
+            ep += opens
+            opened += opens
+            tau[k, t] = at
+            start[k, t] = opens
+            episode[k, t] = ep
+            rows[k, t] = s * C + at % C
+            next_rows[k, t] = s * C + (at + 1) % C
+            at += 1
+        most = max(most, at + 1 - base)
+    return most, opened
+
+
+@jit
+def mark_rows(
+    write_seq: np.ndarray, row_version: np.ndarray,
+    rows: np.ndarray, next_rows: np.ndarray, start: np.ndarray,
+) -> None:
+    """Open a write (``write_seq`` odd) and stamp the rows whose bytes it changes.
+
+    Those are the next rows, and the rows of steps that open an episode (a
+    continuing step's row keeps its observation and gets step entries that no
+    reader reads before the commit makes it a step). See
+    :meth:`~torchrl_ext.core.writes.IndexWrites.begin_write`.
+
+    Examples:
+        >>> seq, version = np.zeros(1, np.int64), np.zeros(6, np.int64)
+        >>> mark_rows(seq, version, np.array([[0, 1]]), np.array([[1, 2]]), np.array([[True, False]]))
+        >>> seq.tolist(), version.tolist()
+        ([1], [1, 1, 1, 0, 0, 0])
+    """
+    write_seq[0] += 1
+    seq = write_seq[0]
+    K, T = rows.shape
+    for k in range(K):
+        for t in range(T):
+            if start[k, t]:
+                row_version[rows[k, t]] = seq
+            row_version[next_rows[k, t]] = seq
+
+
+@jit
+def commit_steps(
+    streams: np.ndarray, done: np.ndarray, traj: np.ndarray,
+    tau: np.ndarray, start: np.ndarray, episode: np.ndarray,
+    rows: np.ndarray, next_rows: np.ndarray, E: int,
+    episode_start: np.ndarray, episode_length: np.ndarray,
+    row_episode: np.ndarray, row_is_step: np.ndarray,
+    episode_count: np.ndarray, stream_traj: np.ndarray, is_open: np.ndarray, written: np.ndarray,
+) -> None:
+    """Publish a write planned by :func:`plan_steps` whose rows are stored.
+
+    In this order, so that a reader in another process that sees a row as a
+    transition also sees its episode's start and length: the episode tables
+    (``episode_start``, ``episode_length``, flat ``[S * E]``: each opened
+    episode's first ``tau``, and each episode's length at its last step in
+    the write), then each row's episode and transition flag (next rows first:
+    a next row is the following step's row when the episode continues), then
+    the stream cursors (``traj``: an empty array if no ids).
+
+    Examples:
+        >>> from torchrl_ext.core import EpisodeIndex
+        >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+        >>> plan, v = index.plan(np.array([0]), np.array([[False, True]]), None), index._np
+        >>> commit_steps(plan.streams, plan.done, plan.traj, plan.tau, plan.start, plan.episode,
+        ...     plan.rows, plan.next_rows, index.episode_capacity, v["episode_start_flat"],
+        ...     v["episode_length_flat"], v["row_episode"], v["row_is_step"], v["episode_count"],
+        ...     v["stream_traj"], v["is_open"], v["written"])
+        >>> index.episode_length[0, 0].item(), index.row_is_step[:4].tolist(), index.written.tolist()
+        (2, [True, True, False, False], [3])
+    """
+    K, T = done.shape
+    if not T:
+        return
+    for k in range(K):
+        base = streams[k] * E
+        for t in range(T):
+            slot = base + episode[k, t] % E
+            if start[k, t]:
+                episode_start[slot] = tau[k, t]
+            if t == T - 1 or start[k, t + 1]:  # the episode's last step in this write
+                episode_length[slot] = tau[k, t] - episode_start[slot] + 1
+    for k in range(K):
+        for t in range(T):
+            row_episode[rows[k, t]] = episode[k, t]
+            row_episode[next_rows[k, t]] = episode[k, t]
+            row_is_step[next_rows[k, t]] = False
+        for t in range(T):
+            row_is_step[rows[k, t]] = True
+    for k in range(K):
+        s = streams[k]
+        episode_count[s] = episode[k, T - 1] + 1
+        if traj.shape[0] > 0:
+            stream_traj[s] = traj[k, T - 1]
+        is_open[s] = not done[k, T - 1]
+        written[s] = tau[k, T - 1] + 2
+
+
+@jit
+def put_bytes(
+    dst: np.ndarray, rows: np.ndarray, next_rows: np.ndarray, start: np.ndarray,
+    sources: tuple, columns: np.ndarray,
+) -> None:
+    """Copy each step's entries into the bytes of its rows.
+
+    Source ``i`` (``[n, width]`` bytes, one row per step) goes to bytes
+    ``columns[i, 0]`` on of the ``dst`` rows (``[rows, row bytes]``) given by
+    ``columns[i, 1]``: ``0`` each step's row, ``1`` its next row, ``2`` its
+    row if the step opens an episode (``start``), else nowhere.
+
+    Examples:
+        >>> dst = np.zeros((4, 3), np.uint8)
+        >>> obs, reward = np.array([[7], [8]], np.uint8), np.array([[1], [2]], np.uint8)
+        >>> columns = np.array([[0, 2], [0, 1], [2, 0]])  # obs at starts, next obs, reward
+        >>> put_bytes(dst, np.array([0, 1]), np.array([1, 2]), np.array([True, False]),
+        ...           (obs, obs + 10, reward), columns)
+        >>> dst.tolist()
+        [[7, 0, 1], [17, 0, 2], [18, 0, 0], [0, 0, 0]]
+    """
+    n = rows.shape[0]
+    for i in range(len(sources)):
+        src = sources[i]
+        lo = columns[i, 0]
+        target = columns[i, 1]
+        width = src.shape[1]
+        for j in range(n):
+            if target == 0:
+                row = rows[j]
+            elif target == 1:
+                row = next_rows[j]
+            elif start[j]:
+                row = rows[j]
+            else:
+                continue
+            for b in range(width):
+                dst[row, lo + b] = src[j, b]
+
+
+@jit
+def same_bytes(
+    dst: np.ndarray, rows: np.ndarray, positions: np.ndarray, sources: tuple, los: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """``out[j]``: row ``rows[j]`` of ``dst`` holds step ``positions[j]`` of every source, bytewise.
+
+    Source ``i`` (``[n, width]`` bytes) is compared with bytes ``los[i]`` on of the row.
+
+    Examples:
+        >>> dst = np.array([[1, 2], [1, 3]], np.uint8)
+        >>> out = np.empty(2, bool)
+        >>> same_bytes(dst, np.array([0, 1]), np.array([0, 0]), (np.array([[1, 2]], np.uint8),),
+        ...            np.array([0]), out)
+        >>> out.tolist()
+        [True, False]
+    """
+    for j in range(rows.shape[0]):
+        row = rows[j]
+        p = positions[j]
+        same = True
+        for i in range(len(sources)):
+            src = sources[i]
+            lo = los[i]
+            for b in range(src.shape[1]):
+                if dst[row, lo + b] != src[p, b]:
+                    same = False
+                    break
+            if not same:
+                break
+        out[j] = same
