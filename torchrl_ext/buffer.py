@@ -27,6 +27,20 @@ _MAX_REDRAWS = 100
 _CAPTURES_UNDER_LOCK = hasattr(TensorDictReplayBuffer, "_capture_prefetch_state")
 
 
+def _sample_time_only(transform: Any) -> bool:
+    """Whether every transform of a buffer's ``Compose`` (or ``None``) acts at sample time only.
+
+    Only those (:class:`~torchrl_ext.transforms.NStepTransform`...) let
+    :meth:`TransitionReplayBuffer.extend` skip TorchRL's inverse transforms.
+    """
+    if transform is None:
+        return True
+    # the Compose's ModuleList, read from nn.Module's _modules (its __getattr__ costs more
+    # than the rest of the check)
+    members = transform._modules["transforms"]._modules
+    return not members or all(getattr(t, "_sample_time_only", False) for t in members.values())
+
+
 class TransitionReplayBuffer(TensorDictReplayBuffer):
     """A :class:`~torchrl.data.TensorDictReplayBuffer` with lean ``extend`` / ``sample``.
 
@@ -101,7 +115,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             not isinstance(tensordicts, TensorDictBase)
             or not self._lean()
             # a transform with an inverse (write-time) part needs TorchRL's path
-            or not all(getattr(t, "_sample_time_only", False) for t in self._transforms())
+            or not _sample_time_only(self._transform)
             # a root key is found among the root keys (a fraction of the nested lookup)
             or priority in (tensordicts.keys() if isinstance(priority, str)
                             else tensordicts.keys(include_nested=True))

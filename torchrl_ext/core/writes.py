@@ -75,7 +75,8 @@ class IndexWrites:
         done = np.asarray(done, dtype=bool)
         ids = _NO_TRAJ if traj is None else np.asarray(traj, dtype=np.int64)
         K, T = done.shape
-        tau, episode, rows, next_rows = (np.empty((K, T), dtype=np.int64) for _ in range(4))
+        tau, episode = np.empty((K, T), dtype=np.int64), np.empty((K, T), dtype=np.int64)
+        rows, next_rows = np.empty((K, T), dtype=np.int64), np.empty((K, T), dtype=np.int64)
         start = np.empty((K, T), dtype=bool)
         used, opened = plan_steps(streams, done, ids, v["written"], v["is_open"], v["episode_count"],
                           v["stream_traj"], self.stream_capacity, tau, start, episode, rows, next_rows)

@@ -25,7 +25,7 @@ from torchrl_ext.core.schema import RowSchema, put_leaf
 from torchrl_ext.storages._columns import ALIGN, Column, Layout, place, tensordict_of
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
 
-__all__ = ["PackedRows"]
+__all__ = ["PackedRows", "host_array"]
 
 _FIRST_ROWS = 1024  # rows per stream first allocated on an accelerator, then doubled
 _NO_START = np.empty(0, dtype=bool)  # a write opening no episode
@@ -187,6 +187,7 @@ class PackedRows:
         rows: np.ndarray,
         next_rows: np.ndarray,
         start: np.ndarray | None,
+        host: dict[tuple[str, ...], np.ndarray] | None = None,
     ) -> None:
         """Write ``n`` steps.
 
@@ -200,16 +201,17 @@ class PackedRows:
             rows: ``[n]`` row of each step (step entries; observation if it starts).
             next_rows: ``[n]`` row of each step's next observation.
             start: ``[n]`` bool, the step opens an episode; ``None`` if none does.
+            host: entries of ``leaves`` already as :func:`host_array` (not made again).
         """
         self._fit(rows, next_rows)
-        host = self._host_rows
-        if host is None:
+        dst = self._host_rows
+        if dst is None:
             self._write_on_device(leaves, rows, next_rows, start)
             return
         starts = start is not None
         # step entries, next observations, then (at episode starts) observations
-        sources = tuple([_host_bytes(leaves[key], c) for key, c in self._sources[starts]])
-        put_bytes(host, self._slots(rows), self._slots(next_rows), _NO_START if start is None else start,
+        sources = tuple([_host_bytes(key, c, leaves, host) for key, c in self._sources[starts]])
+        put_bytes(dst, self._slots(rows), self._slots(next_rows), _NO_START if start is None else start,
                   sources, self._targets[starts])
 
     def _write_on_device(
@@ -252,11 +254,11 @@ class PackedRows:
         """
         if not self.obs:
             return np.ones(rows.size, dtype=bool)
-        host = self._host_rows
-        if host is not None:
+        dst = self._host_rows
+        if dst is not None:
             same = np.empty(rows.size, dtype=bool)
-            sources = tuple([_host_bytes(leaves[c.key], c) for c in self.obs])
-            same_bytes(host, self._slots(rows), positions, sources, self._obs_los, same)
+            sources = tuple([_host_bytes(c.key, c, leaves, None) for c in self.obs])
+            same_bytes(dst, self._slots(rows), positions, sources, self._obs_los, same)
             return same
         (at,) = self._on_device(torch.from_numpy(rows))
         stored = gather_rows(self._rows, at)  # [k, row bytes]
@@ -477,21 +479,38 @@ def _bytes(
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors, 1)
 
 
-def _host_bytes(value: torch.Tensor, column: Column) -> np.ndarray:
-    """``[n, column bytes]`` uint8, C order: the host bytes of entry ``value`` (``[n, *shape]``).
+def host_array(value: torch.Tensor) -> np.ndarray:
+    """``value`` as a C-ordered numpy array in host memory: a view of a CPU tensor in C order.
 
-    A view of ``value`` where it can be (a CPU tensor in C order); a copy
-    otherwise (another layout, an accelerator's tensor).
+    Examples:
+        >>> host_array(torch.arange(6).view(2, 3).T).tolist()  # a transposed view: copied
+        [[0, 3], [1, 4], [2, 5]]
     """
     if value.requires_grad:  # an action straight from a policy
         value = value.detach()
     if not value.is_cpu:
         value = value.cpu()
-    if column.host_dtype is not None:  # a dtype numpy lacks (bfloat16...): its bits
-        value = value.view(column.host_dtype)
     if not value.is_contiguous():
         value = value.contiguous()
-    array = value.numpy()
+    return value.numpy()
+
+
+def _host_bytes(
+    key: tuple[str, ...],
+    column: Column,
+    leaves: dict[tuple[str, ...], torch.Tensor],
+    host: dict[tuple[str, ...], np.ndarray] | None,
+) -> np.ndarray:
+    """``[n, column bytes]`` uint8, C order: the bytes of entry ``key`` (``[n, *shape]``).
+
+    ``host`` may hold the entry's :func:`host_array` already (the writer's done flags).
+    """
+    array = None if host is None else host.get(key)
+    if array is None:
+        value = leaves[key]
+        if column.host_dtype is not None:  # a dtype numpy lacks (bfloat16...): its bits
+            value = value.view(column.host_dtype)
+        array = host_array(value)
     if array.ndim != 2:
         array = array.reshape(array.shape[0], column.width)
     return array.view(np.uint8)

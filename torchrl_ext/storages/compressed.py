@@ -501,9 +501,10 @@ class CompressedRows:
         rows: np.ndarray,
         next_rows: np.ndarray,
         start: np.ndarray | None,
+        host: dict[tuple[str, ...], np.ndarray] | None = None,
     ) -> None:
         """See :meth:`PackedRows.write`; each frame is compressed once."""
-        self.packed.write(leaves, rows, next_rows, start)
+        self.packed.write(leaves, rows, next_rows, start, host)
         for key, arena in self.arenas.items():
             if start is not None:  # the first observation of an episode, at its row
                 first = torch.from_numpy(start)

@@ -170,18 +170,25 @@ class TransitionStorage(TensorStorage):
         self.schema, self.index, self._storage = schema, index, self.packed.buffers
 
     # ----------------------------------------------------------------- writes
-    def write(self, plan: WritePlan, leaves: dict[tuple[str, ...], torch.Tensor]) -> None:
+    def write(
+        self,
+        plan: WritePlan,
+        leaves: dict[tuple[str, ...], torch.Tensor],
+        host: dict[tuple[str, ...], np.ndarray] | None = None,
+    ) -> None:
         """Write the ``[K, T]`` steps of ``plan``, then publish them in the index.
 
         Args:
             plan: rows from :meth:`EpisodeIndex.plan`.
             leaves: every entry of the steps, ``[K * T, *shape]``.
+            host: entries of ``leaves`` the caller already holds as host arrays
+                (:func:`~torchrl_ext.storages._packed.host_array`), not made again.
         """
         index = plan.index
         index.begin_write(plan)
         self.packed.write(
             leaves, plan.rows.reshape(-1), plan.next_rows.reshape(-1),
-            plan.start.reshape(-1) if plan.opened else None,
+            plan.start.reshape(-1) if plan.opened else None, host,
         )
         plan.commit()
         index.end_write()

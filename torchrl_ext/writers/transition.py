@@ -17,6 +17,7 @@ from torchrl.data.replay_buffers.writers import Writer
 from torchrl_ext.core.schema import RowSchema, as_key, key_str
 from torchrl_ext.writers._first import check_first_batch
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
+from torchrl_ext.storages._packed import host_array
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
@@ -341,9 +342,10 @@ class TransitionWriter(Writer):
         # leaves are [K * T, ...] with env k at rows k*T .. k*T+T-1, in time order,
         # written to streams[k]; steps where mask is False are skipped.
         T = shape[1]
-        done, traj = self._done(leaves, shape), self._traj(leaves, shape)
+        host: dict[tuple[str, ...], np.ndarray] = {}  # the done flags' host arrays, made once
+        done, traj = self._done(leaves, shape, host), self._traj(leaves, shape)
         if mask is None or mask.all():
-            return self._write_block(streams, done, traj, leaves, where)
+            return self._write_block(streams, done, traj, leaves, where, host)
         rows = np.full(shape, -1, dtype=np.int64)
         # envs with the same number of kept steps share one write: each env's kept
         # steps, in time order, become a row of a [k, n] block (a gymnasium reset
@@ -383,7 +385,7 @@ class TransitionWriter(Writer):
         if not n:
             return rows
         traj = leaves[self.traj_key].reshape(n).long().cpu().numpy()  # fragments carry ids
-        done = self._done(leaves, (1, n))[0]
+        done = self._done(leaves, (1, n), {})[0]
         cuts = np.flatnonzero(traj[1:] != traj[:-1]) + 1
         bounds = [0, *cuts.tolist(), n]
         for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -419,12 +421,14 @@ class TransitionWriter(Writer):
         traj: np.ndarray | None,
         leaves: dict[tuple[str, ...], torch.Tensor],
         where: str,
+        host: dict[tuple[str, ...], np.ndarray] | None = None,
     ) -> np.ndarray:
         """Plan and write ``[K, T]`` steps (leaves ``[K * T, ...]``); returns their rows.
 
         A stream's ring holds ``stream_capacity`` rows and ``c`` steps need at most
         ``2c`` of them, so longer writes go in time chunks of ``stream_capacity // 2``
-        steps: the ring then keeps the newest rows, as any FIFO would.
+        steps: the ring then keeps the newest rows, as any FIFO would. ``host``:
+        entries of ``leaves`` already as host arrays (see :meth:`TransitionStorage.write`).
         """
         storage: TransitionStorage = self._storage
         index = storage.episode_index
@@ -434,7 +438,7 @@ class TransitionWriter(Writer):
             plan = index.plan(streams, done, traj)
             if traj is not None and self.check_continuation:
                 self._check_continuation(plan, leaves, T, where)
-            storage.write(plan, leaves)
+            storage.write(plan, leaves, host)
             return plan.rows
         rows = np.empty((K, T), dtype=np.int64)
         for lo in range(0, T, chunk):
@@ -519,10 +523,14 @@ class TransitionWriter(Writer):
             f" ({rows % num_streams} left unused)" if rows % num_streams else "",
         )
 
-    def _done(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray:
-        # the flags only come to the host (rows stay where they are); OR-ed by
-        # numpy, a fraction of a torch op's cost on a step's few flags
-        flags = [_host(leaves[key]) for key in self.done_keys if key in leaves]  # >= 1
+    def _done(self, leaves: dict, shape: tuple[int, int], host: dict) -> np.ndarray:
+        # the flags only come to the host (rows stay where they are), kept in
+        # host for the storage's write; OR-ed by numpy, a fraction of a torch op's
+        # cost on a step's few flags
+        flags = []
+        for key in self.done_keys:
+            if key in leaves:  # >= 1
+                flags.append(host.setdefault(key, host_array(leaves[key])))
         done = flags[0]
         for flag in flags[1:]:
             done = done | flag
@@ -530,7 +538,7 @@ class TransitionWriter(Writer):
 
     def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
         value = leaves.get(self.traj_key)
-        return None if value is None else _host(value.reshape(shape).long())  # long(): no copy if int64
+        return None if value is None else host_array(value.reshape(shape).long())  # long(): no copy if int64
 
     # -------------------------------------------------- TorchRL writer contract
     # steps written (rb.write_count) and writer ids handed out (new_writer_id),
@@ -568,8 +576,3 @@ class TransitionWriter(Writer):
             f"{type(self).__name__}(num_streams={self.num_streams}, "
             f"done_keys={self.done_keys}, write_count={self._write_count})"
         )
-
-
-def _host(value: torch.Tensor) -> np.ndarray:
-    """``value`` as a numpy array in host memory (a view of a CPU tensor)."""
-    return value.numpy() if value.is_cpu else value.cpu().numpy()
