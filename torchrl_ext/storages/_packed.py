@@ -29,6 +29,7 @@ __all__ = ["PackedRows", "host_array"]
 
 _FIRST_ROWS = 1024  # rows per stream first allocated on an accelerator, then doubled
 _NO_START = np.empty(0, dtype=bool)  # a write opening no episode
+_IN_ORDER = np.empty(0, dtype=np.int64)  # a write's steps are its entries' rows, in order
 
 
 class PackedRows:
@@ -188,6 +189,7 @@ class PackedRows:
         next_rows: np.ndarray,
         start: np.ndarray | None,
         host: dict[tuple[str, ...], np.ndarray] | None = None,
+        at: np.ndarray | None = None,
     ) -> None:
         """Write ``n`` steps.
 
@@ -197,22 +199,26 @@ class PackedRows:
         ``index_copy_``.
 
         Args:
-            leaves: every input entry, flattened to ``[n, *shape]``.
+            leaves: every input entry, flattened to ``[m, *shape]``.
             rows: ``[n]`` row of each step (step entries; observation if it starts).
             next_rows: ``[n]`` row of each step's next observation.
             start: ``[n]`` bool, the step opens an episode; ``None`` if none does.
             host: entries of ``leaves`` already as :func:`host_array` (not made again).
+            at: ``[n]`` where each step lies in ``leaves``; ``None``: step ``j``
+                at ``j`` (``m == n``). The steps are read in place, not gathered first.
         """
         self._fit(rows, next_rows)
         dst = self._host_rows
         if dst is None:
+            if at is not None:
+                leaves = _select(leaves, at)
             self._write_on_device(leaves, rows, next_rows, start)
             return
         starts = start is not None
         # step entries, next observations, then (at episode starts) observations
         sources = tuple([_host_bytes(key, c, leaves, host) for key, c in self._sources[starts]])
         put_bytes(dst, self._slots(rows), self._slots(next_rows), _NO_START if start is None else start,
-                  sources, self._targets[starts])
+                  sources, self._targets[starts], _IN_ORDER if at is None else at)
 
     def _write_on_device(
         self,
@@ -514,6 +520,12 @@ def _host_bytes(
     if array.ndim != 2:
         array = array.reshape(array.shape[0], column.width)
     return array.view(np.uint8)
+
+
+def _select(leaves: dict[tuple[str, ...], torch.Tensor], at: np.ndarray) -> dict[tuple[str, ...], torch.Tensor]:
+    """Rows ``at`` of every entry, on the entry's device."""
+    index = torch.from_numpy(at)
+    return {key: value.index_select(0, index.to(value.device)) for key, value in leaves.items()}
 
 
 def _pick(value: torch.Tensor, mask: np.ndarray) -> torch.Tensor:

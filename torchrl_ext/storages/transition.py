@@ -175,20 +175,35 @@ class TransitionStorage(TensorStorage):
         plan: WritePlan,
         leaves: dict[tuple[str, ...], torch.Tensor],
         host: dict[tuple[str, ...], np.ndarray] | None = None,
+        *,
+        positions: np.ndarray | None = None,
+        time_major: bool = False,
     ) -> None:
         """Write the ``[K, T]`` steps of ``plan``, then publish them in the index.
 
         Args:
             plan: rows from :meth:`EpisodeIndex.plan`.
-            leaves: every entry of the steps, ``[K * T, *shape]``.
+            leaves: every entry of the steps, ``[m, *shape]``.
             host: entries of ``leaves`` the caller already holds as host arrays
                 (:func:`~torchrl_ext.storages._packed.host_array`), not made again.
+            positions: ``[K, T]`` where each step of the plan lies in ``leaves``
+                (steps are read in place); ``None``: ``leaves`` hold the plan's
+                steps in order, step ``t`` of stream ``k`` at ``k * T + t``
+                (``t * K + k`` with ``time_major``).
+            time_major: the steps lie time step by time step in ``leaves`` (a
+                time-first batch): they are copied in that order, which reads
+                the entries front to back.
         """
         index = plan.index
         index.begin_write(plan)
+        order: Literal["C", "F"] = "F" if time_major else "C"
+
+        def steps(grid: np.ndarray) -> np.ndarray:  # [K, T] -> [K * T] in the copy order
+            return grid.reshape(-1, order=order)
+
         self.packed.write(
-            leaves, plan.rows.reshape(-1), plan.next_rows.reshape(-1),
-            plan.start.reshape(-1) if plan.opened else None, host,
+            leaves, steps(plan.rows), steps(plan.next_rows), steps(plan.start) if plan.opened else None,
+            host, None if positions is None else steps(positions),
         )
         plan.commit()
         index.end_write()

@@ -196,9 +196,9 @@ class TransitionWriter(Writer):
             if not layout.flat:
                 leaves = {k: layout.flatten(v) for k, v in leaves.items()}
             keep = None if mask is None else (
-                layout.flatten(mask.reshape(batch)).cpu().numpy().reshape(layout.shape)
+                layout.grid(host_array(layout.flatten(mask.reshape(batch))).reshape(-1))
             )
-            placed = self._write_streams(streams, leaves, layout.shape, keep, where)
+            placed = self._write_streams(streams, leaves, layout, keep, where)
             rows = layout.restore(placed)
         # skipped (masked) steps are -1
         self._write_count += placed.size if mask is None else int((placed >= 0).sum())
@@ -335,18 +335,21 @@ class TransitionWriter(Writer):
         self,
         streams: np.ndarray,
         leaves: dict[tuple[str, ...], torch.Tensor],
-        shape: tuple[int, int],
+        layout: _Layout,
         mask: np.ndarray | None,
         where: str,
     ) -> np.ndarray:
-        # leaves are [K * T, ...] with env k at rows k*T .. k*T+T-1, in time order,
-        # written to streams[k]; steps where mask is False are skipped.
-        T = shape[1]
+        # leaves are [K * T, ...]: step t of env k at layout.positions(k, t) (env k's
+        # steps k*T .. k*T+T-1, or every K-th from k for time-first batches), written
+        # to streams[k]; steps where mask ([K, T]) is False are skipped. Steps are
+        # read where they lie (positions), never gathered into a copy first.
+        K, T = layout.shape
         host: dict[tuple[str, ...], np.ndarray] = {}  # the done flags' host arrays, made once
-        done, traj = self._done(leaves, shape, host), self._traj(leaves, shape)
+        done, traj = self._done(leaves, layout, host), self._traj(leaves, layout)
+        time_major = layout.time_major
         if mask is None or mask.all():
-            return self._write_block(streams, done, traj, leaves, where, host)
-        rows = np.full(shape, -1, dtype=np.int64)
+            return self._write_block(streams, done, traj, leaves, where, host, None, time_major)
+        rows = np.full((K, T), -1, dtype=np.int64)
         # envs with the same number of kept steps share one write: each env's kept
         # steps, in time order, become a row of a [k, n] block (a gymnasium reset
         # step in every env's chunk, at different times, is still one write)
@@ -354,11 +357,11 @@ class TransitionWriter(Writer):
         for n in np.unique(kept[kept > 0]).tolist():
             envs = np.flatnonzero(kept == n)
             keep = mask[envs]  # [k, T], n True per row
-            flat = torch.from_numpy((envs[:, None] * T + np.arange(T))[keep])
-            part = _select_steps(leaves, flat)
+            at = layout.positions(envs[:, None], np.arange(T))[keep].reshape(-1, n)  # [k, n]
             sub_traj = None if traj is None else traj[envs][keep].reshape(-1, n)
             sub_done = done[envs][keep].reshape(-1, n)
-            placed = self._write_block(streams[envs], sub_done, sub_traj, part, where)
+            placed = self._write_block(streams[envs], sub_done, sub_traj, leaves, where, host, at,
+                                       time_major)
             rows[envs[:, None].repeat(n, 1), np.nonzero(keep)[1].reshape(-1, n)] = placed
         return rows
 
@@ -385,7 +388,7 @@ class TransitionWriter(Writer):
         if not n:
             return rows
         traj = leaves[self.traj_key].reshape(n).long().cpu().numpy()  # fragments carry ids
-        done = self._done(leaves, (1, n), {})[0]
+        done = self._done(leaves, _Layout((n,), time_first=True), {})[0]
         cuts = np.flatnonzero(traj[1:] != traj[:-1]) + 1
         bounds = [0, *cuts.tolist(), n]
         for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -422,13 +425,19 @@ class TransitionWriter(Writer):
         leaves: dict[tuple[str, ...], torch.Tensor],
         where: str,
         host: dict[tuple[str, ...], np.ndarray] | None = None,
+        positions: np.ndarray | None = None,
+        time_major: bool = False,
     ) -> np.ndarray:
-        """Plan and write ``[K, T]`` steps (leaves ``[K * T, ...]``); returns their rows.
+        """Plan and write ``[K, T]`` steps; returns their rows.
+
+        ``positions`` (``[K, T]``): where each step lies in ``leaves``; ``None``:
+        leaves are ``[K * T, ...]``, step ``t`` of stream ``k`` at ``k * T + t``
+        (``t * K + k`` with ``time_major``). ``host``, ``time_major``: see
+        :meth:`TransitionStorage.write`.
 
         A stream's ring holds ``stream_capacity`` rows and ``c`` steps need at most
         ``2c`` of them, so longer writes go in time chunks of ``stream_capacity // 2``
-        steps: the ring then keeps the newest rows, as any FIFO would. ``host``:
-        entries of ``leaves`` already as host arrays (see :meth:`TransitionStorage.write`).
+        steps: the ring then keeps the newest rows, as any FIFO would.
         """
         storage: TransitionStorage = self._storage
         index = storage.episode_index
@@ -437,25 +446,26 @@ class TransitionWriter(Writer):
         if T <= chunk:
             plan = index.plan(streams, done, traj)
             if traj is not None and self.check_continuation:
-                self._check_continuation(plan, leaves, T, where)
-            storage.write(plan, leaves, host)
+                self._check_continuation(plan, leaves, positions, where, time_major)
+            storage.write(plan, leaves, host, positions=positions, time_major=time_major)
             return plan.rows
+        if positions is None:
+            positions = np.arange(K * T).reshape(T, K).T if time_major else np.arange(K * T).reshape(K, T)
         rows = np.empty((K, T), dtype=np.int64)
         for lo in range(0, T, chunk):
             hi = min(T, lo + chunk)
-            flat = torch.from_numpy((np.arange(K)[:, None] * T + np.arange(lo, hi)).reshape(-1))
-            part = _select_steps(leaves, flat)
             plan = index.plan(
                 streams, done[:, lo:hi], None if traj is None else traj[:, lo:hi]
             )
             if traj is not None and self.check_continuation and not lo:
-                self._check_continuation(plan, part, hi - lo, where)
-            storage.write(plan, part)
+                self._check_continuation(plan, leaves, positions[:, lo:hi], where, time_major)
+            storage.write(plan, leaves, host, positions=positions[:, lo:hi], time_major=time_major)
             rows[:, lo:hi] = plan.rows
         return rows
 
     def _check_continuation(
-        self, plan: Any, leaves: dict[tuple[str, ...], torch.Tensor], T: int, where: str
+        self, plan: Any, leaves: dict[tuple[str, ...], torch.Tensor], positions: np.ndarray | None,
+        where: str, time_major: bool,
     ) -> None:
         """A step continuing a trajectory must observe that trajectory's last next observation.
 
@@ -471,7 +481,12 @@ class TransitionWriter(Writer):
         if not going_on.size:
             return
         storage: TransitionStorage = self._storage
-        same = storage.packed.same_observation(leaves, going_on * T, plan.rows[going_on, 0])
+        # where those steps (time 0) lie in leaves ([K * T, ...] in order without positions)
+        if positions is not None:
+            first = positions[going_on, 0]
+        else:
+            first = going_on if time_major else going_on * plan.rows.shape[1]
+        same = storage.packed.same_observation(leaves, first, plan.rows[going_on, 0])
         if same.all():
             return
         stream = int(plan.streams[going_on[np.flatnonzero(~same)[0]]])
@@ -523,7 +538,7 @@ class TransitionWriter(Writer):
             f" ({rows % num_streams} left unused)" if rows % num_streams else "",
         )
 
-    def _done(self, leaves: dict, shape: tuple[int, int], host: dict) -> np.ndarray:
+    def _done(self, leaves: dict, layout: _Layout, host: dict) -> np.ndarray:
         # the flags only come to the host (rows stay where they are), kept in
         # host for the storage's write; OR-ed by numpy, a fraction of a torch op's
         # cost on a step's few flags
@@ -534,11 +549,11 @@ class TransitionWriter(Writer):
         done = flags[0]
         for flag in flags[1:]:
             done = done | flag
-        return done.reshape(shape)
+        return layout.grid(done.reshape(-1))
 
-    def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
+    def _traj(self, leaves: dict, layout: _Layout) -> np.ndarray | None:
         value = leaves.get(self.traj_key)
-        return None if value is None else host_array(value.reshape(shape).long())  # long(): no copy if int64
+        return None if value is None else layout.grid(host_array(value.reshape(-1).long()))  # long(): no copy if int64
 
     # -------------------------------------------------- TorchRL writer contract
     # steps written (rb.write_count) and writer ids handed out (new_writer_id),

@@ -193,11 +193,12 @@ def commit_steps(
 @jit
 def put_bytes(
     dst: np.ndarray, rows: np.ndarray, next_rows: np.ndarray, start: np.ndarray,
-    sources: tuple, columns: np.ndarray,
+    sources: tuple, columns: np.ndarray, at: np.ndarray,
 ) -> None:
     """Copy each step's entries into the bytes of its rows.
 
-    Source ``i`` (``[n, width]`` bytes, one row per step) goes to bytes
+    Step ``j``'s entries are row ``at[j]`` of every source (``at`` empty:
+    row ``j``). Source ``i`` (``[m, width]`` bytes) goes to bytes
     ``columns[i, 0]`` on of the ``dst`` rows (``[rows, row bytes]``) given by
     ``columns[i, 1]``: ``0`` each step's row, ``1`` its next row, ``2`` its
     row if the step opens an episode (``start``), else nowhere. Copied 8, 4
@@ -208,49 +209,59 @@ def put_bytes(
         >>> obs, reward = np.array([[7], [8]], np.uint8), np.array([[1], [2]], np.uint8)
         >>> columns = np.array([[0, 2], [0, 1], [2, 0]])  # obs at starts, next obs, reward
         >>> put_bytes(dst, np.array([0, 1]), np.array([1, 2]), np.array([True, False]),
-        ...           (obs, obs + 10, reward), columns)
+        ...           (obs, obs + 10, reward), columns, np.empty(0, np.int64))
         >>> dst.tolist()
         [[7, 0, 1], [17, 0, 2], [18, 0, 0], [0, 0, 0]]
+        >>> put_bytes(dst, np.array([3]), np.array([0]), np.empty(0, bool), (obs, reward),
+        ...           np.array([[0, 1], [2, 0]]), np.array([1]))  # step 0 is the sources' row 1
+        >>> dst.tolist()
+        [[8, 0, 1], [17, 0, 2], [18, 0, 0], [0, 0, 2]]
     """
     for i in range(len(sources)):
         src = sources[i]
         lo = columns[i, 0]
         target = columns[i, 1]
-        at = next_rows if target == 1 else rows
+        into = next_rows if target == 1 else rows
         only_starts = target == 2
         # the widest unit dividing the entry's width, its place and the row
         unit = 8
         while src.shape[1] % unit or lo % unit or dst.shape[1] % unit:
             unit //= 2
         if unit == 8:
-            _put_rows(dst.view(np.uint64), src.view(np.uint64), lo // 8, at, start, only_starts)
+            _put_rows(dst.view(np.uint64), src.view(np.uint64), lo // 8, into, start, only_starts, at)
         elif unit == 4:
-            _put_rows(dst.view(np.uint32), src.view(np.uint32), lo // 4, at, start, only_starts)
+            _put_rows(dst.view(np.uint32), src.view(np.uint32), lo // 4, into, start, only_starts, at)
         elif unit == 2:
-            _put_rows(dst.view(np.uint16), src.view(np.uint16), lo // 2, at, start, only_starts)
+            _put_rows(dst.view(np.uint16), src.view(np.uint16), lo // 2, into, start, only_starts, at)
         else:
-            _put_rows(dst, src, lo, at, start, only_starts)
+            _put_rows(dst, src, lo, into, start, only_starts, at)
 
 
 @jit
 def _put_rows(
-    dst: np.ndarray, src: np.ndarray, lo: int, at: np.ndarray, start: np.ndarray, only_starts: bool
+    dst: np.ndarray, src: np.ndarray, lo: int, into: np.ndarray, start: np.ndarray,
+    only_starts: bool, at: np.ndarray,
 ) -> None:
-    """``dst[at[j], lo:lo + width] = src[j]`` for each step ``j`` (with ``only_starts``: where ``start[j]``).
+    """``dst[into[j], lo:lo + width] = src[at[j]]`` for each step ``j`` (``at`` empty: ``src[j]``).
+
+    With ``only_starts``, only the steps where ``start[j]``.
 
     Examples:
         >>> dst = np.zeros((3, 2), np.uint16)
-        >>> _put_rows(dst, np.array([[5], [6]], np.uint16), 1, np.array([2, 0]), np.empty(0, bool), False)
+        >>> _put_rows(dst, np.array([[5], [6]], np.uint16), 1, np.array([2, 0]), np.empty(0, bool),
+        ...           False, np.empty(0, np.int64))
         >>> dst.tolist()
         [[0, 6], [0, 0], [0, 5]]
     """
     width = src.shape[1]
-    for j in range(src.shape[0]):
+    gather = at.shape[0] > 0
+    for j in range(into.shape[0]):
         if only_starts and not start[j]:
             continue
-        row = at[j]
+        row = into[j]
+        p = at[j] if gather else j
         for b in range(width):
-            dst[row, lo + b] = src[j, b]
+            dst[row, lo + b] = src[p, b]
 
 
 @jit
