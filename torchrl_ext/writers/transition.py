@@ -362,7 +362,9 @@ class TransitionWriter(Writer):
             sub_done = done[envs][keep].reshape(-1, n)
             placed = self._write_block(streams[envs], sub_done, sub_traj, leaves, where, host, at,
                                        time_major)
-            rows[envs[:, None].repeat(n, 1), np.nonzero(keep)[1].reshape(-1, n)] = placed
+            block = np.full(keep.shape, -1, dtype=np.int64)
+            block[keep] = placed.reshape(-1)  # row-major, as at was taken
+            rows[envs] = block
         return rows
 
     def _write_fragments(

@@ -12,7 +12,23 @@ import numpy as np
 
 from torchrl_ext.core.kernels import jit
 
-__all__ = ["commit_steps", "mark_rows", "owned_streams", "plan_steps", "put_bytes", "same_bytes"]
+__all__ = [
+    "any_outside", "commit_steps", "mark_rows", "owned_streams", "plan_steps", "put_bytes", "same_bytes",
+]
+
+
+@jit
+def any_outside(values: np.ndarray, lo: int, hi: int) -> bool:
+    """Whether an integer of ``values`` (any shape) lies outside ``[lo, hi)`` (an index range).
+
+    Examples:
+        >>> bool(any_outside(np.array([[0], [3]]), 0, 4)), bool(any_outside(np.array([4]), 0, 4))
+        (False, True)
+    """
+    for v in values.flat:
+        if v < lo or v >= hi:
+            return True
+    return False
 
 
 @jit
