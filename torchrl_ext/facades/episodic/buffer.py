@@ -122,6 +122,8 @@ class EpisodeReplayBuffer:
         self._spec: dict[str, tuple[torch.Size, torch.dtype]] | None = None
         # numpy dtype (None: none) and device of each field, fixed with _spec
         self._host_dtypes: dict[str, np.dtype | None] = {}
+        # per field (its shape with the env dim, numpy dtype, torch dtype): what _check_spec compares
+        self._expected: dict[str, tuple[tuple[int, ...], np.dtype | None, torch.dtype]] = {}
         self._devices: dict[str, torch.device] = {}
         # each env's steps since its episode began (None until the first step)
         self._running: RunningEpisodes | None = None
@@ -246,11 +248,22 @@ class EpisodeReplayBuffer:
     def _fix_spec(self, values: dict[str, Any], num_envs: int) -> None:
         """The first step fixes each field's shape per env, dtype and device."""
         skip = 1 if num_envs else 0
-        self._spec = {k: (torch.Size(v.shape[skip:]), _torch_dtype(v)) for k, v in values.items()}
-        self._host_dtypes = {k: v.dtype if type(v) is np.ndarray else _numpy_dtype(v.dtype)
-                             for k, v in values.items()}
-        self._devices = {k: v.device if isinstance(v, torch.Tensor) else torch.device("cpu")
-                         for k, v in values.items()}
+        self._set_spec(
+            {k: (torch.Size(v.shape[skip:]), _torch_dtype(v)) for k, v in values.items()},
+            {k: v.dtype if type(v) is np.ndarray else _numpy_dtype(v.dtype) for k, v in values.items()},
+            {k: v.device if isinstance(v, torch.Tensor) else torch.device("cpu") for k, v in values.items()},
+        )
+
+    def _set_spec(
+        self,
+        spec: dict[str, tuple[torch.Size, torch.dtype]],
+        host_dtypes: dict[str, np.dtype | None],
+        devices: dict[str, torch.device],
+    ) -> None:
+        """Fix each field's shape per env and dtype (and numpy dtype), and its device."""
+        self._spec, self._host_dtypes, self._devices = spec, host_dtypes, devices
+        lead = (self._num_envs,) if self._num_envs else ()
+        self._expected = {k: (lead + tuple(shape), host_dtypes[k], dtype) for k, (shape, dtype) in spec.items()}
 
     def _new_running(self) -> RunningEpisodes:
         spec = self._spec or {}
@@ -260,21 +273,21 @@ class EpisodeReplayBuffer:
 
     def _check_spec(self, values: dict[str, Any], num_envs: int) -> None:
         """Each field's step shape and dtype are the first step's (one dict lookup a field)."""
-        spec = self._spec or {}
-        skip = 1 if num_envs else 0
+        expected = self._expected
         for key, value in values.items():
-            shape, dtype = spec[key]
-            if value.shape[skip:] != shape:
+            full, host, dtype = expected[key]  # the leading dim was checked against num_envs
+            if value.shape != full:
+                skip = 1 if num_envs else 0
                 raise ValueError(
                     f"add_step: field {key!r} has shape {tuple(value.shape[skip:])} per env, "
-                    f"expected {tuple(shape)} as in the first step; a field keeps its shape "
+                    f"expected {full[skip:]} as in the first step; a field keeps its shape "
                     "within and across episodes (pad or split it into fields)."
                 )
             if type(value) is np.ndarray:  # a field numpy lacks (bfloat16) takes no numpy array
-                host = self._host_dtypes[key]  # (np.dtype(None) is float64: compare with None first)
-                same = host is not None and value.dtype == host
+                # (np.dtype(None) is float64: compare with None first)
+                same = host is not None and (value.dtype is host or value.dtype == host)
             else:
-                same = value.dtype == dtype
+                same = value.dtype is dtype
             if not same:
                 raise TypeError(
                     f"add_step: field {key!r} has dtype {_torch_dtype(value)}, expected {dtype} as in "
@@ -284,6 +297,8 @@ class EpisodeReplayBuffer:
     @staticmethod
     def _flags(name: str, flag: Any) -> np.ndarray:
         """A flag as a numpy bool array, 0-d (single env) or ``[num_envs]``."""
+        if type(flag) is torch.Tensor and flag.dtype is torch.bool and flag.ndim <= 1:
+            return flag.numpy() if flag.is_cpu else flag.cpu().numpy()  # the usual flag, as is
         if isinstance(flag, bool):
             return np.array(flag)
         if flag is None or isinstance(flag, (str, bytes)):
@@ -469,9 +484,9 @@ class EpisodeReplayBuffer:
         first = next((steps[0] for steps in running if steps), None)
         self._running = None  # the checkpoint's running episodes replace these
         if first is not None:  # the running steps fix the fields, as a first step does
-            self._spec = {k: (v.shape, v.dtype) for k, v in first.items()}
-            self._host_dtypes = {k: _numpy_dtype(v.dtype) for k, v in first.items()}
-            self._devices = {k: v.device for k, v in first.items()}
+            self._set_spec({k: (v.shape, v.dtype) for k, v in first.items()},
+                           {k: _numpy_dtype(v.dtype) for k, v in first.items()},
+                           {k: v.device for k, v in first.items()})
             self._running = self._new_running()
             self._running.load(running)
         self._stream.in_process_generator().set_state(state["generator"].cpu())
