@@ -61,12 +61,14 @@ def unchecked_tensordict(
     leaves: Mapping[tuple[str, ...], torch.Tensor],
     batch_size: torch.Size,
     device: torch.device | None = None,
+    names: list[str | None] | None = None,
 ) -> TensorDict:
     """A TensorDict of ``leaves`` (tuple keys), with no check of their shapes or devices.
 
     For entries whose leading dims are ``batch_size`` and which are on
     ``device`` by construction (a gather's views, a write's checked inputs):
-    TensorDict's own checks would cost more than building them.
+    TensorDict's own checks would cost more than building them. ``names``:
+    the batch dims' names (the root's).
 
     Examples:
         >>> td = unchecked_tensordict({("next", "reward"): torch.zeros(2, 1)}, torch.Size([2]))
@@ -76,7 +78,7 @@ def unchecked_tensordict(
     tree: dict[str, Any] = {}
     for key, value in leaves.items():
         put_leaf(tree, key, value)
-    return TensorDict._new_unsafe(tree, batch_size=batch_size, device=device)
+    return TensorDict._new_unsafe(tree, batch_size=batch_size, device=device, names=names)
 
 
 def key_str(key: NestedKey) -> str:

@@ -560,10 +560,8 @@ class GymVectorAdapter:
         # by whoever built them (this adapter, the facades), and the writer
         # checks each full shape again; TensorDict's own checks cost more than
         # the rest of a one-step write
-        td = unchecked_tensordict(
+        return unchecked_tensordict(
             {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in entries.items()},
             torch.Size(batch_size),
+            names=["time", None] if time_first else None,
         )
-        if time_first:
-            td.names = ["time", None]
-        return td
