@@ -45,6 +45,7 @@ class TransitionWriter(Writer):
     ``[]``                                one transition of a single env
     ``[N]``                               one step of ``N`` envs (env ``i``: the writer's stream ``i``)
     ``[N, T]``                            ``T`` steps of ``N`` envs, time last (collectors)
+    ``[T, N]`` named ``("time", None)``   ``T`` steps of ``N`` envs, time first (read in place)
     ``[T]`` named ``"time"``              ``T`` steps of a single env
     ``[B]`` with ``traj_key``             flat trajectory fragments (needs ``num_streams``)
     ===================================  =========================================
