@@ -560,6 +560,15 @@ class CompressedRows:
             out.set(("next", *key), frames[:, 1:])
         return out
 
+    def gather_one_step_windows(
+        self, rows: torch.Tensor, lengths: torch.Tensor, *, observations: bool = True
+    ) -> TensorDictBase:
+        """See :meth:`PackedRows.gather_one_step_windows`."""
+        out = self.packed.gather_one_step_windows(rows, lengths, observations=observations)
+        if observations:
+            self._put_transitions(out, rows, torch.from_numpy(self.packed.next_rows(rows.numpy())))
+        return out
+
     def gather_windows(
         self,
         window_rows: torch.Tensor,
@@ -584,7 +593,9 @@ class CompressedRows:
             at = 2 * B
         if relabel is not None:
             self._put(out, ("her",), obs_rows[at : at + B])
-            self._put(out, ("n_step",), obs_rows[at + B :].view(B, W))
+            # a one-step window's next row is the after row (see PackedRows.gather_windows)
+            after = obs_rows[B:at] if observations and W == 1 else obs_rows[at + B :]
+            self._put(out, ("n_step",), after.view(B, W))
         return out
 
     # ---------------------------------------------------- state and persistence
