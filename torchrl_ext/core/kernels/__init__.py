@@ -14,7 +14,7 @@ modules here are private to the package (no kernel is public API).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, cast
 
 import numba
 
@@ -35,7 +35,8 @@ def jit(function: F) -> F:
         >>> bool(any_ring_end(np.array([3, 7]), 4)), bool(any_ring_end(np.array([3, 6]), 8))
         (True, False)
     """
+    # a numba dispatcher: called as the function it compiles
     try:
-        return numba.njit(cache=True, nogil=True)(function)  # type: ignore[no-any-return]
+        return cast(F, numba.njit(cache=True, nogil=True)(function))
     except RuntimeError:  # numba found nowhere to write its cache
-        return numba.njit(nogil=True)(function)  # type: ignore[no-any-return]
+        return cast(F, numba.njit(nogil=True)(function))
