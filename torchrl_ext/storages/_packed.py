@@ -384,8 +384,10 @@ class PackedRows:
                 it), so column ``W - 1`` is each window's last step.
             obs_rows: the rows whose observation entries are read, in this
                 order: with ``observations``, each window's first row (its
-                observation), then the row after each window's last step (its
-                next observation), ``[2B]``; with ``relabel`` (hindsight), then
+                observation) and the row after its last step (its next
+                observation), interleaved, ``[2B]`` (``[first_0, after_0,
+                first_1, ...]``: each window's two reads lie close); with
+                ``relabel`` (hindsight), then
                 each transition's goal row ``[B]`` and the row after each
                 window step ``[B * W]`` (row-major), except for one-step windows
                 read with ``observations`` (that row is the next observation's,
@@ -429,12 +431,12 @@ class PackedRows:
             at = 2 * B if observations else 0  # where the goal rows start in the block
             for key, value in zip(self._obs_layout.keys, self._obs_layout.pieces([block])):
                 if observations:
-                    put_leaf(root, key, value[:B])
-                    put_leaf(nxt, key, value[B:at])
+                    put_leaf(root, key, value[0:at:2])
+                    put_leaf(nxt, key, value[1:at:2])
                 if hindsight:
                     put_leaf(her, key, value[at : at + B])
                     # each step's next observation: the transition's own for one-step windows
-                    after = value[B:at] if observations and W == 1 else value[at + B :]
+                    after = value[1:at:2] if observations and W == 1 else value[at + B :]
                     put_leaf(window, key, after.view(B, W, *value.shape[1:]))
         if hindsight:
             her["relabel"] = relabel

@@ -588,13 +588,13 @@ class CompressedRows:
             return out
         B, W = window_rows.shape
         at = 0  # where the goal rows start in obs_rows
-        if observations:
-            self._put_transitions(out, obs_rows[:B], obs_rows[B : 2 * B])
+        if observations:  # first and after rows interleaved (see PackedRows.gather_windows)
             at = 2 * B
+            self._put_transitions(out, obs_rows[0:at:2], obs_rows[1:at:2])
         if relabel is not None:
             self._put(out, ("her",), obs_rows[at : at + B])
-            # a one-step window's next row is the after row (see PackedRows.gather_windows)
-            after = obs_rows[B:at] if observations and W == 1 else obs_rows[at + B :]
+            # a one-step window's next row is the after row
+            after = obs_rows[1:at:2] if observations and W == 1 else obs_rows[at + B :]
             self._put(out, ("n_step",), after.view(B, W))
         return out
 
