@@ -14,6 +14,7 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext._checkpoint import check_saved_components, write_components
 from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.schema import set_unchecked
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.refining import drawing_sampler
@@ -377,8 +378,5 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         for key, value in zip(info, values):
             if value.ndim < len(batch):
                 value = value.expand(batch)
-            if isinstance(key, str):  # [B, ...] on the batch's device by construction: unchecked
-                data._set_str(key, value, inplace=False, validated=True)
-            else:
-                data.set(key, value)
+            set_unchecked(data, key, value)  # [B, ...] on the batch's device by construction
         return (data, info) if return_info else data

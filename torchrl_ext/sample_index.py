@@ -120,7 +120,7 @@ class SampleIndex(torch.Tensor):
         """``index`` (int64, any shape) with ``reader`` attached (no copy)."""
         if index.dtype != torch.int64:
             raise TypeError(f"SampleIndex: index dtype {index.dtype}, expected torch.int64.")
-        out = torch.Tensor._make_subclass(cls, index.as_subclass(torch.Tensor))
+        out = index.as_subclass(cls)  # the same tensor, seen as a SampleIndex
         out.reader = reader
         return out
 

@@ -29,6 +29,8 @@ import torch
 from tensordict import TensorDict
 
 from torchrl_ext.core.checks import EMPTY_BUFFER, EmptyBufferError, check_count
+from torchrl_ext.core.kernels.frames import frame_rows
+from torchrl_ext.core.kernels.goals import goal_rows
 from torchrl_ext.core.kernels.rows import keep_transitions, window_lengths
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.streams import StreamOwnership
@@ -159,6 +161,58 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         start = self._np["episode_start_flat"][slot]
         return episode, tau - start, start, self._np["episode_length_flat"][slot]
 
+    def goal_rows(self, rows: np.ndarray, u: np.ndarray, strategy: int) -> np.ndarray:
+        """Rows of hindsight goals: ``("next", achieved_goal)`` of a later step of each row's episode.
+
+        ``strategy`` is :data:`~torchrl_ext.core.kernels.goals.FUTURE`,
+        ``FINAL`` or ``EPISODE``, and ``u`` (``[V]`` float64, uniform in
+        ``[0, 1)``) picks the step; see
+        :func:`~torchrl_ext.core.kernels.goals.goal_rows`. ``rows`` are live transitions.
+
+        Examples:
+            >>> import numpy as np
+            >>> from torchrl_ext.core.kernels.goals import FINAL
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> index.plan(np.array([0]), np.array([[False, False, True]]), None).commit()
+            >>> index.goal_rows(np.array([0, 1]), np.zeros(2), FINAL).tolist()  # after step 2
+            [3, 3]
+        """
+        out = np.empty(rows.shape[0], dtype=np.int64)
+        goal_rows(np.ascontiguousarray(rows), np.ascontiguousarray(u), strategy,
+                  self.stream_capacity, self.episode_capacity, self._np["written"],
+                  self._np["row_episode"], self._np["episode_start_flat"],
+                  self._np["episode_length_flat"], out)
+        return out
+
+    def frame_rows(
+        self, rows: np.ndarray, steps: np.ndarray, n_frames: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of the ``n_frames`` stacked frames of transitions ``rows`` and of their next observations.
+
+        ``steps``: how many steps after each row its next observation is
+        (window lengths). Returns ``(frames, lost)``: ``[2, *rows.shape,
+        n_frames]`` rows (the observations' frames, then the next
+        observations'; see :func:`~torchrl_ext.samplers.frame_steps` for which
+        frames), and ``[*rows.shape]`` bool, the observation's stack needs a
+        frame the ring overwrote. One compiled pass
+        (:func:`~torchrl_ext.core.kernels.frames.frame_rows`).
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
+            >>> index.plan(np.array([0]), np.array([[False, False, True]]), None).commit()
+            >>> frames, lost = index.frame_rows(np.array([0, 2]), np.array([1, 1]), 2)
+            >>> frames.tolist(), lost.tolist()
+            ([[[0, 0], [1, 2]], [[0, 1], [2, 3]]], [False, False])
+        """
+        flat = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
+        out = np.empty((2, flat.size, n_frames), dtype=np.int64)
+        lost = np.empty(flat.size, dtype=bool)
+        frame_rows(flat, np.ascontiguousarray(steps, dtype=np.int64).reshape(-1), n_frames,
+                   self.stream_capacity, self.episode_capacity, self._np["written"],
+                   self._np["row_episode"], self._np["episode_start_flat"], out, lost)
+        return out.reshape(2, *np.shape(rows), n_frames), lost.reshape(np.shape(rows))
+
     def num_transitions(self) -> int:
         """Number of live transitions (rows with a live next row)."""
         written = self._np["written"]
@@ -212,7 +266,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         """
         return self._np["row_is_step"][rows]
 
-    def window_lengths(self, rows: np.ndarray, n: int) -> np.ndarray:
+    def window_lengths(self, rows: np.ndarray, n: int, out: np.ndarray | None = None) -> np.ndarray:
         """``min(n, steps of its episode from the row on)`` for live transitions ``rows`` (``[B]``).
 
         An episode's steps are consecutive transition rows of its stream,
@@ -220,6 +274,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         which is not a transition: a window grows while the next row is one.
         This reads the ``n - 1`` transition flags after each row, next to the
         flag the draw just read, instead of locating the row's episode.
+        ``out`` (``[B]`` int64, any strides), if given, receives the lengths.
 
         Examples:
             >>> import numpy as np
@@ -229,7 +284,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             [3, 2, 1, 1]
         """
         rows = np.ascontiguousarray(rows, dtype=np.int64)
-        length = np.empty(rows.shape, dtype=np.int64)
+        length = np.empty(rows.shape, dtype=np.int64) if out is None else out
         window_lengths(rows.reshape(-1), self._np["row_is_step"], self.stream_capacity, n,
                        length.reshape(-1))
         return length

@@ -12,12 +12,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 __all__ = [
     "EntryKeyError", "RowSchema", "as_key", "key_str", "missing_entry", "put_leaf",
-    "unchecked_tensordict",
+    "set_unchecked", "unchecked_tensordict",
 ]
 
 
@@ -55,6 +55,25 @@ def put_leaf(tree: dict[str, Any], key: tuple[str, ...], value: Any) -> None:
     for part in key[:-1]:
         tree = tree.setdefault(part, {})
     tree[key[-1]] = value
+
+
+def set_unchecked(tensordict: TensorDictBase, key: NestedKey, value: torch.Tensor) -> None:
+    """``tensordict.set(key, value)`` without TensorDict's checks, for a value known to fit.
+
+    For entries computed from the batch itself (its leading dims, on its
+    device): the checks would cost more than the computation.
+
+    Examples:
+        >>> td = TensorDict({"next": {"reward": torch.zeros(2, 1)}}, [2])
+        >>> set_unchecked(td, ("next", "reward"), torch.ones(2, 1))
+        >>> td["next", "reward"].view(-1).tolist()
+        [1.0, 1.0]
+    """
+    key = as_key(key)
+    if len(key) == 1:
+        tensordict._set_str(key[0], value, inplace=False, validated=True)
+    else:
+        tensordict._set_tuple(key, value, inplace=False, validated=True)
 
 
 def unchecked_tensordict(

@@ -12,7 +12,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.builders import make_replay_buffer
-from torchrl_ext.core.checks import check_number
+from torchrl_ext.core.checks import EmptyBufferError, check_number
 from torchrl_ext.facades._d3rlpy_inputs import AppendInputs, flags, spaces
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.sample_index import SampleIndex
@@ -447,22 +447,19 @@ class BatchReplayBuffer:
         for name, value in (("n_frames", n_frames), ("n_steps", n_steps)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"BatchReplayBuffer.sample: {name}={value!r}, expected an integer >= 1.")
-        held = len(self)
-        if held == 0:
-            raise ValueError(
-                "BatchReplayBuffer.sample: the buffer holds no transition yet; append at "
-                "least two steps of an env (or an episode) first."
-            )
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"BatchReplayBuffer.sample: batch_size={batch_size!r}, expected an integer >= 1.")
         gamma = check_number("BatchReplayBuffer.sample", "gamma", gamma, 0.0, 1.0)
         self._frames.n_frames = int(n_frames)
         self._windows.n = int(n_steps)
         self._nstep.gamma = float(gamma)
-        # with replacement, any batch size (as d3rlpy): a batch larger than the
-        # buffer is drawn in parts of at most len(self)
-        parts = [self.rb.sample(min(batch_size - k, held)) for k in range(0, batch_size, held)]
-        td = parts[0] if len(parts) == 1 else torch.cat(parts)
+        try:  # with replacement, any batch size (as d3rlpy)
+            td = self.rb.sample(int(batch_size))
+        except EmptyBufferError:  # D11, said in this API's words
+            raise EmptyBufferError(
+                "BatchReplayBuffer.sample: the buffer holds no transition yet; append at "
+                "least two steps of an env (or an episode) first."
+            ) from None
         return self._batch(td, stacked=True)
 
     def _batch(self, td: TensorDictBase, *, stacked: bool) -> BatchReplayBatch:

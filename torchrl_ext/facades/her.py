@@ -388,11 +388,12 @@ class HerReplayStorage(HeldStepsFacade):
                 RuntimeError as TorchRL's, and a ValueError.
         """
         self._batcher.flush()
-        if len(self._rb) == 0:
+        try:
+            data = self._rb.sample(self.batch_size)
+        except EmptyBufferError:  # said in this API's words
             raise EmptyBufferError(
                 "HerReplayStorage: the storage is empty; add steps before sampling."
-            )
-        data = self._rb.sample(self.batch_size)
+            ) from None
         nxt = data["next"]
         if not self.native:
             def floats(td: TensorDictBase) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, set_unchecked
 from torchrl_ext.sample_index import SampleIndex, WindowReader, reader_of, splice
 from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
@@ -56,29 +56,6 @@ def frame_steps(tau: np.ndarray, start: np.ndarray, n_frames: int) -> np.ndarray
     return np.maximum(np.asarray(tau)[..., None] + offsets, np.asarray(start)[..., None])
 
 
-def _locate_transitions(
-    storage: TransitionStorage, rows: torch.Tensor
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(tau, stream, start)`` of transitions at ``rows``: logical time, stream, and
-    the logical time of their episode's step 0 (each shaped as ``rows``).
-
-    Examples:
-        >>> import torch
-        >>> from tensordict import TensorDict
-        >>> from torchrl_ext import make_replay_buffer
-        >>> rb = make_replay_buffer(16, n_frames=2, seed=0)
-        >>> _ = rb.extend(TensorDict({"observation": torch.zeros(1, 3, 1), "action": torch.zeros(1, 3, 1),
-        ...     "next": {"observation": torch.ones(1, 3, 1), "reward": torch.zeros(1, 3, 1),
-        ...              "done": torch.zeros(1, 3, 1, dtype=torch.bool)}}, [1, 3]))
-        >>> [a.tolist() for a in _locate_transitions(rb.storage, torch.tensor([0, 2]))]
-        [[0, 2], [0, 0], [0, 0]]
-    """
-    episodes = storage_index(storage)
-    tau, stream = episodes.row_coordinates(rows.numpy())
-    _, _, start, _ = episodes.locate(tau, stream)
-    return tau, stream, start
-
-
 @dataclass(frozen=True)
 class FrameStacks:
     """The reader of frame stacks over the windows another reader serves.
@@ -105,12 +82,10 @@ class FrameStacks:
     n_frames: int
     keys: tuple[tuple[str, ...], ...] | None
     inner: WindowReader
-    #: ``(token, (tau, stream, start))``: the sampled transitions as the sampler
-    #: located them, and the storage's write token then; :meth:`read` locates
-    #: them again if there are none or a write came since
-    located: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = field(
-        default=None, compare=False, repr=False
-    )
+    #: ``(token, frame rows)``: the ``[2, *batch, F]`` frame rows as the sampler
+    #: found them, and the storage's write token then; :meth:`read` finds them
+    #: again if there are none or a write came since
+    located: tuple[int, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     def read(
         self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
@@ -128,8 +103,9 @@ class FrameStacks:
                 obs, nxt = (stack_frames(value[i], dims) for i in (0, 1))
             else:  # not stacked: the observation itself, the newest frame
                 obs, nxt = value.select(dims + 1, -1)
-            out.set(key, obs)
-            out.set(("next", *key), nxt)
+            # [*batch, ...] views of the frames gathered on the batch's device
+            set_unchecked(out, key, obs)
+            set_unchecked(out, ("next", *key), nxt)
         return out
 
     def _keys(
@@ -162,23 +138,15 @@ class FrameStacks:
 
         Observations first and next observations second, so that each half of
         the gathered frames is one contiguous block and stacking them along
-        channels is a view.
+        channels is a view. As the sampler found them, or again if a write
+        came since (the rows may hold other steps now; a reader in another
+        process is then told by ``stale``, which checks every row read).
         """
-        rows, steps = self.inner.spans(index)
-        tau, stream, start = self._located(storage, rows)
-        taus = frame_steps(np.stack([tau, tau + steps.numpy()]), start[None], self.n_frames)
-        return storage_index(storage).physical_rows(taus, stream[None, ..., None])
-
-    def _located(
-        self, storage: TransitionStorage, rows: torch.Tensor
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(tau, stream, start)`` of the sampled transitions: as the sampler
-        located them, or again if a write came since (the rows may hold other
-        steps now; a reader in another process is then told by ``stale``, which
-        checks every row read)."""
         if self.located is not None and self.located[0] == storage.read_token():
             return self.located[1]
-        return _locate_transitions(storage, rows)
+        rows, steps = self.inner.spans(index)
+        return storage_index(storage).frame_rows(rows.numpy(), steps.numpy(), self.n_frames)[0]
+
 
 class FrameStackSampler(RefiningSampler):
     """Serve each sampled transition with stacks of its last ``n_frames`` observations.
@@ -269,11 +237,15 @@ class FrameStackSampler(RefiningSampler):
         reader = reader_of(index)
         for _ in range(_MAX_ROUNDS):
             token = storage.read_token()
-            located = _locate_transitions(storage, reader.spans(index)[0])
-            redo = self._unserved(storage, located)
+            rows, steps = reader.spans(index)
+            frame_rows, lost = storage_index(storage).frame_rows(
+                rows.numpy(), steps.numpy(), self.n_frames
+            )
+            # batch positions whose stack needs a frame the ring already overwrote
+            redo = np.flatnonzero(lost.reshape(lost.shape[0], -1).any(1))
             if not redo.size:
                 plain = index.as_subclass(torch.Tensor)
-                stacks = FrameStacks(self.n_frames, self.keys, reader, (token, located))
+                stacks = FrameStacks(self.n_frames, self.keys, reader, (token, frame_rows))
                 return SampleIndex.wrap(plain, stacks), info
             # a whole batch, of which the redrawn positions are kept: a position's
             # draw can depend on where it is in the batch (HindsightSampler
@@ -290,15 +262,6 @@ class FrameStackSampler(RefiningSampler):
             f"{self.n_frames - 1} earlier frames of their episode: raise the capacity or "
             "lower n_frames."
         )
-
-    def _unserved(
-        self, storage: TransitionStorage, located: tuple[np.ndarray, np.ndarray, np.ndarray]
-    ) -> np.ndarray:
-        """Batch positions whose stack needs a frame the ring already overwrote."""
-        tau, stream, start = located
-        oldest = np.maximum(tau - (self.n_frames - 1), start)
-        lost = oldest < storage_index(storage).live_start()[stream]  # [*batch]
-        return np.flatnonzero(lost.reshape(lost.shape[0], -1).any(1))
 
     def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
         """Give ``base`` the index as sampled (frame stacks add no column)."""

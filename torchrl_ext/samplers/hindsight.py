@@ -9,6 +9,7 @@ import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.kernels import goals
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.nstep import NStepSampler, StepWindows
@@ -41,6 +42,13 @@ class HindsightStrategy(StrEnum):
     FINAL = "final"
     EPISODE = "episode"
     RANDOM = "random"
+
+
+_STRATEGY_CODES = {
+    HindsightStrategy.FUTURE: goals.FUTURE,
+    HindsightStrategy.FINAL: goals.FINAL,
+    HindsightStrategy.EPISODE: goals.EPISODE,
+}
 
 
 class HindsightSampler(RefiningSampler):
@@ -116,39 +124,29 @@ class HindsightSampler(RefiningSampler):
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         index, info = self.base.sample(storage, batch_size)
+        columns = np.empty((batch_size, 3), dtype=np.int64)  # [B, 3] (row, steps, goal row)
         if isinstance(index, SampleIndex) and isinstance(index.reader, StepWindows):
-            rows, steps = index.reader.spans(index)
+            columns[:, :2] = index.numpy()[:, :2]
         else:
-            rows = plain_rows(index, self)
-            steps = torch.ones_like(rows)
+            columns[:, 0] = plain_rows(index, self).numpy()
+            columns[:, 1] = 1
+        columns[:, 2] = -1  # real rows keep their goal
         n_virtual = self.n_virtual(batch_size)
-        goal_rows = np.full(batch_size, -1, dtype=np.int64)
         if n_virtual:
-            virtual = rows[batch_size - n_virtual :].numpy()
-            goal_rows[batch_size - n_virtual :] = self._goal_rows(storage, virtual)
-        columns = torch.stack([rows, steps, torch.from_numpy(goal_rows)], -1)
-        return SampleIndex.wrap(columns, StepWindows()), info
+            virtual = columns[batch_size - n_virtual :]
+            virtual[:, 2] = self._goal_rows(storage, np.ascontiguousarray(virtual[:, 0]))
+        return SampleIndex.wrap(torch.from_numpy(columns), StepWindows()), info
 
     def _goal_rows(self, storage: TransitionStorage, rows: np.ndarray) -> np.ndarray:
         """Row holding ``("next", achieved_goal)`` of the goal step, per row."""
         index = storage_index(storage)
         generator = self._rng
-        tau, stream = index.row_coordinates(rows)
         if self.strategy is HindsightStrategy.RANDOM:
             return storage.next_rows(draw_rows(storage, rows.size, generator))
-        _, step, start, length = index.locate(tau, stream)
-        last = start + length - 1  # tau of the episode's last written step
-        if self.strategy is HindsightStrategy.FINAL:
-            goal = last
-        else:
-            # FUTURE: i .. L-1; EPISODE: the episode's oldest live step .. L-1
-            lo = tau if self.strategy is HindsightStrategy.FUTURE else np.maximum(
-                start, index.live_start()[stream]
-            )
+        u = np.zeros(rows.size)  # FINAL draws nothing
+        if self.strategy is not HindsightStrategy.FINAL:
             u = torch.rand(rows.size, generator=generator, dtype=torch.float64).numpy()
-            goal = lo + np.minimum((u * (last - lo + 1)).astype(np.int64), last - lo)
-        # the achieved goal after step j is the observation of the row after it
-        return index.physical_rows(goal + 1, stream)
+        return index.goal_rows(rows, u, _STRATEGY_CODES[self.strategy])
 
     def settings(self) -> dict[str, Any]:
         return {"strategy": HindsightStrategy(self.strategy).value, "num_goals": self.num_goals}

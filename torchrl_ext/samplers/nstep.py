@@ -74,15 +74,23 @@ class StepWindows:
         rows, steps = columns[:, 0], columns[:, 1]
         B, W = rows.shape[0], int(steps.max())
         hindsight = columns.shape[1] > 2
-        # the observation rows, in the order gather_windows reads them: first rows,
+        if W == 1 and not hindsight:  # one-step windows are transitions
+            return storage.packed.gather_one_step_windows(
+                torch.from_numpy(np.ascontiguousarray(rows)), torch.from_numpy(steps),
+                observations=observations,
+            )
+        # the observation rows, in the order gather_windows reads them: first and
         # after rows (observations); goal rows, window-next rows (hindsight)
         at = 2 * B if observations else 0  # where the goal rows start
-        obs_rows = np.empty(at + ((W + 1) * B if hindsight else 0), np.int64)
-        after = obs_rows[B:at] if observations else np.empty(B, np.int64)
-        window_next = obs_rows[at + B :].reshape(B, W) if hindsight else np.empty((B, W), np.int64)
+        # a one-step window's next row is the after row, read already with observations
+        window_next_read = hindsight and not (observations and W == 1)
+        obs_rows = np.empty(at + (B if hindsight else 0) + (W * B if window_next_read else 0), np.int64)
+        # first and after rows interleaved: each window's two reads lie a few rows apart
+        after = obs_rows[1:at:2] if observations else np.empty(B, np.int64)
+        window_next = obs_rows[at + B :].reshape(B, W) if window_next_read else np.empty((B, W), np.int64)
         window, mask = _window_rows(storage, columns, W, after, window_next)
         if observations:
-            obs_rows[:B] = rows
+            obs_rows[0:at:2] = rows
         relabel = None
         if hindsight:
             goals = columns[:, 2]
@@ -193,7 +201,7 @@ class NStepSampler(RefiningSampler):
         rows = plain_rows(rows, self).numpy()
         index = np.empty((rows.shape[0], 2), dtype=np.int64)  # [B, 2] (row, k), built in place
         index[:, 0] = rows
-        index[:, 1] = storage_index(storage).window_lengths(rows, self.n)
+        storage_index(storage).window_lengths(rows, self.n, out=index[:, 1])
         return SampleIndex.wrap(torch.from_numpy(index), StepWindows()), info
 
     def settings(self) -> dict[str, Any]:

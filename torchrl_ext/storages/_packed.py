@@ -137,6 +137,8 @@ class PackedRows:
         self._sequence_layout = Layout(row + obs_next, [W, self._obs_bytes])
         self._obs_layout = Layout([(0, c.key, c, c.lo) for c in self.obs], [self._obs_bytes])
         self._step_layout = Layout([(0, c.key, c, c.lo - lo) for c in self.step], [S])
+        # the next-only entries (reward, done flags...) of a step, under "next"
+        self._next_only = frozenset(c.key for c in self.step if c.key[0] == "next")
 
     @property
     def _step_lo(self) -> int:
@@ -363,6 +365,39 @@ class PackedRows:
             [block[:, :-1], block[:, 1:, : self._obs_bytes]], torch.Size([B, L1 - 1]), self.device
         )
 
+    def gather_one_step_windows(
+        self, rows: torch.Tensor, lengths: torch.Tensor, *, observations: bool = True
+    ) -> TensorDictBase:
+        """Windows of one step each: :meth:`gather_windows`'s result for ``W = 1``, in one gather.
+
+        A one-step window is a transition: it is read as :meth:`gather` reads
+        one (or as :meth:`gather_steps`, without ``observations``), and its
+        ``"n_step"`` window entries are views of the same step entries.
+
+        Args:
+            rows: ``[B]`` CPU int64, each window's row.
+            lengths: ``[B]`` its steps (ones).
+            observations: read the observation entries (root and next).
+        """
+        B = rows.shape[0]
+        if observations:
+            layout, block = self._pair_layout, self._pairs(rows)
+        else:
+            (at,) = self._on_device(rows)
+            layout, block = self._step_layout, gather_rows(self._step_span, at)
+        values = layout.pieces([block])
+        root = layout.tree(values)
+        window: dict[str, Any] = {}
+        for key, value in zip(layout.keys, values):
+            if key in self._next_only:
+                put_leaf(window, key[1:], value.unsqueeze(1))
+        (window["mask"], lengths) = self._on_device(
+            beside=(torch.ones(B, 1, dtype=torch.bool), lengths)
+        )
+        root["steps_to_next_obs"] = lengths.view(B, 1)
+        root["n_step"] = tensordict_of(window, torch.Size([B, 1]), self.device)
+        return tensordict_of(root, torch.Size([B]), self.device)
+
     def gather_windows(
         self,
         window_rows: torch.Tensor,
@@ -384,10 +419,14 @@ class PackedRows:
                 it), so column ``W - 1`` is each window's last step.
             obs_rows: the rows whose observation entries are read, in this
                 order: with ``observations``, each window's first row (its
-                observation), then the row after each window's last step (its
-                next observation), ``[2B]``; with ``relabel`` (hindsight), then
+                observation) and the row after its last step (its next
+                observation), interleaved, ``[2B]`` (``[first_0, after_0,
+                first_1, ...]``: each window's two reads lie close); with
+                ``relabel`` (hindsight), then
                 each transition's goal row ``[B]`` and the row after each
-                window step ``[B * W]`` (row-major). ``None`` if neither.
+                window step ``[B * W]`` (row-major), except for one-step windows
+                read with ``observations`` (that row is the next observation's,
+                already read). ``None`` if none.
             mask: ``[B, W]`` bool, the step is inside its window (``("n_step", "mask")``).
             lengths: ``[B]`` steps of each window (``"steps_to_next_obs"``, ``[B, 1]``).
             observations: read the observation entries (root and next);
@@ -427,11 +466,13 @@ class PackedRows:
             at = 2 * B if observations else 0  # where the goal rows start in the block
             for key, value in zip(self._obs_layout.keys, self._obs_layout.pieces([block])):
                 if observations:
-                    put_leaf(root, key, value[:B])
-                    put_leaf(nxt, key, value[B:at])
+                    put_leaf(root, key, value[0:at:2])
+                    put_leaf(nxt, key, value[1:at:2])
                 if hindsight:
                     put_leaf(her, key, value[at : at + B])
-                    put_leaf(window, key, value[at + B :].view(B, W, *value.shape[1:]))
+                    # each step's next observation: the transition's own for one-step windows
+                    after = value[1:at:2] if observations and W == 1 else value[at + B :]
+                    put_leaf(window, key, after.view(B, W, *value.shape[1:]))
         if hindsight:
             her["relabel"] = relabel
             root["her"] = her
@@ -445,7 +486,8 @@ class PackedRows:
         state = dict(self.__dict__)
         for name in ("_rows", "_obs_span", "_step_span", "_obs_words", "_step_words", "_words",
                      "_host_rows", "_pair_view",
-                     "_pair_layout", "_sequence_layout", "_obs_layout", "_step_layout"):
+                     "_pair_layout", "_sequence_layout", "_obs_layout", "_step_layout",
+                     "_next_only"):
             state.pop(name)
         return state
 

@@ -562,6 +562,15 @@ class CompressedRows:
             out.set(("next", *key), frames[:, 1:])
         return out
 
+    def gather_one_step_windows(
+        self, rows: torch.Tensor, lengths: torch.Tensor, *, observations: bool = True
+    ) -> TensorDictBase:
+        """See :meth:`PackedRows.gather_one_step_windows`."""
+        out = self.packed.gather_one_step_windows(rows, lengths, observations=observations)
+        if observations:
+            self._put_transitions(out, rows, torch.from_numpy(self.packed.next_rows(rows.numpy())))
+        return out
+
     def gather_windows(
         self,
         window_rows: torch.Tensor,
@@ -581,12 +590,14 @@ class CompressedRows:
             return out
         B, W = window_rows.shape
         at = 0  # where the goal rows start in obs_rows
-        if observations:
-            self._put_transitions(out, obs_rows[:B], obs_rows[B : 2 * B])
+        if observations:  # first and after rows interleaved (see PackedRows.gather_windows)
             at = 2 * B
+            self._put_transitions(out, obs_rows[0:at:2], obs_rows[1:at:2])
         if relabel is not None:
             self._put(out, ("her",), obs_rows[at : at + B])
-            self._put(out, ("n_step",), obs_rows[at + B :].view(B, W))
+            # a one-step window's next row is the after row
+            after = obs_rows[1:at:2] if observations and W == 1 else obs_rows[at + B :]
+            self._put(out, ("n_step",), after.view(B, W))
         return out
 
     # ---------------------------------------------------- state and persistence

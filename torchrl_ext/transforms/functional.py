@@ -89,8 +89,10 @@ def nstep_return(
     W = rewards.shape[-1]
     if powers is None:
         powers = discount_powers(gamma, W, dtype=rewards.dtype, device=rewards.device)  # [W + 1]
-    # [B, W] @ [W]: steps past the window weigh 0
-    ret = torch.where(mask, rewards, 0.0).matmul(powers[:W]).unsqueeze(-1)
+    if W == 1:  # one-step windows (k = 1): the return is the reward
+        ret = rewards.reshape(-1, 1)
+    else:  # [B, W] @ [W]: steps past the window weigh 0
+        ret = torch.where(mask, rewards, 0.0).matmul(powers[:W]).unsqueeze(-1)
     if steps is None:
         steps = mask.sum(-1, keepdim=True)  # [B, 1] k, the steps in each window
     discount = powers.take(steps.reshape(-1, 1))  # [B, 1] gamma ** k

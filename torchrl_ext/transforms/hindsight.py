@@ -8,7 +8,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext.core.schema import EntryKeyError, as_key, missing_entry
+from torchrl_ext.core.schema import EntryKeyError, as_key, missing_entry, set_unchecked
 from torchrl_ext.transforms.functional import (
     call_reward_fn,
     stack_frames,
@@ -114,16 +114,18 @@ class HindsightTransform(Transform):
                 held = [k for k in her.keys(True, True) if k != "relabel"]
                 raise missing_entry("HindsightTransform", name, key, held,
                                     "sampled observation entries")
-        idx = torch.nonzero(her.get("relabel")).view(-1)
+        relabel = her.get("relabel")  # [B] bool
+        idx = torch.nonzero(relabel).view(-1)
         del tensordict["her"]
         if not idx.numel():
             return tensordict
-        goal = reached[idx]  # [V, *goal]
+        # the goal entries, root and next: the goal reached where relabelled, else as stored
         for key in (self.goal_key, ("next", *self.goal_key)):
-            value = tensordict.get(key).clone()
-            # e.g. int8 achieved, int64 desired goals
-            value[idx] = _in_every_frame(goal, value).to(value.dtype)
-            tensordict.set(key, value)
+            value = tensordict.get(key)
+            goal = _in_every_frame(reached, value).to(value.dtype)  # e.g. int8 achieved, int64 desired
+            where = relabel.view(-1, *(1,) * (value.dim() - 1))
+            set_unchecked(tensordict, key, torch.where(where, goal, value))
+        goal = reached[idx]  # [V, *goal]
         window = tensordict.get("n_step")
         achieved = window.get(self.achieved_goal_key)[idx]  # [V, W, *goal]
         V, W = achieved.shape[:2]
@@ -133,10 +135,10 @@ class HindsightTransform(Transform):
         stored = None if self.info_key is None else window.get(self.info_key[1:], None)
         if stored is not None:  # a buffer that stores no such entry passes infos=None
             infos = stored[idx].reshape(V * W)
-        rewards = window_rewards(window, self.reward_key, "HindsightTransform").clone()  # [B, W, *reward]
+        rewards = window_rewards(window, self.reward_key, "HindsightTransform")  # [B, W, *reward]
         new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos)
-        rewards[idx] = new.view(V, W, *rewards.shape[2:]).to(rewards.dtype)
-        window.set(self.reward_key[1:], rewards)
+        new = new.view(V, W, *rewards.shape[2:]).to(rewards.dtype)
+        set_unchecked(window, self.reward_key[1:], rewards.index_put((idx,), new))  # a new tensor
         if self.terminated_fn is not None:
             self._recompute_terminated(
                 self.terminated_fn, tensordict, idx, flat_achieved, goals, infos, W

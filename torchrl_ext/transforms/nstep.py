@@ -7,7 +7,7 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
 from torchrl_ext.core.checks import check_number
-from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, set_unchecked
 from torchrl_ext.transforms.functional import (
     discount_powers,
     nstep_return,
@@ -15,14 +15,6 @@ from torchrl_ext.transforms.functional import (
 )
 
 __all__ = ["NStepTransform"]
-
-
-def _set_unchecked(tensordict: TensorDictBase, key: tuple[str, ...], value: torch.Tensor) -> None:
-    """``tensordict.set(key, value)`` for a value known to fit (batch dims and device)."""
-    if len(key) == 1:
-        tensordict._set_str(key[0], value, inplace=False, validated=True)
-    else:
-        tensordict._set_tuple(key, value, inplace=False, validated=True)
 
 
 class NStepTransform(Transform):
@@ -134,9 +126,9 @@ class NStepTransform(Transform):
         steps = tensordict.get("steps_to_next_obs", None)  # [B, 1] window lengths, from the reader
         ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers, steps=steps)
         # [B, *reward_shape] and [B, 1], on the batch's device: set without TensorDict's checks
-        _set_unchecked(tensordict, self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))
+        set_unchecked(tensordict, self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))
         if self.discount_key is not None:
-            _set_unchecked(tensordict, self.discount_key, discount)
+            set_unchecked(tensordict, self.discount_key, discount)
         return tensordict
 
     def _discount_powers(self, width: int, rewards: torch.Tensor) -> torch.Tensor:

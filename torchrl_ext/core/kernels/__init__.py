@@ -35,6 +35,7 @@ def jit(function: F) -> F:
         >>> bool(any_ring_end(np.array([3, 7]), 4)), bool(any_ring_end(np.array([3, 6]), 8))
         (True, False)
     """
+    # a numba dispatcher: called as the function it compiles
     try:
         return cast(F, numba.njit(cache=True, nogil=True)(function))
     except RuntimeError:  # numba found nowhere to write its cache
