@@ -124,9 +124,11 @@ class StepBatcher:
                 (tuple(extra) if extra else ()) != self._extra_keys):
             return False
         i = self._held
+        ndarray = np.ndarray
         for pos, shape, dtype, views, check in arrays:
             value = step[pos]
-            if type(value) is not np.ndarray or value.shape != shape or (
+            # numpy's builtin dtypes are singletons: ``is`` settles the usual case
+            if type(value) is not ndarray or value.shape != shape or (
                     value.dtype is not dtype and value.dtype != dtype):
                 return False
             if check is not None:
@@ -138,18 +140,19 @@ class StepBatcher:
                 return False
             for name, shape, dtype, views, check in entries:
                 item = value.get(name)
-                if type(item) is not np.ndarray or item.shape != shape or (
+                if type(item) is not ndarray or item.shape != shape or (
                         item.dtype is not dtype and item.dtype != dtype):
                     return False
                 if check is not None:
                     check(item)
                 views[i][...] = item
         legacy = False
+        column_shape = self._column_shape
         for pos, dtype, views in self._columns:
             value = step[pos]
             # rewards of any dtype: cast as GymVectorAdapter.convert's astype casts them;
             # flags other than bool arrays go through convert's 0 / 1 check
-            if type(value) is not np.ndarray or value.shape != self._column_shape or (
+            if type(value) is not ndarray or value.shape != column_shape or (
                     dtype is not None and value.dtype is not dtype):
                 if value is not None or pos != _TRUNCATED or not self._legacy:
                     return False
