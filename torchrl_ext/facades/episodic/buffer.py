@@ -186,14 +186,12 @@ class EpisodeReplayBuffer:
                 f"add_step: the flag describes {kind(num_envs)}, but the buffer receives "
                 f"steps of {kind(self._num_envs)} (fixed by the first step)."
             )
-        values = self._values(step_data, num_envs, extra)
+        values = self._values(step_data, num_envs, extra)  # checked against the first step's
         self._num_envs = num_envs  # fixed by the first step the buffer takes
         if self._spec is None:
             if num_envs == 0:
                 _warn_if_batched(values)
             self._fix_spec(values, num_envs)
-        else:
-            self._check_spec(values, num_envs)
         running = self._running
         if running is None:
             running = self._running = self._new_running()
@@ -271,28 +269,33 @@ class EpisodeReplayBuffer:
             key: (shape, dtype, self._devices[key]) for key, (shape, dtype) in spec.items()
         })
 
-    def _check_spec(self, values: dict[str, Any], num_envs: int) -> None:
-        """Each field's step shape and dtype are the first step's (one dict lookup a field)."""
-        expected = self._expected
-        for key, value in values.items():
-            full, host, dtype = expected[key]  # the leading dim was checked against num_envs
-            if value.shape != full:
-                skip = 1 if num_envs else 0
-                raise ValueError(
-                    f"add_step: field {key!r} has shape {tuple(value.shape[skip:])} per env, "
-                    f"expected {full[skip:]} as in the first step; a field keeps its shape "
-                    "within and across episodes (pad or split it into fields)."
-                )
-            if type(value) is np.ndarray:  # a field numpy lacks (bfloat16) takes no numpy array
-                # (np.dtype(None) is float64: compare with None first)
-                same = host is not None and (value.dtype is host or value.dtype == host)
-            else:
-                same = value.dtype is dtype
-            if not same:
-                raise TypeError(
-                    f"add_step: field {key!r} has dtype {_torch_dtype(value)}, expected {dtype} as in "
-                    f"the first step; cast it (e.g. torch.as_tensor(x, dtype={dtype}))."
-                )
+    def _fits(self, key: str, value: Any) -> bool:
+        """Whether field ``key`` has the first step's shape (with the env dim) and dtype; False for a new field."""
+        expected = self._expected.get(key)
+        if expected is None:
+            return False
+        full, host, dtype = expected
+        if value.shape != full:
+            return False
+        if type(value) is np.ndarray:  # a field numpy lacks (bfloat16) takes no numpy array
+            # (np.dtype(None) is float64: compare with None first)
+            return host is not None and (value.dtype is host or value.dtype == host)
+        return value.dtype is dtype
+
+    def _refuse_spec(self, key: str, value: Any, num_envs: int) -> None:
+        """Raise for field ``key``, which has not the first step's shape or dtype."""
+        full, _, dtype = self._expected[key]
+        skip = 1 if num_envs else 0
+        if value.shape != full:
+            raise ValueError(
+                f"add_step: field {key!r} has shape {tuple(value.shape[skip:])} per env, "
+                f"expected {full[skip:]} as in the first step; a field keeps its shape "
+                "within and across episodes (pad or split it into fields)."
+            )
+        raise TypeError(
+            f"add_step: field {key!r} has dtype {_torch_dtype(value)}, expected {dtype} as in "
+            f"the first step; cast it (e.g. torch.as_tensor(x, dtype={dtype}))."
+        )
 
     @staticmethod
     def _flags(name: str, flag: Any) -> np.ndarray:
@@ -320,7 +323,12 @@ class EpisodeReplayBuffer:
     def _values(
         self, step_data: Mapping[str, Any], num_envs: int, extra: dict[str, np.ndarray]
     ) -> dict[str, Any]:
-        """Each field as a numpy array where it is in CPU memory (else a tensor), not copied."""
+        """Each field as a numpy array where it is in CPU memory (else a tensor), not copied.
+
+        Checked in one pass, errors in this order: a field's type, its leading
+        (env) dim, no field, the field names, then (after the first step) each
+        field's shape and dtype against the first step's.
+        """
         if type(step_data) is not dict and not isinstance(step_data, (Mapping, TensorDictBase)):
             raise TypeError(
                 f"add_step: step_data is {type(step_data).__name__}, expected a dict of tensors."
@@ -332,6 +340,10 @@ class EpisodeReplayBuffer:
                 "flags were passed too; pass each once."
             )
         values: dict[str, Any] = dict(extra)
+        # the first field (in this order) whose shape or dtype is not the first step's
+        refused = None
+        if extra and self._expected:
+            refused = next((k for k, v in extra.items() if not self._fits(k, v)), None)
         for key, value in step_data.items():
             kind = type(value)  # exact types first: an isinstance of an ABC costs more than the rest
             if (type(key) is not str or kind is not torch.Tensor and kind is not np.ndarray) and (
@@ -355,11 +367,14 @@ class EpisodeReplayBuffer:
                     ) from None
                 if value.dtype in _NUMPY_DTYPES:
                     value = value.numpy()
-            if num_envs and (value.ndim == 0 or value.shape[0] != num_envs):
-                raise ValueError(
-                    f"add_step: field {key!r} has shape {tuple(value.shape)}, expected a "
-                    f"leading dim of {num_envs} (one entry per env, as done has)."
-                )
+            if not self._fits(key, value):  # (a fit has the env dim: the usual step stops here)
+                if num_envs and (value.ndim == 0 or value.shape[0] != num_envs):
+                    raise ValueError(
+                        f"add_step: field {key!r} has shape {tuple(value.shape)}, expected a "
+                        f"leading dim of {num_envs} (one entry per env, as done has)."
+                    )
+                if refused is None and key in self._expected:
+                    refused = key
             values[key] = value
         if not values:  # else refused only when its episode is stored, by add_episode
             raise ValueError(
@@ -374,6 +389,8 @@ class EpisodeReplayBuffer:
                 f"add_step: step fields {sorted(values)} differ from the first step's "
                 f"{list(self._keys)}."
             )
+        if refused is not None:
+            self._refuse_spec(refused, values[refused], num_envs)
         return values
 
     def _store(self, episodes: list[dict[str, torch.Tensor] | None]) -> None:
