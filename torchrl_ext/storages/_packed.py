@@ -219,7 +219,9 @@ class PackedRows:
         starts = start is not None
         # step entries, next observations, then (at episode starts) observations
         sources = tuple([_host_bytes(key, c, leaves, host) for key, c in self._sources[starts]])
-        put_bytes(dst, self._slots(rows), self._slots(next_rows), _NO_START if start is None else start,
+        if self.allocated != self.stream_capacity:  # a grown buffer (growth on the CPU: tests)
+            rows, next_rows = self._slots(rows), self._slots(next_rows)
+        put_bytes(dst, rows, next_rows, _NO_START if start is None else start,
                   sources, self._targets[starts], _IN_ORDER if at is None else at)
 
     def _write_on_device(
@@ -534,12 +536,9 @@ def host_array(value: torch.Tensor) -> np.ndarray:
         >>> host_array(torch.arange(6).view(2, 3).T).tolist()  # a transposed view: copied
         [[0, 3], [1, 4], [2, 5]]
     """
-    if value.requires_grad:  # an action straight from a policy
-        value = value.detach()
-    if not value.is_cpu:
-        value = value.cpu()
-    if not value.is_contiguous():
-        value = value.contiguous()
+    if value.requires_grad or not value.is_cpu or not value.is_contiguous():
+        # an action straight from a policy, an accelerator's tensor, another layout
+        value = value.detach().cpu().contiguous()
     return value.numpy()
 
 

@@ -196,16 +196,13 @@ class TransitionStorage(TensorStorage):
         """
         index = plan.index
         index.begin_write(plan)
-        order: Literal["C", "F"] = "F" if time_major else "C"
-
-        def steps(grid: np.ndarray) -> np.ndarray:  # [K, T] -> [K * T] in the copy order
-            return grid.reshape(-1, order=order)
-
+        order: Literal["C", "F"] = "F" if time_major else "C"  # [K, T] -> [K * T] in the copy order
         self.packed.write(
-            leaves, steps(plan.rows), steps(plan.next_rows), steps(plan.start) if plan.opened else None,
-            host, None if positions is None else steps(positions),
+            leaves, plan.rows.reshape(-1, order=order), plan.next_rows.reshape(-1, order=order),
+            plan.start.reshape(-1, order=order) if plan.opened else None, host,
+            None if positions is None else positions.reshape(-1, order=order),
         )
-        plan.commit()
+        index.commit(plan)
         index.end_write()
         self._storage = self.packed.buffers  # a new buffer if the rows grew (accelerators)
 

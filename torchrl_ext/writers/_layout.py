@@ -26,8 +26,10 @@ def _entries(data: TensorDictBase) -> dict[tuple[str, ...], torch.Tensor]:
 
 def _walk(td: TensorDictBase, prefix: tuple[str, ...], out: dict[tuple[str, ...], torch.Tensor]) -> bool:
     """Add the leaves of ``td`` to ``out`` (depth first); False at a value that is not a tensor or plain TensorDict."""
-    for key, value in td.items():
-        if isinstance(value, torch.Tensor):
+    # a plain TensorDict's entries are its _tensordict dict (items() builds a generator over it)
+    items = td._tensordict.items() if type(td) is TensorDict else td.items()
+    for key, value in items:
+        if type(value) is torch.Tensor or isinstance(value, torch.Tensor):
             out[prefix + (key,)] = value
         elif type(value) is not TensorDict or not _walk(value, prefix + (key,), out):
             return False
@@ -87,7 +89,7 @@ class _Layout:
         return value.reshape(self.shape[0] * self.shape[1], *value.shape[nb:])
 
     def grid(self, flat: np.ndarray) -> np.ndarray:
-        """A flattened ``[streams * time]`` array as ``[streams, time]`` (a view)."""
+        """A flattened ``[streams * time]`` array (any shape of that size) as ``[streams, time]`` (a view)."""
         K, T = self.shape
         return flat.reshape(T, K).T if self.time_major else flat.reshape(K, T)
 

@@ -14,6 +14,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.writers import Writer
 
+from torchrl_ext.core.kernels.writes import any_set
 from torchrl_ext.core.schema import RowSchema, as_key, key_str
 from torchrl_ext.writers._first import check_first_batch
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
@@ -202,7 +203,7 @@ class TransitionWriter(Writer):
             placed = self._write_streams(streams, leaves, layout, keep, where)
             rows = layout.restore(placed)
         # skipped (masked) steps are -1
-        self._write_count += placed.size if mask is None else int((placed >= 0).sum())
+        self._counts_np[0] += placed.size if mask is None else int((placed >= 0).sum())  # _write_count
         self._mark_update_entities(rows)
         return rows
 
@@ -542,21 +543,17 @@ class TransitionWriter(Writer):
         )
 
     def _done(self, leaves: dict, layout: _Layout, host: dict) -> np.ndarray:
-        # the flags only come to the host (rows stay where they are), kept in
-        # host for the storage's write; OR-ed by numpy, a fraction of a torch op's
-        # cost on a step's few flags
-        flags = []
-        for key in self.done_keys:
-            if key in leaves:  # >= 1
-                flags.append(host.setdefault(key, host_array(leaves[key])))
-        done = flags[0]
-        for flag in flags[1:]:
-            done = done | flag
-        return layout.grid(done.reshape(-1))
+        # the flags come to the host (rows stay where they are), kept in host for
+        # the storage's write, and OR-ed in one compiled pass
+        flags = tuple([host.setdefault(key, host_array(leaves[key])) for key in self.done_keys
+                       if key in leaves])  # >= 1 (checked by the first write), [K * T, 1] each
+        done = np.empty(flags[0].shape[0], dtype=bool)
+        any_set(flags, done)
+        return layout.grid(done)
 
     def _traj(self, leaves: dict, layout: _Layout) -> np.ndarray | None:
         value = leaves.get(self.traj_key)
-        return None if value is None else layout.grid(host_array(value.reshape(-1).long()))  # long(): no copy if int64
+        return None if value is None else layout.grid(host_array(value.long()))  # long(): no copy if int64
 
     # -------------------------------------------------- TorchRL writer contract
     # steps written (rb.write_count) and writer ids handed out (new_writer_id),

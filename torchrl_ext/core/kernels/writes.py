@@ -13,7 +13,8 @@ import numpy as np
 from torchrl_ext.core.kernels import jit
 
 __all__ = [
-    "any_outside", "commit_steps", "mark_rows", "owned_streams", "plan_steps", "put_bytes", "same_bytes",
+    "any_outside", "any_set", "commit_steps", "mark_rows", "owned_streams", "plan_steps", "put_bytes",
+    "same_bytes",
 ]
 
 
@@ -29,6 +30,23 @@ def any_outside(values: np.ndarray, lo: int, hi: int) -> bool:
         if v < lo or v >= hi:
             return True
     return False
+
+
+@jit
+def any_set(flags: tuple, out: np.ndarray) -> None:
+    """``out[j]``: some flag of step ``j`` is set (``flags``: bool arrays ``[n, 1]``, one per done entry).
+
+    Examples:
+        >>> out = np.empty(3, bool)
+        >>> any_set((np.array([[True], [False], [False]]), np.array([[False], [False], [True]])), out)
+        >>> out.tolist()
+        [True, False, True]
+    """
+    out[:] = False
+    for flag in flags:
+        for j in range(out.shape[0]):
+            if flag[j, 0]:
+                out[j] = True
 
 
 @jit
