@@ -209,7 +209,8 @@ class TransitionWriter(Writer):
 
     def _layout_of(self, data: TensorDictBase, batch: tuple[int, ...]) -> _Layout:
         """The :class:`_Layout` of ``data`` (batch shape ``batch``), made once per shape and dim names."""
-        time_first = bool(batch) and data.names[0] == "time"
+        # (names only where the batch has some: the names property builds a list each call)
+        time_first = bool(batch) and data._has_names() and data.names[0] == "time"
         layout = self._layouts.get((batch, time_first))
         if layout is None:
             layout = _Layout(batch, time_first)
