@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._atomic import atomic_dir, reading
@@ -113,7 +113,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         self._check_writes_here()
         priority = self.priority_key
         if (
-            not isinstance(tensordicts, TensorDictBase)
+            type(tensordicts) is not TensorDict and not isinstance(tensordicts, TensorDictBase)
             or not self._lean()
             # a transform with an inverse (write-time) part needs TorchRL's path
             or not _sample_time_only(self._transform)

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.writers import Writer
 
@@ -167,15 +167,15 @@ class TransitionWriter(Writer):
     # ---------------------------------------------------------------- writing
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
         """Write one transition of a single-env buffer (``rb.add``)."""
-        return self._write(data, "add")
+        return self._write(data, "TransitionWriter.add")
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write a batch of steps; returns their physical rows, shaped like the batch."""
-        return self._write(data, "extend")
+        return self._write(data, "TransitionWriter.extend")
 
     def _write(self, data: TensorDictBase, where: str) -> torch.Tensor:
-        where = f"TransitionWriter.{where}"
-        if not isinstance(data, TensorDictBase):
+        # (where: the caller, for messages; a plain TensorDict is told apart without the ABC check)
+        if type(data) is not TensorDict and not isinstance(data, TensorDictBase):
             raise TypeError(f"{where}: expected a TensorDict, got {type(data).__name__}.")
         storage: TransitionStorage = self._storage
         leaves = _entries(data)
