@@ -101,3 +101,19 @@ def test_time_first_batch_is_stored_as_its_env_major_transpose(capacity, with_id
     for key in ("written", "episode_count", "row_episode", "row_is_step", "episode_length"):
         assert torch.equal(index_a[key], index_b[key]), key
     assert (a.storage[:] == b.storage[:]).all()
+
+
+def test_a_cut_trajectory_of_one_step_episodes_is_written_in_time_chunks():
+    """c steps may need 2c + 1 rows: a new trajectory leaves the running episode's
+    pending row, and each step that ends an episode gives the next one a row of its
+    own. A 2-step write into 4-row rings was refused ("needs up to 5 rows") where
+    the writer splits writes itself; it goes in chunks and keeps the newest rows."""
+    rb = make_replay_buffer(4, num_streams=1, seed=0)
+    rb.extend(steps(torch.zeros(1, 1, 1), torch.ones(1, 1, 1), traj_ids=torch.zeros(1, 1, dtype=torch.int64)))
+    cut = steps(torch.tensor([[[5.0], [7.0]]]), torch.tensor([[[6.0], [8.0]]]),
+                terminated=torch.tensor([[[True], [False]]]), traj_ids=torch.ones(1, 2, dtype=torch.int64))
+    rows = rb.extend(cut)
+    got = rb.storage.get(rows.reshape(-1))
+    assert got["observation"].view(-1).tolist() == [5.0, 7.0]
+    assert got["next", "observation"].view(-1).tolist() == [6.0, 8.0]
+    assert got["next", "terminated"].view(-1).tolist() == [True, False]

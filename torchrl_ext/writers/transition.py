@@ -441,13 +441,15 @@ class TransitionWriter(Writer):
         :meth:`TransitionStorage.write`.
 
         A stream's ring holds ``stream_capacity`` rows and ``c`` steps need at most
-        ``2c`` of them, so longer writes go in time chunks of ``stream_capacity // 2``
-        steps: the ring then keeps the newest rows, as any FIFO would.
+        ``2c + 1`` of them (each step may open an episode on a row of its own, and
+        a new trajectory leaves the running episode's pending row in place), so
+        longer writes go in time chunks of ``(stream_capacity - 1) // 2`` steps:
+        the ring then keeps the newest rows, as any FIFO would.
         """
         storage: TransitionStorage = self._storage
         index = storage.episode_index
         K, T = done.shape
-        chunk = max(1, index.stream_capacity // 2)
+        chunk = max(1, (index.stream_capacity - 1) // 2)
         if T <= chunk:
             plan = index.plan(streams, done, traj)
             if traj is not None and self.check_continuation:
