@@ -30,6 +30,7 @@ from tensordict import TensorDict
 
 from torchrl_ext.core.checks import EMPTY_BUFFER, EmptyBufferError, check_count
 from torchrl_ext.core.kernels.rows import keep_transitions, window_lengths
+from torchrl_ext.core.kernels.sequences import candidate_steps
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.streams import StreamOwnership
 from torchrl_ext.core.views import NumpyViews
@@ -403,9 +404,12 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             (True, {3})
         """
         rows = self.draw_rows(count, generator)
-        tau, stream = self.row_coordinates(rows)
-        slot = self.episode_slot(stream, self._np["row_episode"][rows])
-        return slot, tau - self._np["episode_start_flat"][slot], self._np["episode_length_flat"][slot]
+        v = self._np
+        slot, step, length = (np.empty(count, dtype=np.int64) for _ in range(3))
+        candidate_steps(rows, self.stream_capacity, self.episode_capacity, v["written"],
+                        v["row_episode"], v["episode_start_flat"], v["episode_length_flat"],
+                        slot, step, length)
+        return slot, step, length
 
     def reset(self) -> None:
         """Forget every row (``rb.empty()``)."""

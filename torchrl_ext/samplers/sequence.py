@@ -9,12 +9,15 @@ from tensordict.utils import NestedKey
 
 from torchrl_ext.core import windows
 from torchrl_ext.core.episodes import EpisodeIndex
+from torchrl_ext.core.kernels.sequences import ring_runs
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, check_batch_size, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 from torchrl_ext.sample_index import RowReads, SampleIndex
 
 __all__ = ["SequenceSampler", "draw_episodes", "draw_windows"]
+
+_ROW_READS = RowReads()  # an immutable value: one for every sample
 
 
 def draw_windows(
@@ -186,6 +189,8 @@ class SequenceSampler(UniformTransitionSampler):
         self.pad = bool(pad)
         self.mask_key = as_key(mask_key)
         self.init_key = as_key(init_key)
+        # the info entry: a plain string where the key is one (the buffer sets those unchecked)
+        self._init_entry: NestedKey = self.init_key[0] if len(self.init_key) == 1 else self.init_key
         if (
             isinstance(max_rounds, bool)
             or not isinstance(max_rounds, (int, np.integer))
@@ -225,21 +230,16 @@ class SequenceSampler(UniformTransitionSampler):
             tau, stream, _, width = draw_windows(
                 index, batch_size, length, self.pad, generator, self.max_rounds
             )
-        offsets = np.arange(length)
-        if (width == length).all():  # no padding: consecutive rows of each stream
-            slot = tau % index.stream_capacity
-            rows_np = (stream * index.stream_capacity + slot)[:, None] + offsets
-            rows_np[slot[:, None] + offsets >= index.stream_capacity] -= index.stream_capacity
-        else:  # padding repeats a sequence's last real step
-            taus = tau[:, None] + np.minimum(offsets, width[:, None] - 1)
-            rows_np = index.physical_rows(taus, stream[:, None])
+        # [B, L] rows: each sequence's consecutive rows of its stream, padding repeating its last step
+        rows_np = np.empty((batch_size, length), dtype=np.int64)
+        ring_runs(index.physical_rows(tau, stream), width, index.stream_capacity, rows_np)
         # read through the same plug point as every window (RowReads: plain rows)
-        rows = SampleIndex.wrap(torch.from_numpy(rows_np), RowReads())
-        is_init = np.zeros((len(tau), length, 1), dtype=bool)
+        rows = SampleIndex.wrap(torch.from_numpy(rows_np), _ROW_READS)
+        is_init = np.zeros((batch_size, length, 1), dtype=bool)
         is_init[:, 0] = True
-        info: dict[Any, torch.Tensor] = {self.init_key: torch.from_numpy(is_init)}
+        info: dict[Any, torch.Tensor] = {self._init_entry: torch.from_numpy(is_init)}
         if self.pad or self.sequence_length is None:
-            info[self.mask_key] = torch.from_numpy(offsets < width[:, None])
+            info[self.mask_key] = torch.from_numpy(np.arange(length) < width[:, None])
         return rows, info
 
     def __repr__(self) -> str:

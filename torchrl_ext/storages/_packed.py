@@ -319,14 +319,41 @@ class PackedRows:
         Row ``j + 1`` of a sequence is the next row of row ``j`` (the caller
         checks), so one gather reads every observation once: step ``j``'s
         observation is row ``j`` and its next observation row ``j + 1``.
+        A sequence's rows are one run of memory (see :meth:`_runs`).
         Entries are strided views of the gathered block (no copy).
         """
         B, L1 = rows.shape
-        (at,) = self._on_device(rows.reshape(-1))
-        block = gather_rows(self._rows, at).view(B, L1, self.row_bytes)
+        block = self._runs(rows).view(B, L1, self.row_bytes)
         return self._sequence_layout(
             [block[:, :-1], block[:, 1:, : self._obs_bytes]], torch.Size([B, L1 - 1]), self.device
         )
+
+    def _runs(self, rows: torch.Tensor) -> torch.Tensor:
+        """``[B, L1 * row bytes]``: the bytes of each run of ``L1`` consecutive ``rows`` (``[B, L1]``).
+
+        A run that stays inside its stream's ring is ``L1`` adjacent rows of
+        the buffer, read as one item of an overlapping view (one copy of
+        ``L1 * row bytes`` per run, not one per row); a run that wraps at the
+        ring's end, at most one start in ``stream_capacity / L1``, is read
+        again, row by row.
+        """
+        B, L1 = rows.shape
+        host = rows.numpy()
+        first = host[:, 0]
+        wraps = host[:, -1] != first + (L1 - 1)  # [B] the run crosses its ring's end
+        W, n = self.row_bytes, self._rows.shape[0]
+        runs = self._rows.as_strided((n - L1 + 1, L1 * W), (W, 1))  # item i: rows i .. i + L1 - 1
+        if not wraps.any():
+            (at,) = self._on_device(rows[:, 0])
+            return gather_rows(runs, at)
+        wrapped = torch.from_numpy(host[wraps])
+        at, wrapped, where = self._on_device(
+            torch.from_numpy(np.where(wraps, 0, first)), wrapped.reshape(-1),
+            beside=(torch.from_numpy(wraps),),
+        )
+        block = gather_rows(runs, at)
+        block[where] = gather_rows(self._rows, wrapped).view(-1, L1 * W)
+        return block
 
     def gather_windows(
         self,
