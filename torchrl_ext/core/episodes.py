@@ -30,7 +30,7 @@ from tensordict import TensorDict
 
 from torchrl_ext.core.checks import EMPTY_BUFFER, EmptyBufferError, check_count
 from torchrl_ext.core.kernels.rows import keep_transitions, window_lengths
-from torchrl_ext.core.kernels.sequences import candidate_steps
+from torchrl_ext.core.kernels.sequences import candidate_steps, episode_runs
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.streams import StreamOwnership
 from torchrl_ext.core.views import NumpyViews
@@ -410,6 +410,28 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
                         v["row_episode"], v["episode_start_flat"], v["episode_length_flat"],
                         slot, step, length)
         return slot, step, length
+
+    def window_rows(self, slot: np.ndarray, step: np.ndarray, real: np.ndarray, width: int) -> np.ndarray:
+        """``[B, width]`` physical rows of windows; padding repeats each window's last real step.
+
+        Window ``i`` holds ``real[i]`` steps from step ``step[i]`` of the
+        episode at table ``slot[i]`` (:meth:`episode_slot`), as
+        :func:`~torchrl_ext.core.draw_windows` draws them: consecutive rows
+        of its stream, across the ring's seam.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=4)
+            >>> index.plan(np.array([0]), np.array([[True, False]]), None).commit()
+            >>> index.plan(np.array([0]), np.array([[False, False]]), None).commit()
+            >>> slot = index.episode_slot(np.array([0, 0]), np.array([1, 1]))  # steps at tau 2, 3, 4
+            >>> index.window_rows(slot, np.array([1, 0]), np.array([2, 3]), 3).tolist()  # tau 4: row 0
+            [[3, 0, 0], [2, 3, 0]]
+        """
+        out = np.empty((len(slot), width), dtype=np.int64)
+        episode_runs(slot, step, real, self.episode_capacity, self.stream_capacity,
+                     self._np["episode_start_flat"], out)
+        return out
 
     def reset(self) -> None:
         """Forget every row (``rb.empty()``)."""

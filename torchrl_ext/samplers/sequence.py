@@ -9,7 +9,6 @@ from tensordict.utils import NestedKey
 
 from torchrl_ext.core import windows
 from torchrl_ext.core.episodes import EpisodeIndex
-from torchrl_ext.core.kernels.sequences import ring_runs
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, check_batch_size, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
@@ -95,6 +94,14 @@ def draw_episodes(
         >>> length.tolist()  # only the complete episode
         [2, 2, 2, 2]
     """
+    stream, start, length = index.episode_at(_draw_episode_slots(index, count, generator)[0])
+    return start, stream, length
+
+
+def _draw_episode_slots(
+    index: EpisodeIndex, count: int, generator: torch.Generator | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`draw_episodes` as ``(table slot, length)`` of each episode."""
     first, per_stream = index.complete_episodes()
     ends = per_stream.cumsum()
     if ends[-1] == 0:
@@ -104,9 +111,8 @@ def draw_episodes(
         )
     u = torch.randint(int(ends[-1]), (count,), generator=generator).numpy()
     s = np.searchsorted(ends, u, side="right")
-    episode = first[s] + u - (ends[s] - per_stream[s])
-    _, start, length = index.episode_at(index.episode_slot(s, episode))
-    return start, s, length
+    slot = index.episode_slot(s, first[s] + u - (ends[s] - per_stream[s]))
+    return slot, index.episode_at(slot)[2]
 
 
 class SequenceSampler(UniformTransitionSampler):
@@ -223,16 +229,15 @@ class SequenceSampler(UniformTransitionSampler):
             raise ValueError(f"cannot sample: batch_size={batch_size}, expected >= 1 sequences.")
         generator = self._generator()
         if self.sequence_length is None:
-            tau, stream, width = draw_episodes(index, batch_size, generator)
-            length = int(width.max())
+            slot, width = _draw_episode_slots(index, batch_size, generator)
+            step, length = np.zeros_like(slot), int(width.max())
         else:
             length = self.sequence_length
-            tau, stream, _, width = draw_windows(
+            slot, step, width = windows.draw_windows(
                 index, batch_size, length, self.pad, generator, self.max_rounds
             )
         # [B, L] rows: each sequence's consecutive rows of its stream, padding repeating its last step
-        rows_np = np.empty((batch_size, length), dtype=np.int64)
-        ring_runs(index.physical_rows(tau, stream), width, index.stream_capacity, rows_np)
+        rows_np = index.window_rows(slot, step, width, length)
         # read through the same plug point as every window (RowReads: plain rows)
         rows = SampleIndex.wrap(torch.from_numpy(rows_np), _ROW_READS)
         is_init = np.zeros((batch_size, length, 1), dtype=bool)

@@ -14,7 +14,7 @@ import numpy as np
 from torchrl_ext.core.kernels import jit
 
 __all__ = [
-    "candidate_steps", "keep_windows", "ring_runs", "sequence_span", "table_runs", "valid_start",
+    "candidate_steps", "episode_runs", "keep_windows", "sequence_span", "table_runs", "valid_start",
     "valid_starts",
 ]
 
@@ -111,26 +111,33 @@ def candidate_steps(
 
 
 @jit
-def ring_runs(start: np.ndarray, real: np.ndarray, C: int, out: np.ndarray) -> None:
-    """``out[i, j]``: the ``min(j, real[i] - 1)``-th successor of row ``start[i]`` in its ring.
+def episode_runs(
+    slot: np.ndarray, step: np.ndarray, real: np.ndarray, E: int, C: int,
+    episode_start: np.ndarray, out: np.ndarray,
+) -> None:
+    """The rows of windows of an episode index: ``out[i, j]`` holds step ``step[i] + min(j, real[i] - 1)``.
 
-    Each row of ``out`` is a run of consecutive rows of one stream ring from
-    ``start[i]``, whose columns past ``real[i]`` repeat its last real row (the
-    padding of a short sequence).
+    Window ``i`` starts at step ``step[i]`` of the episode at table slot
+    ``slot[i]``: stream ``slot // E``, logical time ``episode_start[slot] +
+    step``, so its rows are a run of consecutive rows of that stream's ring
+    (wrapping from its last slot to its first); columns past ``real[i]``
+    repeat the window's last real step (the padding of a short sequence).
 
     Examples:
         >>> out = np.empty((2, 3), np.int64)
-        >>> ring_runs(np.array([2, 5]), np.array([3, 2]), 4, out); out.tolist()  # row 2's run wraps
-        [[2, 3, 0], [5, 6, 6]]
+        >>> # 2 streams of 4 rows, 3 episode slots each; stream 1's episode at slot 4 starts at tau 5
+        >>> episode_start = np.array([0, 0, 0, 0, 5, 0])
+        >>> episode_runs(np.array([0, 4]), np.array([2, 1]), np.array([3, 2]), 3, 4, episode_start, out)
+        >>> out.tolist()  # stream 0: tau 2, 3, 4 (slot 0 again); stream 1: tau 6, 7, padded
+        [[2, 3, 0], [6, 7, 7]]
     """
     W = out.shape[1]
-    for i in range(start.shape[0]):
-        r = start[i]
-        base = r - r % C
-        slot = r - base
+    for i in range(slot.shape[0]):
+        base = slot[i] // E * C
+        first = (episode_start[slot[i]] + step[i]) % C
         last = real[i] - 1
         for j in range(W):
-            s = slot + min(j, last)
+            s = first + min(j, last)
             if s >= C:
                 s -= C
             out[i, j] = base + s
