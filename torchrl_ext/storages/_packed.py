@@ -118,12 +118,10 @@ class PackedRows:
     def _bind_layouts(self) -> None:
         """The :class:`~torchrl_ext.storages._columns.Layout` of each kind of read."""
         W, S, lo = self.row_bytes, self.row_bytes - self._step_lo, self._step_lo
-        obs_next = [(1, ("next", *c.key), c, c.lo) for c in self.obs]
         row = [(0, c.key, c, c.lo) for c in self.obs + self.step]
-        # a transition: its row, then its successor's observation span, in one block
-        self._pair_layout = Layout(row + [(0, k, c, W + at) for _, k, c, at in obs_next], [W + self._obs_bytes])
-        # sequences: rows [:, :-1] and the next rows' observation spans [:, 1:]
-        self._sequence_layout = Layout(row + obs_next, [W, self._obs_bytes])
+        obs_next = [(0, ("next", *c.key), c, W + c.lo) for c in self.obs]
+        # a transition (or a step of a sequence): its row, then its successor's observation span
+        self._pair_layout = Layout(row + obs_next, [W + self._obs_bytes])
         self._obs_layout = Layout([(0, c.key, c, c.lo) for c in self.obs], [self._obs_bytes])
         self._step_layout = Layout([(0, c.key, c, c.lo - lo) for c in self.step], [S])
 
@@ -323,10 +321,12 @@ class PackedRows:
         Entries are strided views of the gathered block (no copy).
         """
         B, L1 = rows.shape
-        block = self._runs(rows).view(B, L1, self.row_bytes)
-        return self._sequence_layout(
-            [block[:, :-1], block[:, 1:, : self._obs_bytes]], torch.Size([B, L1 - 1]), self.device
-        )
+        W = self.row_bytes
+        block = self._runs(rows)  # [B, L1 * W]
+        # step j of a sequence: its row, then the next row's observation span, read as one
+        # transition of a pair read (overlapping views, no copy)
+        pairs = block.as_strided((B, L1 - 1, W + self._obs_bytes), (L1 * W, W, 1), block.storage_offset())
+        return self._pair_layout([pairs], torch.Size([B, L1 - 1]), self.device)
 
     def _runs(self, rows: torch.Tensor) -> torch.Tensor:
         """``[B, L1 * row bytes]``: the bytes of each run of ``L1`` consecutive ``rows`` (``[B, L1]``).
@@ -437,7 +437,7 @@ class PackedRows:
         state = dict(self.__dict__)
         for name in ("_rows", "_obs_span", "_step_span", "_obs_words", "_step_words", "_words",
                      "_host_words", "_pair_view",
-                     "_pair_layout", "_sequence_layout", "_obs_layout", "_step_layout"):
+                     "_pair_layout", "_obs_layout", "_step_layout"):
             state.pop(name)
         return state
 
