@@ -20,6 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyMemmapStorage
 
 from torchrl_ext.core.kernels.rows import any_ring_end
+from torchrl_ext.core.kernels.sequences import wrapped_runs
 from torchrl_ext.core.schema import RowSchema, put_leaf
 from torchrl_ext.storages._columns import ALIGN, Column, Layout, place, tensordict_of
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
@@ -339,16 +340,15 @@ class PackedRows:
         """
         B, L1 = rows.shape
         host = rows.numpy()
-        first = host[:, 0]
-        wraps = host[:, -1] != first + (L1 - 1)  # [B] the run crosses its ring's end
+        wraps = np.empty(B, dtype=bool)  # the run crosses its ring's end
         W, n = self.row_bytes, self._rows.shape[0]
         runs = self._rows.as_strided((n - L1 + 1, L1 * W), (W, 1))  # item i: rows i .. i + L1 - 1
-        if not wraps.any():
+        if not wrapped_runs(host, wraps):
             (at,) = self._on_device(rows[:, 0])
             return gather_rows(runs, at)
         wrapped = torch.from_numpy(host[wraps])
         at, wrapped, where = self._on_device(
-            torch.from_numpy(np.where(wraps, 0, first)), wrapped.reshape(-1),
+            torch.from_numpy(np.where(wraps, 0, host[:, 0])), wrapped.reshape(-1),
             beside=(torch.from_numpy(wraps),),
         )
         block = gather_rows(runs, at)

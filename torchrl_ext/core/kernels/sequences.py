@@ -15,7 +15,7 @@ from torchrl_ext.core.kernels import jit
 
 __all__ = [
     "candidate_steps", "episode_runs", "keep_windows", "sequence_span", "table_runs", "valid_start",
-    "valid_starts",
+    "valid_starts", "wrapped_runs",
 ]
 
 
@@ -172,6 +172,26 @@ def sequence_span(rows: np.ndarray, C: int, out: np.ndarray) -> bool:
             if r - base == C:
                 r = base
     return True
+
+
+@jit
+def wrapped_runs(rows: np.ndarray, wraps: np.ndarray) -> int:
+    """``wraps[i]``: run ``rows[i]`` (consecutive rows of one ring) crosses its ring's end; returns how many do.
+
+    A run that stays inside its ring is ``rows[i, 0] + j`` at column ``j``;
+    one that wraps is not, at its last column.
+
+    Examples:
+        >>> wraps = np.empty(2, bool)
+        >>> wrapped_runs(np.array([[2, 3, 0], [5, 6, 7]]), wraps), wraps.tolist()  # a ring of 4 rows
+        (1, [True, False])
+    """
+    last = rows.shape[1] - 1
+    count = 0
+    for i in range(rows.shape[0]):
+        wraps[i] = rows[i, last] != rows[i, 0] + last
+        count += wraps[i]
+    return count
 
 
 @jit
