@@ -405,7 +405,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         """
         rows = self.draw_rows(count, generator)
         v = self._np
-        slot, step, length = (np.empty(count, dtype=np.int64) for _ in range(3))
+        slot, step, length = np.empty((3, count), dtype=np.int64)
         candidate_steps(rows, self.stream_capacity, self.episode_capacity, v["written"],
                         v["row_episode"], v["episode_start_flat"], v["episode_length_flat"],
                         slot, step, length)

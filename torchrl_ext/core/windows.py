@@ -143,9 +143,7 @@ def draw_windows(
         ...
         ValueError: cannot sample sequences of 4 steps: no stored episode has that many live steps (longest: 3); wait for longer episodes or lower sequence_length, or pad shorter episodes (pad=True).
     """
-    key = np.empty(count, dtype=np.int64)
-    step = np.empty(count, dtype=np.int64)
-    real = np.empty(count, dtype=np.int64)
+    key, step, real = np.empty((3, count), dtype=np.int64)
     filled = 0
     for draws in RejectionRounds(max_rounds):
         e, k, n = source.window_candidates(draws(count - filled), generator)

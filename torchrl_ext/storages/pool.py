@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from torchrl_ext.core.kernels.sequences import table_runs
+from torchrl_ext.core.kernels.sequences import pool_steps, table_runs
 from torchrl_ext.core.schema import put_leaf
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.windows import draw_windows
@@ -328,8 +328,9 @@ class EpisodePool(NumpyViews):
             none = np.full(count, -1, dtype=np.int64)
             return none, none, none
         r = torch.randint(high, (count,), generator=generator).numpy()
-        s = v["row_slot"][r]
-        return s, v["row_step"][r], v["length"][np.maximum(s, 0)]
+        slot, step, length = np.empty((3, count), dtype=np.int64)
+        pool_steps(r, v["row_slot"], v["row_step"], v["length"], slot, step, length)
+        return slot, step, length
 
     def live_episodes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(slot, length, first live step)`` of every stored episode (all steps live).

@@ -14,8 +14,8 @@ import numpy as np
 from torchrl_ext.core.kernels import jit
 
 __all__ = [
-    "candidate_steps", "episode_runs", "keep_windows", "sequence_span", "table_runs", "valid_start",
-    "valid_starts", "wrapped_runs",
+    "candidate_steps", "episode_runs", "keep_windows", "pool_steps", "sequence_span", "table_runs",
+    "valid_start", "valid_starts", "wrapped_runs",
 ]
 
 
@@ -108,6 +108,30 @@ def candidate_steps(
         slot[i] = e
         step[i] = tau - episode_start[e]
         length[i] = episode_length[e]
+
+
+@jit
+def pool_steps(
+    rows: np.ndarray, row_slot: np.ndarray, row_step: np.ndarray, length: np.ndarray,
+    slot: np.ndarray, step: np.ndarray, out_length: np.ndarray,
+) -> None:
+    """The episode facts of rows of an :class:`~torchrl_ext.storages.EpisodePool`: slot, step, length.
+
+    A free row has slot ``-1`` (and length 0).
+
+    Examples:
+        >>> slot, step, length = (np.empty(2, np.int64) for _ in range(3))
+        >>> pool_steps(np.array([1, 2]), np.array([0, 0, -1]), np.array([0, 1, 0]), np.array([2]),
+        ...            slot, step, length)
+        >>> slot.tolist(), step.tolist(), length.tolist()  # row 2 is free
+        ([0, -1], [1, 0], [2, 0])
+    """
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        e = row_slot[r]
+        slot[i] = e
+        step[i] = row_step[r]
+        out_length[i] = length[e] if e >= 0 else 0
 
 
 @jit
