@@ -115,6 +115,11 @@ def _draw_episode_slots(
     return slot, index.episode_at(slot)[2]
 
 
+def _entry(key: tuple[str, ...]) -> NestedKey:
+    """An info entry's key: a one-part key as a plain string (the buffer sets those unchecked)."""
+    return key[0] if len(key) == 1 else key
+
+
 class SequenceSampler(UniformTransitionSampler):
     """Sequences of consecutive transitions inside one episode.
 
@@ -195,8 +200,6 @@ class SequenceSampler(UniformTransitionSampler):
         self.pad = bool(pad)
         self.mask_key = as_key(mask_key)
         self.init_key = as_key(init_key)
-        # the info entry: a plain string where the key is one (the buffer sets those unchecked)
-        self._init_entry: NestedKey = self.init_key[0] if len(self.init_key) == 1 else self.init_key
         if (
             isinstance(max_rounds, bool)
             or not isinstance(max_rounds, (int, np.integer))
@@ -242,9 +245,9 @@ class SequenceSampler(UniformTransitionSampler):
         rows = SampleIndex.wrap(torch.from_numpy(rows_np), _ROW_READS)
         is_init = np.zeros((batch_size, length, 1), dtype=bool)
         is_init[:, 0] = True
-        info: dict[Any, torch.Tensor] = {self._init_entry: torch.from_numpy(is_init)}
+        info: dict[Any, torch.Tensor] = {_entry(self.init_key): torch.from_numpy(is_init)}
         if self.pad or self.sequence_length is None:
-            info[self.mask_key] = torch.from_numpy(np.arange(length) < width[:, None])
+            info[_entry(self.mask_key)] = torch.from_numpy(np.arange(length) < width[:, None])
         return rows, info
 
     def __repr__(self) -> str:
