@@ -14,7 +14,7 @@ modules here are private to the package (no kernel is public API).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, cast
 
 import numba
 
@@ -36,6 +36,6 @@ def jit(function: F) -> F:
         (True, False)
     """
     try:
-        return numba.njit(cache=True, nogil=True)(function)  # type: ignore[no-any-return]
+        return cast(F, numba.njit(cache=True, nogil=True)(function))
     except RuntimeError:  # numba found nowhere to write its cache
-        return numba.njit(nogil=True)(function)  # type: ignore[no-any-return]
+        return cast(F, numba.njit(nogil=True)(function))
