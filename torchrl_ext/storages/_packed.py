@@ -326,7 +326,7 @@ class PackedRows:
         block = self._runs(rows)  # [B, L1 * W]
         # step j of a sequence: its row, then the next row's observation span, read as one
         # transition of a pair read (overlapping views, no copy)
-        pairs = block.as_strided((B, L1 - 1, W + self._obs_bytes), (L1 * W, W, 1), block.storage_offset())
+        pairs = block.as_strided((B, L1 - 1, W + self._obs_bytes), (L1 * W, W, 1))  # from block's offset
         return self._pair_layout([pairs], torch.Size([B, L1 - 1]), self.device)
 
     def _runs(self, rows: torch.Tensor) -> torch.Tensor:
