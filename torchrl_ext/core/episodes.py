@@ -32,6 +32,7 @@ from torchrl_ext.core.checks import EMPTY_BUFFER, EmptyBufferError, check_count
 from torchrl_ext.core.kernels.frames import frame_rows
 from torchrl_ext.core.kernels.goals import goal_rows
 from torchrl_ext.core.kernels.rows import keep_transitions, window_lengths
+from torchrl_ext.core.kernels.sequences import candidate_steps, episode_runs
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.streams import StreamOwnership
 from torchrl_ext.core.views import NumpyViews
@@ -458,9 +459,34 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             (True, {3})
         """
         rows = self.draw_rows(count, generator)
-        tau, stream = self.row_coordinates(rows)
-        slot = self.episode_slot(stream, self._np["row_episode"][rows])
-        return slot, tau - self._np["episode_start_flat"][slot], self._np["episode_length_flat"][slot]
+        v = self._np
+        slot, step, length = np.empty((3, count), dtype=np.int64)
+        candidate_steps(rows, self.stream_capacity, self.episode_capacity, v["written"],
+                        v["row_episode"], v["episode_start_flat"], v["episode_length_flat"],
+                        slot, step, length)
+        return slot, step, length
+
+    def window_rows(self, slot: np.ndarray, step: np.ndarray, real: np.ndarray, width: int) -> np.ndarray:
+        """``[B, width]`` physical rows of windows; padding repeats each window's last real step.
+
+        Window ``i`` holds ``real[i]`` steps from step ``step[i]`` of the
+        episode at table ``slot[i]`` (:meth:`episode_slot`), as
+        :func:`~torchrl_ext.core.draw_windows` draws them: consecutive rows
+        of its stream, across the ring's seam.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=4)
+            >>> index.plan(np.array([0]), np.array([[True, False]]), None).commit()
+            >>> index.plan(np.array([0]), np.array([[False, False]]), None).commit()
+            >>> slot = index.episode_slot(np.array([0, 0]), np.array([1, 1]))  # steps at tau 2, 3, 4
+            >>> index.window_rows(slot, np.array([1, 0]), np.array([2, 3]), 3).tolist()  # tau 4: row 0
+            [[3, 0, 0], [2, 3, 0]]
+        """
+        out = np.empty((len(slot), width), dtype=np.int64)
+        episode_runs(slot, step, real, self.episode_capacity, self.stream_capacity,
+                     self._np["episode_start_flat"], out)
+        return out
 
     def reset(self) -> None:
         """Forget every row (``rb.empty()``)."""
