@@ -108,8 +108,8 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
 
     def _bind(self) -> None:
         super()._bind()
-        # (write token, live-row geometry) of the last draw (see _live_rows)
-        self._live: tuple[int, tuple[int, np.ndarray, np.ndarray]] | None = None
+        # (write cursors, live-row geometry) of the last draw (see _live_rows)
+        self._live: tuple[bytes, tuple[int, np.ndarray, np.ndarray]] | None = None
         self._np["episode_start_flat"] = self._np["episode_start"].reshape(-1)
         self._np["episode_length_flat"] = self._np["episode_length"].reshape(-1)
         self._stream_base = np.arange(self.num_streams) * self.stream_capacity
@@ -331,23 +331,27 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
 
         ``total`` live rows; stream ``s``'s are the draws ``u`` in ``[ends -
         live, ends)[s]``, at physical row ``u + shift[s]`` (``shift`` is
-        empty once every stream is full: ``u`` is the row). They change only
-        with a write, so they are kept for the write token they were read at.
+        empty once every stream is full: ``u`` is the row). They are a function
+        of the streams' write cursors (``written``) alone, so they are kept for
+        the cursors they were computed from: every commit, reset or load moves
+        those, with or without the write token (a plain ``plan().commit()``
+        leaves the token as it is).
 
         Raises:
             EmptyBufferError: the index holds no transition.
         """
-        token = self.read_token()
-        if self._live is not None and self._live[0] == token and not token & 1:
+        cursors = self._np["written"].tobytes()  # [S] int64, one snapshot of the shared cursors
+        if self._live is not None and self._live[0] == cursors:
             return self._live[1]
-        live = np.minimum(self._np["written"], self.stream_capacity)  # [S] live rows
+        written = np.frombuffer(cursors, dtype=np.int64)
+        live = np.minimum(written, self.stream_capacity)  # [S] live rows
         ends = live.cumsum()
         total = int(ends[-1])
         if (total - self.num_streams) // 2 < 1 and not self.num_transitions():
             # (rows - S) / 2 bounds the transitions from below: count only near it
             raise EmptyBufferError(EMPTY_BUFFER)
         shift = _FULL if total == self.num_rows else self._stream_base - ends + live
-        self._live = (token, (total, shift, ends))
+        self._live = (cursors, (total, shift, ends))
         return total, shift, ends
 
     def draw_transitions(

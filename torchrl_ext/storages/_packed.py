@@ -1,9 +1,10 @@
 """Rows packed as bytes: every entry of a row lies in one contiguous run of memory.
 
-A gather is two ``index_select`` calls, one at the sampled rows and one at the
-rows after them (for the next observation), instead of one advanced index per
-entry; a random row costs one or two cache lines instead of one miss per entry.
-Entries are typed views of the gathered bytes (no copy).
+A transition is one ``index_select``: its row's bytes and then its successor's
+observation span (the next observation), read together through an overlapping
+strided view of the rows (see :meth:`PackedRows.gather`), instead of one
+advanced index per entry; a random row costs one or two cache lines instead of
+one miss per entry. Entries are typed views of the gathered bytes (no copy).
 
 A row holds two spans: the observation entries (``obs``, also read at the next
 row) and the step entries (``step``: action, ids and next-only entries such as

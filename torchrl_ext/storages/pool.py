@@ -392,6 +392,11 @@ class EpisodePool(NumpyViews):
     def window_rows(self, slot: np.ndarray, step: np.ndarray, real: np.ndarray, width: int) -> np.ndarray:
         """``[B, width]`` rows of windows; padding repeats each window's last real step.
 
+        Raises:
+            IndexError: a window reaches outside the episode table: ``slot``,
+                ``step`` and ``real`` were read across a write (:meth:`sample`
+                then reads again).
+
         Examples:
             >>> import numpy as np, torch
             >>> from tensordict import TensorDict
@@ -401,7 +406,12 @@ class EpisodePool(NumpyViews):
             [[1, 2, 2]]
         """
         out = np.empty((slot.size, width), dtype=np.int64)
-        table_runs(self._np["table"], self._np["offset"], slot, step, real, out)
+        if not table_runs(self._np["table"], self._np["offset"], slot, step, real, out):
+            # sample() reads without the writers' lock: this read met a write, and reads again
+            raise IndexError(
+                "EpisodePool.window_rows: a window reaches outside the episode table (its "
+                "slot's offset and length were read across a write); read again."
+            )
         return out
 
     def gather(self, rows: np.ndarray) -> TensorDictBase:

@@ -222,23 +222,34 @@ def wrapped_runs(rows: np.ndarray, wraps: np.ndarray) -> int:
 def table_runs(
     table: np.ndarray, offset: np.ndarray, slot: np.ndarray, step: np.ndarray, real: np.ndarray,
     out: np.ndarray,
-) -> None:
+) -> bool:
     """``out[i, j] = table[offset[slot[i]] + step[i] + min(j, real[i] - 1)]``: windows of a pool's episodes.
 
     An :class:`~torchrl_ext.storages.EpisodePool` keeps each episode's rows
     as one run of its ``table``, from ``offset[slot]`` on, in step order;
-    columns past ``real[i]`` repeat the window's last real step.
+    columns past ``real[i]`` repeat the window's last real step. Returns
+    whether every entry read lies in ``table``; if one does not (a read that
+    met a write: a length and an offset of two different episodes), stops
+    there, and ``out`` is unspecified (numba checks no bound: this does).
 
     Examples:
         >>> out = np.empty((2, 3), np.int64)
         >>> table = np.array([7, 8, 9, 4, 5])  # episode 0: rows 7, 8, 9; episode 1: rows 4, 5
         >>> table_runs(table, np.array([0, 3]), np.array([0, 1]), np.array([1, 0]), np.array([2, 2]), out)
+        True
         >>> out.tolist()
         [[8, 9, 9], [4, 5, 5]]
+        >>> table_runs(table, np.array([3]), np.array([0]), np.array([1]), np.array([2]), out[:1])
+        False
     """
     W = out.shape[1]
+    n = table.shape[0]
     for i in range(slot.shape[0]):
         at = offset[slot[i]] + step[i]
         last = real[i] - 1
         for j in range(W):
-            out[i, j] = table[at + min(j, last)]
+            k = at + min(j, last)
+            if k < 0 or k >= n:
+                return False
+            out[i, j] = table[k]
+    return True
