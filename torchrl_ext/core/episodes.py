@@ -267,7 +267,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         """
         return self._np["row_is_step"][rows]
 
-    def window_lengths(self, rows: np.ndarray, n: int, out: np.ndarray | None = None) -> np.ndarray:
+    def window_lengths(self, rows: np.ndarray, n: int) -> np.ndarray:
         """``min(n, steps of its episode from the row on)`` for live transitions ``rows`` (``[B]``).
 
         An episode's steps are consecutive transition rows of its stream,
@@ -275,7 +275,6 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         which is not a transition: a window grows while the next row is one.
         This reads the ``n - 1`` transition flags after each row, next to the
         flag the draw just read, instead of locating the row's episode.
-        ``out`` (``[B]`` int64, any strides), if given, receives the lengths.
 
         Examples:
             >>> import numpy as np
@@ -285,7 +284,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             [3, 2, 1, 1]
         """
         rows = np.ascontiguousarray(rows, dtype=np.int64)
-        length = np.empty(rows.shape, dtype=np.int64) if out is None else out
+        length = np.empty(rows.shape, dtype=np.int64)
         window_lengths(rows.reshape(-1), self._np["row_is_step"], self.stream_capacity, n,
                        length.reshape(-1))
         return length
