@@ -14,7 +14,7 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext._checkpoint import check_saved_components, write_components
 from torchrl_ext.core.checks import check_count
-from torchrl_ext.core.schema import set_unchecked
+from torchrl_ext.core.schema import key_str, set_unchecked
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.refining import drawing_sampler
@@ -376,7 +376,17 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             values = list(move_together(tuple(values), device))
         batch = data.batch_size
         for key, value in zip(info, values):
+            if not isinstance(value, torch.Tensor):  # a custom sampler's: TensorDict converts it
+                data.set(key, value)
+                continue
             if value.ndim < len(batch):
                 value = value.expand(batch)
-            set_unchecked(data, key, value)  # [B, ...] on the batch's device by construction
+            if value.shape[: len(batch)] != batch:  # a transform changed the batch's shape
+                raise ValueError(
+                    f"TransitionReplayBuffer.sample: the sampler's entry {key_str(key)} has shape "
+                    f"{tuple(value.shape)}, which does not fit the batch of shape {tuple(batch)} "
+                    "the transforms returned; a sample-time transform must keep the batch's "
+                    "leading dims (reshape the sample after rb.sample() instead)."
+                )
+            set_unchecked(data, key, value)  # [B, ...] on the batch's device, as just checked
         return (data, info) if return_info else data

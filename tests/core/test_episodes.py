@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from conftest import column, run, steps, transitions_of, workloads
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.core import EpisodeIndex
+from torchrl_ext.core.checks import EmptyBufferError
 
 
 def one_env(obs, nxt, *, terminated=None, truncated=None):
@@ -244,6 +245,22 @@ def test_draw_rows_is_uniform_over_live_transitions_of_unevenly_filled_streams()
     assert set(np.flatnonzero(counts).tolist()) == set(live.tolist())
     expected = rows.size / live.size  # 10,000 each; 5 standard deviations is ~470
     assert np.abs(counts[live] - expected).max() < 5 * np.sqrt(expected)
+
+
+def test_draws_follow_every_commit_and_reset():
+    # plan().commit() is the documented write protocol (the seqlock of begin_write /
+    # end_write is for readers in other processes): a draw after it reaches the new rows
+    index = EpisodeIndex(num_streams=1, stream_capacity=8)
+    generator = torch.Generator().manual_seed(0)
+    index.plan(np.array([0]), np.array([[False, True]]), None).commit()  # rows 0, 1 (+ final 2)
+    assert set(index.draw_rows(200, generator).tolist()) == {0, 1}
+    index.plan(np.array([0]), np.array([[False, False, True]]), None).commit()  # rows 3, 4, 5 (+ 6)
+    assert set(index.draw_rows(200, generator).tolist()) == {0, 1, 3, 4, 5}
+    index.reset()
+    with pytest.raises(EmptyBufferError, match="holds no transition yet"):
+        index.draw_rows(1, generator)
+    index.plan(np.array([0]), np.array([[True]]), None).commit()  # one step, row 0 (+ final 1)
+    assert set(index.draw_rows(50, generator).tolist()) == {0}
 
 
 def test_backdate_refuses_a_stream_without_rows_and_bad_step_counts():

@@ -53,3 +53,17 @@ def test_buffer_needs_a_sequence_stream_loader():
     with pytest.raises(TypeError, match=re.escape(
             "EpisodeReplayBuffer: PlainLoaderDataset.get_loader serves list, expected a SequenceStream.")):
         EpisodeReplayBuffer(PlainLoaderDataset(12), batch_size=2)
+
+
+@pytest.mark.parametrize(("sequence_length", "pad", "chunk_size"), [(3, False, None), (6, True, 2), (None, False, 1)])
+def test_sample_without_workers_serves_the_loader_s_batches(sequence_length, pad, chunk_size):
+    # sample() in this process skips the DataLoader's per-batch machinery: same batches
+    buffers = [EpisodeReplayBuffer(RingBufferDataset(60), batch_size=4, sequence_length=sequence_length,
+                                   chunk_size=chunk_size, pad=pad, seed=7) for _ in range(2)]
+    for rb in buffers:
+        for eid, n in enumerate([5, 2, 8, 4]):
+            rb.dataset.add_episode(episode(eid, n))
+    sampled, loaded = buffers[0], iter(buffers[1].loader)
+    for _ in range(5):
+        a, b = sampled.sample(), next(loaded)
+        assert a.batch_size == b.batch_size and (a == b).all()

@@ -522,3 +522,18 @@ def test_negative_or_out_of_range_slots_are_refused():
         with pytest.raises(KeyError, match=f"slot {slot} holds no episode"):
             pool.episode_rows(slot)
     assert pool.num_free == 2
+
+
+def test_windows_outside_the_episode_table_are_an_index_error():
+    # An unlocked read (a loader worker) that meets a write may pair a slot's length
+    # read before an eviction with its offset read after the slot was reused: the
+    # run it asks for can reach past the table (8 entries here). That is an
+    # IndexError, which sample() takes for a torn read and reads again; never a
+    # read of the memory after the table.
+    pool = EpisodePool(4, SPEC)
+    slot = pool.append(episode([1, 2, 3]))  # table entries 0, 1, 2
+    assert pool.window_rows(np.array([slot]), np.array([1]), np.array([2]), 3).tolist() == [[1, 2, 2]]
+    for step, real in ((6, 3), (0, 0)):  # entries 6..8; a window of no real step
+        with pytest.raises(IndexError, match="EpisodePool.window_rows: a window reaches outside "
+                                             "the episode table"):
+            pool.window_rows(np.array([slot]), np.array([step]), np.array([real]), 3)

@@ -32,6 +32,7 @@ from torchrl_ext.core.checks import EMPTY_BUFFER, EmptyBufferError, check_count
 from torchrl_ext.core.kernels.frames import frame_rows
 from torchrl_ext.core.kernels.goals import goal_rows
 from torchrl_ext.core.kernels.rows import keep_transitions, window_lengths
+from torchrl_ext.core.kernels.sequences import candidate_steps, episode_runs
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.streams import StreamOwnership
 from torchrl_ext.core.views import NumpyViews
@@ -107,8 +108,8 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
 
     def _bind(self) -> None:
         super()._bind()
-        # (write token, live-row geometry) of the last draw (see _live_rows)
-        self._live: tuple[int, tuple[int, np.ndarray, np.ndarray]] | None = None
+        # (write cursors, live-row geometry) of the last draw (see _live_rows)
+        self._live: tuple[bytes, tuple[int, np.ndarray, np.ndarray]] | None = None
         self._np["episode_start_flat"] = self._np["episode_start"].reshape(-1)
         self._np["episode_length_flat"] = self._np["episode_length"].reshape(-1)
         self._stream_base = np.arange(self.num_streams) * self.stream_capacity
@@ -266,7 +267,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         """
         return self._np["row_is_step"][rows]
 
-    def window_lengths(self, rows: np.ndarray, n: int, out: np.ndarray | None = None) -> np.ndarray:
+    def window_lengths(self, rows: np.ndarray, n: int) -> np.ndarray:
         """``min(n, steps of its episode from the row on)`` for live transitions ``rows`` (``[B]``).
 
         An episode's steps are consecutive transition rows of its stream,
@@ -274,7 +275,6 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         which is not a transition: a window grows while the next row is one.
         This reads the ``n - 1`` transition flags after each row, next to the
         flag the draw just read, instead of locating the row's episode.
-        ``out`` (``[B]`` int64, any strides), if given, receives the lengths.
 
         Examples:
             >>> import numpy as np
@@ -284,7 +284,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             [3, 2, 1, 1]
         """
         rows = np.ascontiguousarray(rows, dtype=np.int64)
-        length = np.empty(rows.shape, dtype=np.int64) if out is None else out
+        length = np.empty(rows.shape, dtype=np.int64)
         window_lengths(rows.reshape(-1), self._np["row_is_step"], self.stream_capacity, n,
                        length.reshape(-1))
         return length
@@ -330,23 +330,27 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
 
         ``total`` live rows; stream ``s``'s are the draws ``u`` in ``[ends -
         live, ends)[s]``, at physical row ``u + shift[s]`` (``shift`` is
-        empty once every stream is full: ``u`` is the row). They change only
-        with a write, so they are kept for the write token they were read at.
+        empty once every stream is full: ``u`` is the row). They are a function
+        of the streams' write cursors (``written``) alone, so they are kept for
+        the cursors they were computed from: every commit, reset or load moves
+        those, with or without the write token (a plain ``plan().commit()``
+        leaves the token as it is).
 
         Raises:
             EmptyBufferError: the index holds no transition.
         """
-        token = self.read_token()
-        if self._live is not None and self._live[0] == token and not token & 1:
+        cursors = self._np["written"].tobytes()  # [S] int64, one snapshot of the shared cursors
+        if self._live is not None and self._live[0] == cursors:
             return self._live[1]
-        live = np.minimum(self._np["written"], self.stream_capacity)  # [S] live rows
+        written = np.frombuffer(cursors, dtype=np.int64)
+        live = np.minimum(written, self.stream_capacity)  # [S] live rows
         ends = live.cumsum()
         total = int(ends[-1])
         if (total - self.num_streams) // 2 < 1 and not self.num_transitions():
             # (rows - S) / 2 bounds the transitions from below: count only near it
             raise EmptyBufferError(EMPTY_BUFFER)
         shift = _FULL if total == self.num_rows else self._stream_base - ends + live
-        self._live = (token, (total, shift, ends))
+        self._live = (cursors, (total, shift, ends))
         return total, shift, ends
 
     def draw_transitions(
@@ -458,9 +462,34 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             (True, {3})
         """
         rows = self.draw_rows(count, generator)
-        tau, stream = self.row_coordinates(rows)
-        slot = self.episode_slot(stream, self._np["row_episode"][rows])
-        return slot, tau - self._np["episode_start_flat"][slot], self._np["episode_length_flat"][slot]
+        v = self._np
+        slot, step, length = np.empty((3, count), dtype=np.int64)
+        candidate_steps(rows, self.stream_capacity, self.episode_capacity, v["written"],
+                        v["row_episode"], v["episode_start_flat"], v["episode_length_flat"],
+                        slot, step, length)
+        return slot, step, length
+
+    def window_rows(self, slot: np.ndarray, step: np.ndarray, real: np.ndarray, width: int) -> np.ndarray:
+        """``[B, width]`` physical rows of windows; padding repeats each window's last real step.
+
+        Window ``i`` holds ``real[i]`` steps from step ``step[i]`` of the
+        episode at table ``slot[i]`` (:meth:`episode_slot`), as
+        :func:`~torchrl_ext.core.draw_windows` draws them: consecutive rows
+        of its stream, across the ring's seam.
+
+        Examples:
+            >>> import numpy as np
+            >>> index = EpisodeIndex(num_streams=1, stream_capacity=4)
+            >>> index.plan(np.array([0]), np.array([[True, False]]), None).commit()
+            >>> index.plan(np.array([0]), np.array([[False, False]]), None).commit()
+            >>> slot = index.episode_slot(np.array([0, 0]), np.array([1, 1]))  # steps at tau 2, 3, 4
+            >>> index.window_rows(slot, np.array([1, 0]), np.array([2, 3]), 3).tolist()  # tau 4: row 0
+            [[3, 0, 0], [2, 3, 0]]
+        """
+        out = np.empty((len(slot), width), dtype=np.int64)
+        episode_runs(slot, step, real, self.episode_capacity, self.stream_capacity,
+                     self._np["episode_start_flat"], out)
+        return out
 
     def reset(self) -> None:
         """Forget every row (``rb.empty()``)."""

@@ -6,6 +6,8 @@ from typing import Iterator, Protocol
 import numpy as np
 import torch
 
+from torchrl_ext.core.kernels.sequences import keep_windows, valid_starts
+
 __all__ = ["RejectionRounds", "WindowSource", "draw_windows", "valid_window"]
 
 
@@ -13,16 +15,18 @@ def valid_window(step: np.ndarray, length: np.ndarray, width: int, pad: bool) ->
     """Whether a window of ``width`` steps may start at ``step`` of an episode of ``length``.
 
     Every window inside the episode, the last one included; with ``pad``, also
-    step 0 of an episode shorter than ``width`` (the caller pads it).
+    step 0 of an episode shorter than ``width`` (the caller pads it). The rule
+    is :func:`~torchrl_ext.core.kernels.sequences.valid_start`, which the
+    draws apply too.
 
     Examples:
         >>> import numpy as np
         >>> valid_window(np.arange(4), np.full(4, 4), 3, pad=False).tolist()
         [True, True, False, False]
     """
-    ok = step + width <= length
-    if pad:
-        ok |= (step == 0) & (length < width)
+    step, length = np.broadcast_arrays(np.asarray(step, np.int64), np.asarray(length, np.int64))
+    ok = np.empty(step.shape, dtype=bool)
+    valid_starts(step.ravel(), length.ravel(), width, bool(pad), ok.reshape(-1))
     return ok
 
 
@@ -139,19 +143,19 @@ def draw_windows(
         ...
         ValueError: cannot sample sequences of 4 steps: no stored episode has that many live steps (longest: 3); wait for longer episodes or lower sequence_length, or pad shorter episodes (pad=True).
     """
-    key = np.empty(count, dtype=np.int64)
-    step = np.empty(count, dtype=np.int64)
-    real = np.empty(count, dtype=np.int64)
-    todo = np.arange(count)
+    key, step, real = np.empty((3, count), dtype=np.int64)
+    filled = 0
     for draws in RejectionRounds(max_rounds):
-        e, k, n = source.window_candidates(draws(todo.size), generator)
-        ok = np.flatnonzero((e >= 0) & valid_window(k, n, width, pad))[: todo.size]
-        draws.accepted(ok.size, e.size)
-        done, todo = todo[: ok.size], todo[ok.size :]
-        key[done], step[done], real[done] = e[ok], k[ok], np.minimum(n[ok], width)
-        if not todo.size:
+        e, k, n = source.window_candidates(draws(count - filled), generator)
+        # the valid candidates, in draw order, until the batch is full
+        kept = keep_windows(e, k, n, width, bool(pad), key, step, real, filled)
+        draws.accepted(kept - filled, e.size)
+        filled = kept
+        if filled == count:
             return key, step, real
-    key[todo], step[todo], real[todo] = _exact_windows(source, todo.size, width, pad, generator)
+    key[filled:], step[filled:], real[filled:] = _exact_windows(
+        source, count - filled, width, pad, generator
+    )
     return key, step, real
 
 

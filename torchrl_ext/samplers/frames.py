@@ -66,7 +66,7 @@ class FrameStacks:
     first row and of the row of its next observation, ``steps`` later),
     stacked by :func:`~torchrl_ext.transforms.functional.stack_frames`; the
     others their last frame. Every frame row of the batch is in one
-    ``[*batch, 2, F]`` index, read by one gather of the observation span.
+    ``[2, *batch, F]`` index, read by one gather of the observation span.
 
     Args:
         n_frames (int): ``F``.

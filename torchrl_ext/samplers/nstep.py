@@ -70,7 +70,7 @@ class StepWindows:
     def read(
         self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
     ) -> TensorDictBase:
-        columns = index.numpy()  # [B, 2 or 3]: row, k, goal row
+        columns = np.ascontiguousarray(index.numpy())  # [B, 2 or 3]: row, k, goal row
         rows, steps = columns[:, 0], columns[:, 1]
         B, W = rows.shape[0], int(steps.max())
         hindsight = columns.shape[1] > 2
@@ -85,12 +85,12 @@ class StepWindows:
         # a one-step window's next row is the after row, read already with observations
         window_next_read = hindsight and not (observations and W == 1)
         obs_rows = np.empty(at + (B if hindsight else 0) + (W * B if window_next_read else 0), np.int64)
-        # first and after rows interleaved: each window's two reads lie a few rows apart
-        after = obs_rows[1:at:2] if observations else np.empty(B, np.int64)
+        after = np.empty(B, np.int64)
         window_next = obs_rows[at + B :].reshape(B, W) if window_next_read else np.empty((B, W), np.int64)
         window, mask = _window_rows(storage, columns, W, after, window_next)
-        if observations:
+        if observations:  # first and after rows interleaved: each window's two reads lie a few rows apart
             obs_rows[0:at:2] = rows
+            obs_rows[1:at:2] = after
         relabel = None
         if hindsight:
             goals = columns[:, 2]
@@ -110,7 +110,7 @@ class StepWindows:
         return columns[:, 0].contiguous(), columns[:, 1].contiguous()
 
     def rows_read(self, storage: Any, index: torch.Tensor) -> torch.Tensor:
-        columns = index.numpy()
+        columns = np.ascontiguousarray(index.numpy())
         B, W = columns.shape[0], int(columns[:, 1].max())
         after = np.empty(B, np.int64)
         window, mask = _window_rows(storage, columns, W, after, np.empty((B, W), np.int64))
@@ -199,9 +199,9 @@ class NStepSampler(RefiningSampler):
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         rows, info = self.base.sample(storage, batch_size)
         rows = plain_rows(rows, self).numpy()
-        index = np.empty((rows.shape[0], 2), dtype=np.int64)  # [B, 2] (row, k), built in place
+        index = np.empty((rows.shape[0], 2), dtype=np.int64)  # [B, 2] (row, k)
         index[:, 0] = rows
-        storage_index(storage).window_lengths(rows, self.n, out=index[:, 1])
+        index[:, 1] = storage_index(storage).window_lengths(rows, self.n)
         return SampleIndex.wrap(torch.from_numpy(index), StepWindows()), info
 
     def settings(self) -> dict[str, Any]:

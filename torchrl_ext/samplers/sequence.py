@@ -16,6 +16,8 @@ from torchrl_ext.sample_index import RowReads, SampleIndex
 
 __all__ = ["SequenceSampler", "draw_episodes", "draw_windows"]
 
+_ROW_READS = RowReads()  # an immutable value: one for every sample
+
 
 def draw_windows(
     index: EpisodeIndex,
@@ -92,6 +94,14 @@ def draw_episodes(
         >>> length.tolist()  # only the complete episode
         [2, 2, 2, 2]
     """
+    stream, start, length = index.episode_at(_draw_episode_slots(index, count, generator)[0])
+    return start, stream, length
+
+
+def _draw_episode_slots(
+    index: EpisodeIndex, count: int, generator: torch.Generator | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`draw_episodes` as ``(table slot, length)`` of each episode."""
     first, per_stream = index.complete_episodes()
     ends = per_stream.cumsum()
     if ends[-1] == 0:
@@ -101,9 +111,13 @@ def draw_episodes(
         )
     u = torch.randint(int(ends[-1]), (count,), generator=generator).numpy()
     s = np.searchsorted(ends, u, side="right")
-    episode = first[s] + u - (ends[s] - per_stream[s])
-    _, start, length = index.episode_at(index.episode_slot(s, episode))
-    return start, s, length
+    slot = index.episode_slot(s, first[s] + u - (ends[s] - per_stream[s]))
+    return slot, index.episode_at(slot)[2]
+
+
+def _entry(key: tuple[str, ...]) -> NestedKey:
+    """An info entry's key: a one-part key as a plain string (the buffer sets those unchecked)."""
+    return key[0] if len(key) == 1 else key
 
 
 class SequenceSampler(UniformTransitionSampler):
@@ -218,28 +232,22 @@ class SequenceSampler(UniformTransitionSampler):
             raise ValueError(f"cannot sample: batch_size={batch_size}, expected >= 1 sequences.")
         generator = self._generator()
         if self.sequence_length is None:
-            tau, stream, width = draw_episodes(index, batch_size, generator)
-            length = int(width.max())
+            slot, width = _draw_episode_slots(index, batch_size, generator)
+            step, length = np.zeros_like(slot), int(width.max())
         else:
             length = self.sequence_length
-            tau, stream, _, width = draw_windows(
+            slot, step, width = windows.draw_windows(
                 index, batch_size, length, self.pad, generator, self.max_rounds
             )
-        offsets = np.arange(length)
-        if (width == length).all():  # no padding: consecutive rows of each stream
-            slot = tau % index.stream_capacity
-            rows_np = (stream * index.stream_capacity + slot)[:, None] + offsets
-            rows_np[slot[:, None] + offsets >= index.stream_capacity] -= index.stream_capacity
-        else:  # padding repeats a sequence's last real step
-            taus = tau[:, None] + np.minimum(offsets, width[:, None] - 1)
-            rows_np = index.physical_rows(taus, stream[:, None])
+        # [B, L] rows: each sequence's consecutive rows of its stream, padding repeating its last step
+        rows_np = index.window_rows(slot, step, width, length)
         # read through the same plug point as every window (RowReads: plain rows)
-        rows = SampleIndex.wrap(torch.from_numpy(rows_np), RowReads())
-        is_init = np.zeros((len(tau), length, 1), dtype=bool)
+        rows = SampleIndex.wrap(torch.from_numpy(rows_np), _ROW_READS)
+        is_init = np.zeros((batch_size, length, 1), dtype=bool)
         is_init[:, 0] = True
-        info: dict[Any, torch.Tensor] = {self.init_key: torch.from_numpy(is_init)}
+        info: dict[Any, torch.Tensor] = {_entry(self.init_key): torch.from_numpy(is_init)}
         if self.pad or self.sequence_length is None:
-            info[self.mask_key] = torch.from_numpy(offsets < width[:, None])
+            info[_entry(self.mask_key)] = torch.from_numpy(np.arange(length) < width[:, None])
         return rows, info
 
     def __repr__(self) -> str:

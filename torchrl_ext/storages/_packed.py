@@ -1,9 +1,10 @@
 """Rows packed as bytes: every entry of a row lies in one contiguous run of memory.
 
-A gather is two ``index_select`` calls, one at the sampled rows and one at the
-rows after them (for the next observation), instead of one advanced index per
-entry; a random row costs one or two cache lines instead of one miss per entry.
-Entries are typed views of the gathered bytes (no copy).
+A transition is one ``index_select``: its row's bytes and then its successor's
+observation span (the next observation), read together through an overlapping
+strided view of the rows (see :meth:`PackedRows.gather`), instead of one
+advanced index per entry; a random row costs one or two cache lines instead of
+one miss per entry. Entries are typed views of the gathered bytes (no copy).
 
 A row holds two spans: the observation entries (``obs``, also read at the next
 row) and the step entries (``step``: action, ids and next-only entries such as
@@ -20,6 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import LazyMemmapStorage
 
 from torchrl_ext.core.kernels.rows import any_ring_end
+from torchrl_ext.core.kernels.sequences import wrapped_runs
 from torchrl_ext.core.kernels.writes import put_bytes, same_bytes
 from torchrl_ext.core.schema import RowSchema, put_leaf
 from torchrl_ext.storages._columns import ALIGN, Column, Layout, place, tensordict_of
@@ -129,12 +131,10 @@ class PackedRows:
     def _bind_layouts(self) -> None:
         """The :class:`~torchrl_ext.storages._columns.Layout` of each kind of read."""
         W, S, lo = self.row_bytes, self.row_bytes - self._step_lo, self._step_lo
-        obs_next = [(1, ("next", *c.key), c, c.lo) for c in self.obs]
         row = [(0, c.key, c, c.lo) for c in self.obs + self.step]
-        # a transition: its row, then its successor's observation span, in one block
-        self._pair_layout = Layout(row + [(0, k, c, W + at) for _, k, c, at in obs_next], [W + self._obs_bytes])
-        # sequences: rows [:, :-1] and the next rows' observation spans [:, 1:]
-        self._sequence_layout = Layout(row + obs_next, [W, self._obs_bytes])
+        obs_next = [(0, ("next", *c.key), c, W + c.lo) for c in self.obs]
+        # a transition (or a step of a sequence): its row, then its successor's observation span
+        self._pair_layout = Layout(row + obs_next, [W + self._obs_bytes])
         self._obs_layout = Layout([(0, c.key, c, c.lo) for c in self.obs], [self._obs_bytes])
         self._step_layout = Layout([(0, c.key, c, c.lo - lo) for c in self.step], [S])
         # the next-only entries (reward, done flags...) of a step, under "next"
@@ -358,14 +358,42 @@ class PackedRows:
         Row ``j + 1`` of a sequence is the next row of row ``j`` (the caller
         checks), so one gather reads every observation once: step ``j``'s
         observation is row ``j`` and its next observation row ``j + 1``.
+        A sequence's rows are one run of memory (see :meth:`_runs`).
         Entries are strided views of the gathered block (no copy).
         """
         B, L1 = rows.shape
-        (at,) = self._on_device(rows.reshape(-1))
-        block = gather_rows(self._rows, at).view(B, L1, self.row_bytes)
-        return self._sequence_layout(
-            [block[:, :-1], block[:, 1:, : self._obs_bytes]], torch.Size([B, L1 - 1]), self.device
+        W = self.row_bytes
+        block = self._runs(rows)  # [B, L1 * W]
+        # step j of a sequence: its row, then the next row's observation span, read as one
+        # transition of a pair read (overlapping views, no copy)
+        pairs = block.as_strided((B, L1 - 1, W + self._obs_bytes), (L1 * W, W, 1))  # from block's offset
+        return self._pair_layout([pairs], torch.Size([B, L1 - 1]), self.device)
+
+    def _runs(self, rows: torch.Tensor) -> torch.Tensor:
+        """``[B, L1 * row bytes]``: the bytes of each run of ``L1`` consecutive ``rows`` (``[B, L1]``).
+
+        A run that stays inside its stream's ring is ``L1`` adjacent rows of
+        the buffer, read as one item of an overlapping view (one copy of
+        ``L1 * row bytes`` per run, not one per row); a run that wraps at the
+        ring's end, at most one start in ``stream_capacity / L1``, is read
+        again, row by row.
+        """
+        B, L1 = rows.shape
+        host = rows.numpy()
+        wraps = np.empty(B, dtype=bool)  # the run crosses its ring's end
+        W, n = self.row_bytes, self._rows.shape[0]
+        runs = self._rows.as_strided((n - L1 + 1, L1 * W), (W, 1))  # item i: rows i .. i + L1 - 1
+        if not wrapped_runs(host, wraps):
+            (at,) = self._on_device(rows[:, 0])
+            return gather_rows(runs, at)
+        wrapped = torch.from_numpy(host[wraps])
+        at, wrapped, where = self._on_device(
+            torch.from_numpy(np.where(wraps, 0, host[:, 0])), wrapped.reshape(-1),
+            beside=(torch.from_numpy(wraps),),
         )
+        block = gather_rows(runs, at)
+        block[where] = gather_rows(self._rows, wrapped).view(-1, L1 * W)
+        return block
 
     def gather_one_step_windows(
         self, rows: torch.Tensor, lengths: torch.Tensor, *, observations: bool = True
@@ -488,8 +516,7 @@ class PackedRows:
         state = dict(self.__dict__)
         for name in ("_rows", "_obs_span", "_step_span", "_obs_words", "_step_words", "_words",
                      "_host_rows", "_pair_view",
-                     "_pair_layout", "_sequence_layout", "_obs_layout", "_step_layout",
-                     "_next_only"):
+                     "_pair_layout", "_obs_layout", "_step_layout", "_next_only"):
             state.pop(name)
         return state
 

@@ -12,8 +12,11 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from torchrl_ext.core.kernels.sequences import pool_steps, table_runs
+from torchrl_ext.core.schema import put_leaf
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.windows import draw_windows
+from torchrl_ext.storages._columns import tensordict_of
 from torchrl_ext.storages._memory import reserve
 
 __all__ = ["EpisodePool"]
@@ -123,6 +126,15 @@ class EpisodePool(NumpyViews):
 
     _INDEX = ("row_slot", "row_step", "free", "slot_free", "offset", "length", "table", "counters")
     _VIEWED = (*_INDEX, "version")
+    _PER_PROCESS = ("_np", "_leaves")
+
+    def _bind(self) -> None:
+        super()._bind()
+        # (key, rows, stored as float16) of every entry: what a gather reads
+        self._leaves = [
+            (key if isinstance(key, tuple) else (key,), rows, key in self._halved)
+            for key, rows in self.rows.items(include_nested=True, leaves_only=True)
+        ]
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
@@ -317,8 +329,9 @@ class EpisodePool(NumpyViews):
             none = np.full(count, -1, dtype=np.int64)
             return none, none, none
         r = torch.randint(high, (count,), generator=generator).numpy()
-        s = v["row_slot"][r]
-        return s, v["row_step"][r], v["length"][np.maximum(s, 0)]
+        slot, step, length = np.empty((3, count), dtype=np.int64)
+        pool_steps(r, v["row_slot"], v["row_step"], v["length"], slot, step, length)
+        return slot, step, length
 
     def live_episodes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(slot, length, first live step)`` of every stored episode (all steps live).
@@ -378,20 +391,51 @@ class EpisodePool(NumpyViews):
         return slot, v["length"][slot]
 
     def window_rows(self, slot: np.ndarray, step: np.ndarray, real: np.ndarray, width: int) -> np.ndarray:
-        """``[B, width]`` rows of windows; padding repeats each window's last real step."""
-        offsets = np.minimum(np.arange(width), real[:, None] - 1)
-        return self._np["table"][self._np["offset"][slot][:, None] + step[:, None] + offsets]
+        """``[B, width]`` rows of windows; padding repeats each window's last real step.
+
+        Raises:
+            IndexError: a window reaches outside the episode table: ``slot``,
+                ``step`` and ``real`` were read across a write (:meth:`sample`
+                then reads again).
+
+        Examples:
+            >>> import numpy as np, torch
+            >>> from tensordict import TensorDict
+            >>> pool = EpisodePool(8, TensorDict({"x": torch.zeros(())}, []))
+            >>> slot = pool.append(TensorDict({"x": torch.zeros(3)}, [3]))
+            >>> pool.window_rows(np.array([slot]), np.array([1]), np.array([2]), 3).tolist()
+            [[1, 2, 2]]
+        """
+        out = np.empty((slot.size, width), dtype=np.int64)
+        if not table_runs(self._np["table"], self._np["offset"], slot, step, real, out):
+            # sample() reads without the writers' lock: this read met a write, and reads again
+            raise IndexError(
+                "EpisodePool.window_rows: a window reaches outside the episode table (its "
+                "slot's offset and length were read across a write); read again."
+            )
+        return out
 
     def gather(self, rows: np.ndarray) -> TensorDictBase:
-        """Entries at ``rows`` (any shape), float16-stored entries back in float32."""
-        flat = torch.from_numpy(np.ascontiguousarray(rows).reshape(-1)).to(self.device)
-        shape = rows.shape
-        out = self.rows.apply(
-            lambda x: x.index_select(0, flat).reshape(*shape, *x.shape[1:]), batch_size=list(shape)
-        )
-        for key in self._halved:
-            out.set(key, out.get(key).float())
-        return out
+        """Entries at ``rows`` (any shape), float16-stored entries back in float32.
+
+        Examples:
+            >>> import numpy as np, torch
+            >>> from tensordict import TensorDict
+            >>> pool = EpisodePool(8, TensorDict({"x": torch.zeros(())}, []))
+            >>> slot = pool.append(TensorDict({"x": torch.arange(3.0)}, [3]))
+            >>> pool.gather(np.array([[2, 0]]))["x"].tolist()
+            [[2.0, 0.0]]
+        """
+        return tensordict_of(self._entries(rows), torch.Size(rows.shape), self.rows.device)
+
+    def _entries(self, rows: np.ndarray) -> dict[str, Any]:
+        """The nested dict of every entry at ``rows`` (one gather per entry), shaped as ``rows``."""
+        flat = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)).to(self.device)
+        tree: dict[str, Any] = {}
+        for key, source, halved in self._leaves:
+            value = source.index_select(0, flat).view(*rows.shape, *source.shape[1:])
+            put_leaf(tree, key, value.float() if halved else value)
+        return tree
 
     def sample(
         self,
@@ -430,7 +474,8 @@ class EpisodePool(NumpyViews):
                 else:
                     width = int(sequence_length)
                     slot, step, real = self.draw_windows(count, width, pad, generator, max_rounds)
-                out = self.gather(self.window_rows(slot, step, real, width))
+                rows = self.window_rows(slot, step, real, width)
+                entries = self._entries(rows)
             except (_Torn, IndexError, ValueError, RuntimeError):
                 if int(version[0]) == seen and not seen & 1:
                     raise  # nothing was written meanwhile: a real error
@@ -445,8 +490,8 @@ class EpisodePool(NumpyViews):
             time.sleep(0 if attempt < 100 else 1e-3)
         if sequence_length is None or pad:
             mask = torch.from_numpy(np.arange(width) < real[:, None])
-            out.set(mask_key, mask.to(self.device))
-        return out
+            entries[mask_key] = mask.to(self.device)
+        return tensordict_of(entries, torch.Size(rows.shape), self.rows.device)
 
     # ------------------------------------------------------- state and sharing
     def state_dict(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from torchrl.data import RandomSampler, Storage, TensorStorage
 from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext.core.schema import LeafSpec, RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
+from torchrl_ext.core.kernels.sequences import sequence_span
 from torchrl_ext.sample_index import SampleIndex, reader_of
 from torchrl_ext.storages._packed import PackedRows
 from torchrl_ext.storages.compressed import CompressedRows, check_compress
@@ -270,11 +271,10 @@ class TransitionStorage(TensorStorage):
             index = self.live_transition_rows()
         rows = torch.as_tensor(index, dtype=torch.int64, device="cpu")  # index arithmetic: CPU
         if rows.ndim == 2 and rows.shape[1] > 1:
-            # consecutive rows of one stream (unpadded sequences): one gather
-            r = rows.numpy()
-            if np.array_equal(self.next_rows(r[:, :-1]), r[:, 1:]):
-                after = self.next_rows(r[:, -1:])
-                return self.packed.gather_sequences(torch.from_numpy(np.concatenate([r, after], 1)))
+            # runs of consecutive rows of one stream (unpadded sequences): one gather
+            span = np.empty((rows.shape[0], rows.shape[1] + 1), dtype=np.int64)  # and the rows after
+            if sequence_span(rows.numpy(), self.episode_index.stream_capacity, span):
+                return self.packed.gather_sequences(torch.from_numpy(span))
         flat = rows if rows.ndim == 1 else rows.reshape(-1)
         out = self.packed.gather(flat)
         return out if rows.ndim == 1 else out.reshape(rows.shape)

@@ -74,6 +74,8 @@ def nstep_return(
 
     Returns:
         ``(return, discount)``, both ``[B, 1]`` with the dtype of ``rewards``.
+        For one-step windows (``W = 1``) the return is ``rewards`` itself,
+        reshaped (a view of it, not a copy).
 
     Examples:
         >>> r = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 7.0]])  # 7.0: past the window

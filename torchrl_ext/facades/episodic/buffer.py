@@ -1,12 +1,14 @@
 """``EpisodeReplayBuffer``: steps in, episodes stored, sequences out."""
 from __future__ import annotations
 
+import itertools
 import warnings
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
+from torch.utils.data import DataLoader, IterableDataset
 
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError
@@ -113,7 +115,7 @@ class EpisodeReplayBuffer:
             )
         self._stream = stream
         # restarted after a failure (a worker killed): never a dead iterator
-        self._iterator = RestartingIterator(self.loader.__iter__, "EpisodeReplayBuffer")
+        self._iterator = RestartingIterator(_batches_of(self.loader), "EpisodeReplayBuffer")
         self._num_envs: int | None = None  # 0: single env, fixed by the first call
         self._keys: tuple[str, ...] | None = None
         self._key_set: frozenset[str] = frozenset()  # the same, to compare a step's keys with
@@ -443,8 +445,9 @@ class EpisodeReplayBuffer:
             # (evicted, the long one added since: checked above). Its error ended
             # the loader's iterator; new workers draw from the episodes stored now.
             batch = next(self._iterator)
+        device = batch.get(next(iter(fields))).device  # the pool's: every entry is there
         for key, kind in fields.items():
-            if batch.get(key).device != kind.device:
+            if kind.device != device:
                 batch.set(key, batch.get(key).to(kind.device))
         return batch
 
@@ -531,6 +534,47 @@ class EpisodeReplayBuffer:
             f"{type(self).__name__}(dataset={self.dataset!r}, batch_size={self.batch_size}, "
             f"sequence_length={self.sequence_length})"
         )
+
+
+def _batches_of(loader: DataLoader) -> Callable[[], Iterator[Any]]:
+    """What starts an iteration of ``loader``'s batches, for :class:`RestartingIterator`.
+
+    Without workers or pinning, a DataLoader over an iterable dataset takes
+    ``batch_size`` items from it in this process and collates them; its
+    per-batch machinery (sampler, fetcher, profiling hooks) costs a third of
+    a sample here. Such a loader is iterated as just that: the same items of
+    the same dataset (a :class:`SequenceStream`: its in-process generator),
+    the same ``collate_fn``, a last short batch as the loader's, so the same
+    batches. Any other loader is iterated as it is.
+
+    Examples:
+        >>> import torch
+        >>> from torch.utils.data import DataLoader, IterableDataset
+        >>> class Count(IterableDataset):
+        ...     def __iter__(self):
+        ...         return iter(range(7))
+        >>> loader = DataLoader(Count(), batch_size=3, collate_fn=torch.tensor)
+        >>> [b.tolist() for b in _batches_of(loader)()] == [b.tolist() for b in loader]
+        True
+    """
+    if (
+        loader.num_workers
+        or loader.pin_memory
+        or loader.batch_size is None
+        or not isinstance(loader.dataset, IterableDataset)
+    ):
+        return loader.__iter__
+    size, collate, drop_last = loader.batch_size, loader.collate_fn, loader.drop_last
+
+    def batches() -> Iterator[Any]:
+        items = iter(loader.dataset)
+        while True:
+            batch = list(itertools.islice(items, size))
+            if not batch or (drop_last and len(batch) < size):
+                return
+            yield collate(batch)
+
+    return batches
 
 
 def _warn_if_batched(values: dict[str, torch.Tensor]) -> None:

@@ -46,6 +46,8 @@ def concat_chunks(chunks: list[TensorDictBase], mask_key: str = MASK_KEY) -> Ten
         >>> out.shape, out[MASK_KEY].tolist()
         (torch.Size([2, 3]), [[True, True, False], [True, True, True]])
     """
+    if len(chunks) == 1:  # one chunk a batch (chunk_size = batch_size): the batch itself
+        return chunks[0]
     width = max(chunk.shape[1] for chunk in chunks)
     if any(chunk.shape[1] != width for chunk in chunks):
         chunks = [_pad(chunk, width, mask_key) for chunk in chunks]
