@@ -71,9 +71,10 @@ class IndexWrites:
             ValueError: if a stream would overwrite rows of this same write.
         """
         v = self._np
-        streams = np.asarray(streams, dtype=np.int64)
-        done = np.asarray(done, dtype=bool)
-        ids = _NO_TRAJ if traj is None else np.asarray(traj, dtype=np.int64)
+        # C-contiguous, one dtype each: the kernels' one compiled signature (see core.kernels)
+        streams = np.ascontiguousarray(streams, dtype=np.int64)
+        done = np.ascontiguousarray(done, dtype=bool)
+        ids = _NO_TRAJ if traj is None else np.ascontiguousarray(traj, dtype=np.int64)
         K, T = done.shape
         tau, episode = np.empty((K, T), dtype=np.int64), np.empty((K, T), dtype=np.int64)
         rows, next_rows = np.empty((K, T), dtype=np.int64), np.empty((K, T), dtype=np.int64)

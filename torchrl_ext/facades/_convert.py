@@ -235,7 +235,8 @@ class SpaceInput:
 
     def _check_range(self, array: np.ndarray) -> None:
         lo, hi = self._range
-        if not array.size or not any_outside(array, lo, hi):
+        # (int64, one row: the kernel's one signature; no copy for the usual int64 actions)
+        if not array.size or not any_outside(np.ascontiguousarray(array, np.int64).reshape(-1), lo, hi):
             return
         low, high = _min_max(array)
         if low < lo or high >= hi:

@@ -22,7 +22,7 @@ from torchrl.data import LazyMemmapStorage
 
 from torchrl_ext.core.kernels.rows import any_ring_end
 from torchrl_ext.core.kernels.sequences import wrapped_runs
-from torchrl_ext.core.kernels.writes import put_bytes, same_bytes
+from torchrl_ext.core.kernels.writes import PUT_GROUP, put_bytes
 from torchrl_ext.core.schema import RowSchema, put_leaf
 from torchrl_ext.storages._columns import ALIGN, Column, Layout, place, tensordict_of
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
@@ -32,6 +32,7 @@ __all__ = ["PackedRows", "host_array"]
 _FIRST_ROWS = 1024  # rows per stream first allocated on an accelerator, then doubled
 _NO_START = np.empty(0, dtype=bool)  # a write opening no episode
 _IN_ORDER = np.empty(0, dtype=np.int64)  # a write's steps are its entries' rows, in order
+_NONE = [np.empty((0, 0), dtype=np.uint8)] * PUT_GROUP  # put_bytes' unused sources
 
 
 class PackedRows:
@@ -81,16 +82,11 @@ class PackedRows:
         self._obs_bytes = obs_end  # the observation span, padded to 8 bytes
         step_keys = schema.root_only + tuple(("next", *k) for k in schema.next_only)
         self.step, self.row_bytes = place(step_keys, schema, obs_end)
-        # what a write to host rows copies, by whether a step opens an episode: the
-        # (key, column) of each source, and [byte, target] where it goes (target 0:
-        # the step's row, 1: its next row, 2: its row if it opens an episode)
+        # what a write to host rows copies (put_bytes), by whether a step opens an episode:
+        # per call, (key, column) of each entry and its [byte, target] (0: the step's row,
+        # 1: its next row, 2: its row if it opens an episode)
         copies = [(c.key, c, 0) for c in self.step] + [(("next", *c.key), c, 1) for c in self.obs]
-        at_starts = copies + [(c.key, c, 2) for c in self.obs]
-        self._sources = tuple([(k, c) for k, c, _ in w] for w in (copies, at_starts))
-        self._targets = tuple(
-            np.array([[c.lo, t] for _, c, t in w], dtype=np.int64).reshape(-1, 2) for w in (copies, at_starts)
-        )
-        self._obs_los = np.array([c.lo for c in self.obs], dtype=np.int64)
+        self._copies = (_groups(copies), _groups(copies + [(c.key, c, 2) for c in self.obs]))
         self.device = device
         if backend == "tensor":
             rows = reserve((num_streams * self.allocated, self.row_bytes), torch.uint8, device)
@@ -116,8 +112,10 @@ class PackedRows:
             for span, words in (("obs", self._obs_words), ("step", self._step_words))
             if words is not None
         }
-        # rows in host memory are written through a numpy view of their bytes
-        self._host_rows = self._rows.numpy() if self._rows.device.type == "cpu" else None
+        # rows in host memory are written through numpy views of those words
+        self._host_words: dict[str, np.ndarray] | None = None
+        if self._rows.device.type == "cpu":
+            self._host_words = {span: words.numpy() for span, words in self._words.items()}
         # each row's bytes and then its successor's observation span, in one run:
         # a transition is one gather (see _pairs); overlapping views, no copy
         W, O = self.row_bytes, self._obs_bytes
@@ -195,10 +193,11 @@ class PackedRows:
     ) -> None:
         """Write ``n`` steps.
 
-        Rows in host memory take each entry's bytes where it lies (one
-        compiled pass, :func:`~torchrl_ext.core.kernels.writes.put_bytes`);
-        rows on an accelerator get each span packed there and copied in one
-        ``index_copy_``.
+        Rows in host memory take each entry's bytes where they lie, in one
+        compiled pass (:func:`~torchrl_ext.core.kernels.writes.put_bytes`; a
+        numpy copy per entry costs several times more on the small blocks of
+        a step); rows on an accelerator get each span packed there, by torch,
+        and copied in one ``index_copy_`` (row indices moved there once).
 
         Args:
             leaves: every input entry, flattened to ``[m, *shape]``.
@@ -207,22 +206,25 @@ class PackedRows:
             start: ``[n]`` bool, the step opens an episode; ``None`` if none does.
             host: entries of ``leaves`` already as :func:`host_array` (not made again).
             at: ``[n]`` where each step lies in ``leaves``; ``None``: step ``j``
-                at ``j`` (``m == n``). The steps are read in place, not gathered first.
+                at ``j`` (``m == n``).
         """
         self._fit(rows, next_rows)
-        dst = self._host_rows
-        if dst is None:
+        words = self._host_words
+        if words is None:
             if at is not None:
                 leaves = _select(leaves, at)
             self._write_on_device(leaves, rows, next_rows, start)
             return
-        starts = start is not None
-        # step entries, next observations, then (at episode starts) observations
-        sources = tuple([_host_bytes(key, c, leaves, host) for key, c in self._sources[starts]])
+        dst = words.get("rows")
+        if dst is None:  # the rows' bytes (a view, made at the first write after each bind)
+            dst = words["rows"] = self._rows.numpy()
         if self.allocated != self.stream_capacity:  # a grown buffer (growth on the CPU: tests)
             rows, next_rows = self._slots(rows), self._slots(next_rows)
-        put_bytes(dst, rows, next_rows, _NO_START if start is None else start,
-                  sources, self._targets[starts], _IN_ORDER if at is None else at)
+        opens = _NO_START if start is None else start
+        steps = _IN_ORDER if at is None else at
+        for group, count, columns in self._copies[start is not None]:
+            sources = [_host_bytes(key, c, leaves, host) for key, c in group]
+            put_bytes(dst, rows, next_rows, opens, tuple(sources + _NONE[count:]), count, columns, steps)
 
     def _write_on_device(
         self,
@@ -264,12 +266,6 @@ class PackedRows:
         """
         if not self.obs:
             return np.ones(rows.size, dtype=bool)
-        dst = self._host_rows
-        if dst is not None:
-            same = np.empty(rows.size, dtype=bool)
-            sources = tuple([_host_bytes(c.key, c, leaves, None) for c in self.obs])
-            same_bytes(dst, self._slots(rows), positions, sources, self._obs_los, same)
-            return same
         (at,) = self._on_device(torch.from_numpy(rows))
         stored = gather_rows(self._rows, at)  # [k, row bytes]
         where = torch.from_numpy(positions).to(_leaves_device(leaves))
@@ -515,7 +511,7 @@ class PackedRows:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         for name in ("_rows", "_obs_span", "_step_span", "_obs_words", "_step_words", "_words",
-                     "_host_rows", "_pair_view",
+                     "_host_words", "_pair_view",
                      "_pair_layout", "_obs_layout", "_step_layout", "_next_only"):
             state.pop(name)
         return state
@@ -588,6 +584,19 @@ def _host_bytes(
     if array.ndim != 2:
         array = array.reshape(array.shape[0], column.width)
     return array.view(np.uint8)
+
+
+def _groups(
+    copies: list[tuple[tuple[str, ...], Column, int]],
+) -> list[tuple[list[tuple[tuple[str, ...], Column]], int, np.ndarray]]:
+    """``copies`` (key, column, target) as put_bytes calls: ``(entries, count, [PUT_GROUP, 2] [byte, target])``."""
+    out = []
+    for i in range(0, len(copies), PUT_GROUP):
+        group = copies[i : i + PUT_GROUP]
+        columns = np.zeros((PUT_GROUP, 2), dtype=np.int64)
+        columns[: len(group)] = [[c.lo, target] for _, c, target in group]
+        out.append(([(key, c) for key, c, _ in group], len(group), columns))
+    return out
 
 
 def _select(leaves: dict[tuple[str, ...], torch.Tensor], at: np.ndarray) -> dict[tuple[str, ...], torch.Tensor]:

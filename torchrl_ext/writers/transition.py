@@ -548,10 +548,10 @@ class TransitionWriter(Writer):
     def _done(self, leaves: dict, layout: _Layout, host: dict) -> np.ndarray:
         # the flags come to the host (rows stay where they are), kept in host for
         # the storage's write, and OR-ed in one compiled pass
-        flags = tuple([host.setdefault(key, host_array(leaves[key])) for key in self.done_keys
-                       if key in leaves])  # >= 1 (checked by the first write), [K * T, 1] each
+        flags = [host.setdefault(key, host_array(leaves[key])) for key in self.done_keys
+                 if key in leaves]  # 1 to 3 (the first write checked), [K * T, 1] bool each
         done = np.empty(flags[0].shape[0], dtype=bool)
-        any_set(flags, done)
+        any_set(flags[0], flags[-1], flags[len(flags) // 2], done)  # each flag at least once
         return layout.grid(done)
 
     def _traj(self, leaves: dict, layout: _Layout) -> np.ndarray | None:

@@ -1,4 +1,4 @@
-"""Where a write's steps go, its publication in the episode index, and its bytes.
+"""Where a write's steps go, its publication in the episode index, and the copy of its bytes.
 
 Rows are addressed as in :class:`~torchrl_ext.core.EpisodeIndex`: stream ``s``'s
 ring of ``C`` slots is rows ``s * C .. s * C + C - 1``, and its logical time
@@ -13,40 +13,43 @@ import numpy as np
 from torchrl_ext.core.kernels import jit
 
 __all__ = [
-    "any_outside", "any_set", "commit_steps", "mark_rows", "owned_streams", "plan_steps", "put_bytes",
-    "same_bytes",
+    "PUT_GROUP", "any_outside", "any_set", "commit_steps", "mark_rows", "owned_streams", "plan_steps",
+    "put_bytes",
 ]
+
+PUT_GROUP = 8  # the sources a put_bytes call takes (its one signature: a tuple of 8 arrays)
 
 
 @jit
 def any_outside(values: np.ndarray, lo: int, hi: int) -> bool:
-    """Whether an integer of ``values`` (any shape) lies outside ``[lo, hi)`` (an index range).
+    """Whether an integer of ``values`` (int64 ``[n]``) lies outside ``[lo, hi)`` (an index range).
 
     Examples:
-        >>> bool(any_outside(np.array([[0], [3]]), 0, 4)), bool(any_outside(np.array([4]), 0, 4))
+        >>> bool(any_outside(np.array([0, 3]), 0, 4)), bool(any_outside(np.array([4]), 0, 4))
         (False, True)
     """
-    for v in values.flat:
+    for v in values:
         if v < lo or v >= hi:
             return True
     return False
 
 
 @jit
-def any_set(flags: tuple, out: np.ndarray) -> None:
-    """``out[j]``: some flag of step ``j`` is set (``flags``: bool arrays ``[n, 1]``, one per done entry).
+def any_set(first: np.ndarray, second: np.ndarray, third: np.ndarray, out: np.ndarray) -> None:
+    """``out[j]``: step ``j``'s flag is set in ``first``, ``second`` or ``third`` (bool ``[n, 1]`` each).
+
+    A write's done entries (done, terminated, truncated); where fewer are
+    held, the caller gives one of them twice.
 
     Examples:
         >>> out = np.empty(3, bool)
-        >>> any_set((np.array([[True], [False], [False]]), np.array([[False], [False], [True]])), out)
+        >>> done, trunc = np.array([[True], [False], [False]]), np.array([[False], [False], [True]])
+        >>> any_set(done, trunc, trunc, out)
         >>> out.tolist()
         [True, False, True]
     """
-    out[:] = False
-    for flag in flags:
-        for j in range(out.shape[0]):
-            if flag[j, 0]:
-                out[j] = True
+    for j in range(out.shape[0]):
+        out[j] = first[j, 0] or second[j, 0] or third[j, 0]
 
 
 @jit
@@ -227,105 +230,56 @@ def commit_steps(
 @jit
 def put_bytes(
     dst: np.ndarray, rows: np.ndarray, next_rows: np.ndarray, start: np.ndarray,
-    sources: tuple, columns: np.ndarray, at: np.ndarray,
+    sources: tuple, count: int, columns: np.ndarray, at: np.ndarray,
 ) -> None:
-    """Copy each step's entries into the bytes of its rows.
+    """Copy the bytes of a write's entries into its rows: the first ``count`` of ``sources``.
 
-    Step ``j``'s entries are row ``at[j]`` of every source (``at`` empty:
-    row ``j``). Source ``i`` (``[m, width]`` bytes) goes to bytes
-    ``columns[i, 0]`` on of the ``dst`` rows (``[rows, row bytes]``) given by
-    ``columns[i, 1]``: ``0`` each step's row, ``1`` its next row, ``2`` its
-    row if the step opens an episode (``start``), else nowhere. Copied 8, 4
-    or 2 bytes at a time where the entry's bytes and place allow.
+    Index arithmetic and a byte copy, no math on the values (host memory
+    only; rows on an accelerator are written by torch). Step ``j``'s bytes
+    are row ``at[j]`` of every source (``at`` empty: row ``j``). Source
+    ``i`` (uint8 ``[m, width]``) goes to bytes ``columns[i, 0]`` on of the
+    ``dst`` rows (uint8 ``[rows, row bytes]``) given by ``columns[i, 1]``:
+    ``0`` each step's row, ``1`` its next row, ``2`` its row where the step
+    opens an episode (``start``). Copied 8, 4 or 2 bytes at a time where the
+    entry's width and place allow. ``sources`` always holds 8 arrays (the
+    rest: any), so the kernel has one compiled signature; a write with more
+    entries calls it again.
 
     Examples:
-        >>> dst = np.zeros((4, 3), np.uint8)
+        >>> dst, none = np.zeros((4, 3), np.uint8), np.empty((0, 0), np.uint8)
         >>> obs, reward = np.array([[7], [8]], np.uint8), np.array([[1], [2]], np.uint8)
-        >>> columns = np.array([[0, 2], [0, 1], [2, 0]])  # obs at starts, next obs, reward
+        >>> columns = np.array([[0, 2], [0, 1], [2, 0]] + [[0, 0]] * 5)  # obs at starts, next obs, reward
         >>> put_bytes(dst, np.array([0, 1]), np.array([1, 2]), np.array([True, False]),
-        ...           (obs, obs + 10, reward), columns, np.empty(0, np.int64))
+        ...           (obs, obs + 10, reward) + (none,) * 5, 3, columns, np.empty(0, np.int64))
         >>> dst.tolist()
         [[7, 0, 1], [17, 0, 2], [18, 0, 0], [0, 0, 0]]
-        >>> put_bytes(dst, np.array([3]), np.array([0]), np.empty(0, bool), (obs, reward),
-        ...           np.array([[0, 1], [2, 0]]), np.array([1]))  # step 0 is the sources' row 1
-        >>> dst.tolist()
-        [[8, 0, 1], [17, 0, 2], [18, 0, 0], [0, 0, 2]]
     """
-    for i in range(len(sources)):
+
+    def put(d: np.ndarray, s: np.ndarray, lo: int, into: np.ndarray, only_starts: bool) -> None:
+        # d[into[j], lo:lo + width] = s[at[j]] (s[j] without at), in words of d's dtype
+        gather = at.shape[0] > 0
+        for j in range(into.shape[0]):
+            if only_starts and not start[j]:
+                continue
+            row = into[j]
+            p = at[j] if gather else j
+            for b in range(s.shape[1]):
+                d[row, lo + b] = s[p, b]
+
+    for i in range(count):
         src = sources[i]
         lo = columns[i, 0]
-        target = columns[i, 1]
-        into = next_rows if target == 1 else rows
-        only_starts = target == 2
+        into = next_rows if columns[i, 1] == 1 else rows
+        only_starts = columns[i, 1] == 2
         # the widest unit dividing the entry's width, its place and the row
         unit = 8
         while src.shape[1] % unit or lo % unit or dst.shape[1] % unit:
             unit //= 2
         if unit == 8:
-            _put_rows(dst.view(np.uint64), src.view(np.uint64), lo // 8, into, start, only_starts, at)
+            put(dst.view(np.uint64), src.view(np.uint64), lo // 8, into, only_starts)
         elif unit == 4:
-            _put_rows(dst.view(np.uint32), src.view(np.uint32), lo // 4, into, start, only_starts, at)
+            put(dst.view(np.uint32), src.view(np.uint32), lo // 4, into, only_starts)
         elif unit == 2:
-            _put_rows(dst.view(np.uint16), src.view(np.uint16), lo // 2, into, start, only_starts, at)
+            put(dst.view(np.uint16), src.view(np.uint16), lo // 2, into, only_starts)
         else:
-            _put_rows(dst, src, lo, into, start, only_starts, at)
-
-
-@jit
-def _put_rows(
-    dst: np.ndarray, src: np.ndarray, lo: int, into: np.ndarray, start: np.ndarray,
-    only_starts: bool, at: np.ndarray,
-) -> None:
-    """``dst[into[j], lo:lo + width] = src[at[j]]`` for each step ``j`` (``at`` empty: ``src[j]``).
-
-    With ``only_starts``, only the steps where ``start[j]``.
-
-    Examples:
-        >>> dst = np.zeros((3, 2), np.uint16)
-        >>> _put_rows(dst, np.array([[5], [6]], np.uint16), 1, np.array([2, 0]), np.empty(0, bool),
-        ...           False, np.empty(0, np.int64))
-        >>> dst.tolist()
-        [[0, 6], [0, 0], [0, 5]]
-    """
-    width = src.shape[1]
-    gather = at.shape[0] > 0
-    for j in range(into.shape[0]):
-        if only_starts and not start[j]:
-            continue
-        row = into[j]
-        p = at[j] if gather else j
-        for b in range(width):
-            dst[row, lo + b] = src[p, b]
-
-
-@jit
-def same_bytes(
-    dst: np.ndarray, rows: np.ndarray, positions: np.ndarray, sources: tuple, los: np.ndarray,
-    out: np.ndarray,
-) -> None:
-    """``out[j]``: row ``rows[j]`` of ``dst`` holds step ``positions[j]`` of every source, bytewise.
-
-    Source ``i`` (``[n, width]`` bytes) is compared with bytes ``los[i]`` on of the row.
-
-    Examples:
-        >>> dst = np.array([[1, 2], [1, 3]], np.uint8)
-        >>> out = np.empty(2, bool)
-        >>> same_bytes(dst, np.array([0, 1]), np.array([0, 0]), (np.array([[1, 2]], np.uint8),),
-        ...            np.array([0]), out)
-        >>> out.tolist()
-        [True, False]
-    """
-    for j in range(rows.shape[0]):
-        row = rows[j]
-        p = positions[j]
-        same = True
-        for i in range(len(sources)):
-            src = sources[i]
-            lo = los[i]
-            for b in range(src.shape[1]):
-                if dst[row, lo + b] != src[p, b]:
-                    same = False
-                    break
-            if not same:
-                break
-        out[j] = same
+            put(dst, src, lo, into, only_starts)
