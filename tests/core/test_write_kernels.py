@@ -68,3 +68,28 @@ def test_time_first_writes_match_env_major_writes(N, T, capacity, with_ids, mask
             assert torch.equal(state_a[key], state_b[key]), key
     assert torch.equal(a.storage.packed.take(torch.arange(N * capacity)).get("rows"),
                        b.storage.packed.take(torch.arange(N * capacity)).get("rows"))
+
+
+def test_each_write_kernel_has_one_compiled_signature():
+    """Every call site gives each kernel C-contiguous arrays of one dtype (see core.kernels):
+    one-step, masked, time-first, chunked and trajectory writes, starts or not."""
+    from torchrl_ext.core.kernels import writes
+
+    rb = make_replay_buffer(12, num_streams=2, seed=0)  # 6-row rings: longer writes go in chunks
+    obs = torch.arange(10.0).view(2, 5, 1)
+    data = steps(obs, obs + 1, terminated=(obs > 6).view(2, 5, 1),
+                 traj_ids=torch.tensor([[0, 0, 1, 1, 1], [5, 5, 5, 5, 5]]))
+    data.set(("collector", "mask"), torch.tensor([[True, True, False, True, True]] * 2))
+    rb.extend(data)
+    time_first = data[:, 3:].transpose(0, 1).contiguous()
+    time_first["collector", "traj_ids"] += 10  # new trajectories: no continuation to check
+    time_first.names = ["time", None]
+    rb.extend(time_first)
+    plain = make_replay_buffer(12, seed=0)
+    for t in range(3):  # one [N] step at a time, an episode ending at the second
+        plain.extend(steps(torch.full((2, 1), float(t)), torch.full((2, 1), t + 1.0),
+                           terminated=torch.full((2, 1), t == 1)))
+    for name in writes.__all__:
+        kernel = getattr(writes, name)
+        if hasattr(kernel, "signatures"):
+            assert len(kernel.signatures) <= 1, (name, kernel.signatures)

@@ -201,7 +201,8 @@ class TransitionStorage(TensorStorage):
         self.packed.write(
             leaves, plan.rows.reshape(-1, order=order), plan.next_rows.reshape(-1, order=order),
             plan.start.reshape(-1, order=order) if plan.opened else None, host,
-            None if positions is None else positions.reshape(-1, order=order),
+            # (a [K, 1] slice of positions flattens to a strided view: the kernels take C order)
+            None if positions is None else np.ascontiguousarray(positions.reshape(-1, order=order)),
         )
         index.commit(plan)
         index.end_write()
