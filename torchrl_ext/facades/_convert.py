@@ -235,8 +235,11 @@ class SpaceInput:
 
     def _check_range(self, array: np.ndarray) -> None:
         lo, hi = self._range
-        # (int64, one row: the kernel's one signature; no copy for the usual int64 actions)
-        if not array.size or not any_outside(np.ascontiguousarray(array, np.int64).reshape(-1), lo, hi):
+        # int64 in one contiguous row: the kernel's one signature (the usual actions as they are)
+        values = array if array.ndim == 1 else array.reshape(-1)
+        if values.dtype != np.int64 or values.strides[0] != 8:
+            values = np.ascontiguousarray(values, np.int64)
+        if not values.size or not any_outside(values, lo, hi):
             return
         low, high = _min_max(array)
         if low < lo or high >= hi:
