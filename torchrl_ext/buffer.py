@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._atomic import atomic_dir, reading
@@ -26,6 +26,20 @@ __all__ = ["TransitionReplayBuffer"]
 _MAX_REDRAWS = 100
 # torchrl >= 0.14 reads a checkpoint's components under its replay lock
 _CAPTURES_UNDER_LOCK = hasattr(TensorDictReplayBuffer, "_capture_prefetch_state")
+
+
+def _sample_time_only(transform: Any) -> bool:
+    """Whether every transform of a buffer's ``Compose`` (or ``None``) acts at sample time only.
+
+    Only those (:class:`~torchrl_ext.transforms.NStepTransform`...) let
+    :meth:`TransitionReplayBuffer.extend` skip TorchRL's inverse transforms.
+    """
+    if transform is None:
+        return True
+    # the Compose's ModuleList, read from nn.Module's _modules (its __getattr__ costs more
+    # than the rest of the check)
+    members = transform._modules["transforms"]._modules
+    return not members or all(getattr(t, "_sample_time_only", False) for t in members.values())
 
 
 class TransitionReplayBuffer(TensorDictReplayBuffer):
@@ -97,12 +111,15 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
                 buffer, and rows written here would never get one.
         """
         self._check_writes_here()
+        priority = self.priority_key
         if (
-            not isinstance(tensordicts, TensorDictBase)
+            type(tensordicts) is not TensorDict and not isinstance(tensordicts, TensorDictBase)
             or not self._lean()
             # a transform with an inverse (write-time) part needs TorchRL's path
-            or not all(getattr(t, "_sample_time_only", False) for t in self._transforms())
-            or self.priority_key in tensordicts.keys(include_nested=True)
+            or not _sample_time_only(self._transform)
+            # a root key is found among the root keys (a fraction of the nested lookup)
+            or priority in (tensordicts.keys() if isinstance(priority, str)
+                            else tensordicts.keys(include_nested=True))
         ):
             return super().extend(tensordicts, update_priority=update_priority)
         with self._replay_lock, self._write_lock:

@@ -71,3 +71,49 @@ def test_continuation_check_option_is_a_bool():
                                         r"expected True or False\."):
         TransitionWriter(check_continuation="no")
     assert TransitionWriter(check_continuation=False).check_continuation is False
+
+
+@pytest.mark.parametrize("capacity", [96, 12])  # 12: 4 rows a stream, the 5 steps go in time chunks
+@pytest.mark.parametrize("with_ids", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_time_first_batch_is_stored_as_its_env_major_transpose(capacity, with_ids, masked):
+    """A [T, N] batch named ("time", None) is read in place (time-major), and stored
+    exactly as the same steps given [N, T]: same rows, episodes and skipped steps,
+    over two writes (the second continues the first's trajectories)."""
+    gen = torch.Generator().manual_seed(0)
+    N, T = 3, 5
+    a, b = (make_replay_buffer(capacity, num_streams=N, seed=0) for _ in range(2))
+    last = torch.randn(N, 2, generator=gen)
+    for _ in range(2):
+        obs = torch.randn(N, T, 2, generator=gen)
+        obs[:, 0] = last  # each env's first step observes its last next observation
+        env_major = steps(obs, obs + 1, terminated=torch.rand(N, T, 1, generator=gen) < 0.3,
+                          traj_ids=torch.arange(N).repeat_interleave(T).view(N, T) if with_ids else None)
+        last = obs[:, -1] + 1
+        if masked:
+            keep = torch.rand(N, T, generator=gen) < 0.8
+            keep[:, -1] = True  # the next write's first step follows on from the last step
+            env_major.set(("collector", "mask"), keep)
+        time_first = env_major.transpose(0, 1).contiguous()
+        time_first.names = ["time", None]
+        assert torch.equal(a.extend(env_major).T, b.extend(time_first))
+    index_a, index_b = a.storage.index.state(), b.storage.index.state()
+    for key in ("written", "episode_count", "row_episode", "row_is_step", "episode_length"):
+        assert torch.equal(index_a[key], index_b[key]), key
+    assert (a.storage[:] == b.storage[:]).all()
+
+
+def test_a_cut_trajectory_of_one_step_episodes_is_written_in_time_chunks():
+    """c steps may need 2c + 1 rows: a new trajectory leaves the running episode's
+    pending row, and each step that ends an episode gives the next one a row of its
+    own. A 2-step write into 4-row rings was refused ("needs up to 5 rows") where
+    the writer splits writes itself; it goes in chunks and keeps the newest rows."""
+    rb = make_replay_buffer(4, num_streams=1, seed=0)
+    rb.extend(steps(torch.zeros(1, 1, 1), torch.ones(1, 1, 1), traj_ids=torch.zeros(1, 1, dtype=torch.int64)))
+    cut = steps(torch.tensor([[[5.0], [7.0]]]), torch.tensor([[[6.0], [8.0]]]),
+                terminated=torch.tensor([[[True], [False]]]), traj_ids=torch.ones(1, 2, dtype=torch.int64))
+    rows = rb.extend(cut)
+    got = rb.storage.get(rows.reshape(-1))
+    assert got["observation"].view(-1).tolist() == [5.0, 7.0]
+    assert got["next", "observation"].view(-1).tolist() == [6.0, 8.0]
+    assert got["next", "terminated"].view(-1).tolist() == [True, False]

@@ -14,28 +14,26 @@ __all__ = ["WritePlan"]
 
 @dataclass(slots=True)
 class WritePlan:
-    """Where the ``[K, T]`` steps of one write go, and the index update to publish.
+    """Where the ``[K, T]`` steps of one write go, and what publishing them changes.
 
-    ``rows``, ``next_rows`` and ``start`` tell the storage where to write; the
-    other fields are the index entries :meth:`EpisodeIndex.commit` writes once
-    the rows are stored.
+    ``rows``, ``next_rows`` and ``start`` tell the storage where to write;
+    :meth:`commit` then publishes the write in the index (episode tables,
+    the rows' episodes and transition flags, the stream cursors), all derived
+    from the fields below.
 
     Attributes:
         index: the index the plan updates.
         streams: ``[K]`` the streams written.
-        rows: ``[K, T]`` physical row of each step (its observation, action and
-            next-only entries).
-        next_rows: ``[K, T]`` physical row of each step's next observation.
+        done: ``[K, T]`` bool, the step ends its episode.
+        traj: ``[K, T]`` trajectory ids (an empty ``[0, 0]`` array: none).
+        tau: ``[K, T]`` logical time of each step's row in its stream.
         start: ``[K, T]`` bool, the step opens an episode (its observation is
             written to ``rows``; otherwise that row already holds it).
         episode: ``[K, T]`` per-stream episode number of each step.
-        start_slots: episode-table slots of the episodes opened, and
-        start_tau: their first ``tau``.
-        length_slots: episode-table slots whose length changes, and
-        lengths: their new lengths.
-        written: ``[K]`` new write cursor of each stream.
-        is_open: ``[K]`` the stream's last episode still runs.
-        traj: ``[K]`` trajectory id of each stream's last step, or ``None``.
+        rows: ``[K, T]`` physical row of each step (its observation, action and
+            next-only entries).
+        next_rows: ``[K, T]`` physical row of each step's next observation.
+        opened: the number of episodes the write opens (steps set in ``start``).
 
     Examples:
         >>> import numpy as np
@@ -51,17 +49,14 @@ class WritePlan:
 
     index: IndexWrites
     streams: np.ndarray
-    rows: np.ndarray
-    next_rows: np.ndarray
+    done: np.ndarray
+    traj: np.ndarray
+    tau: np.ndarray
     start: np.ndarray
     episode: np.ndarray
-    start_slots: np.ndarray
-    start_tau: np.ndarray
-    length_slots: np.ndarray
-    lengths: np.ndarray
-    written: np.ndarray
-    is_open: np.ndarray
-    traj: np.ndarray | None
+    rows: np.ndarray
+    next_rows: np.ndarray
+    opened: int
 
     def commit(self) -> None:
         """Publish the write in the index (after the rows are stored)."""

@@ -80,12 +80,14 @@ def unchecked_tensordict(
     leaves: Mapping[tuple[str, ...], torch.Tensor],
     batch_size: torch.Size,
     device: torch.device | None = None,
+    names: list[str | None] | None = None,
 ) -> TensorDict:
     """A TensorDict of ``leaves`` (tuple keys), with no check of their shapes or devices.
 
     For entries whose leading dims are ``batch_size`` and which are on
     ``device`` by construction (a gather's views, a write's checked inputs):
-    TensorDict's own checks would cost more than building them.
+    TensorDict's own checks would cost more than building them. ``names``:
+    the batch dims' names (the root's).
 
     Examples:
         >>> td = unchecked_tensordict({("next", "reward"): torch.zeros(2, 1)}, torch.Size([2]))
@@ -95,7 +97,7 @@ def unchecked_tensordict(
     tree: dict[str, Any] = {}
     for key, value in leaves.items():
         put_leaf(tree, key, value)
-    return TensorDict._new_unsafe(tree, batch_size=batch_size, device=device)
+    return TensorDict._new_unsafe(tree, batch_size=batch_size, device=device, names=names)
 
 
 def key_str(key: NestedKey) -> str:
@@ -209,25 +211,29 @@ class RowSchema:
             self._expected.clear()
             self._expected[batch] = expected
         for key, value in leaves.items():
-            want = expected.get(key)
-            if want is None:
-                raise EntryKeyError(
-                    f"{where}: unexpected entry {key_str(key)}; the buffer stores "
-                    f"{sorted(map(key_str, self.leaves))}. Remove it or start a new buffer "
-                    "with it from the first write."
-                )
-            if value.shape != want[0]:
-                spec = self.leaves[key]
-                raise ValueError(
-                    f"{where}: {key_str(key)} has shape {tuple(value.shape)}, expected "
-                    f"{batch + tuple(spec.shape)} (batch {batch} + {tuple(spec.shape)} "
-                    "as in the first write)."
-                )
-            if value.dtype != want[1]:
-                raise TypeError(
-                    f"{where}: {key_str(key)} has dtype {value.dtype}, expected "
-                    f"{want[1]} as in the first write."
-                )
+            want = expected.get(key)  # torch's dtypes are singletons: `is` settles them
+            if want is None or value.shape != want[0] or value.dtype is not want[1]:
+                self._refuse(key, value, batch, where)
         if len(leaves) != len(self.leaves):
             missing = sorted(key_str(k) for k in self.leaves if k not in leaves)
             raise EntryKeyError(f"{where}: missing entries {missing} (stored in every row).")
+
+    def _refuse(self, key: tuple[str, ...], value: torch.Tensor, batch: tuple[int, ...], where: str) -> None:
+        """The error for entry ``key`` of a write, which :meth:`validate` found not to match."""
+        spec = self.leaves.get(key)
+        if spec is None:
+            raise EntryKeyError(
+                f"{where}: unexpected entry {key_str(key)}; the buffer stores "
+                f"{sorted(map(key_str, self.leaves))}. Remove it or start a new buffer "
+                "with it from the first write."
+            )
+        if value.shape != batch + tuple(spec.shape):
+            raise ValueError(
+                f"{where}: {key_str(key)} has shape {tuple(value.shape)}, expected "
+                f"{batch + tuple(spec.shape)} (batch {batch} + {tuple(spec.shape)} "
+                "as in the first write)."
+            )
+        raise TypeError(
+            f"{where}: {key_str(key)} has dtype {value.dtype}, expected "
+            f"{spec.dtype} as in the first write."
+        )

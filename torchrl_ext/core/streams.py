@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from torchrl_ext.core.kernels.writes import owned_streams
+
 __all__ = ["StreamOwnership"]
 
 
@@ -38,7 +40,9 @@ class StreamOwnership:
             >>> index.claim_streams(7, 2).tolist(), index.owned_streams(7).tolist()
             ([0, 1], [0, 1])
         """
-        return np.flatnonzero(self._np["stream_writer"] == writer)
+        owners = self._np["stream_writer"]
+        out = np.empty(owners.shape[0], dtype=np.int64)
+        return out[: owned_streams(owners, writer, out)]
 
     def claim_streams(self, writer: int, count: int) -> np.ndarray | None:
         """Give ``count`` free streams to ``writer`` (the lowest ids); ``None`` if too few are free.

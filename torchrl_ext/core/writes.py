@@ -11,21 +11,24 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from torchrl_ext.core.kernels.writes import commit_steps, mark_rows, plan_steps
 from torchrl_ext.core.plan import WritePlan
 
 __all__ = ["IndexWrites"]
+
+_NO_TRAJ = np.empty((0, 0), dtype=np.int64)  # a write without trajectory ids
 
 
 class IndexWrites:
     """Plan, publish and version the writes of an episode index (a mixin of ``EpisodeIndex``).
 
     Expects the index's numpy views in ``self._np`` (see
-    :class:`~torchrl_ext.core.views.NumpyViews`), its ring sizes and
-    :meth:`~torchrl_ext.core.episodes.EpisodeIndex.episode_slot`.
+    :class:`~torchrl_ext.core.views.NumpyViews`) and its ring sizes. The
+    index arithmetic is compiled (:mod:`torchrl_ext.core.kernels.writes`).
 
     Examples:
         >>> import numpy as np
@@ -41,10 +44,6 @@ class IndexWrites:
     stream_capacity: int
     episode_capacity: int
 
-    if TYPE_CHECKING:  # EpisodeIndex's, for type checkers
-
-        def episode_slot(self, stream: np.ndarray, episode: np.ndarray) -> np.ndarray: ...
-
     # ------------------------------------------------------------------ writes
     def plan(
         self,
@@ -56,6 +55,8 @@ class IndexWrites:
 
         The caller stores the rows, then calls ``plan.commit()`` to publish them,
         so readers in other processes never see an index entry before its row.
+        One compiled pass (:func:`~torchrl_ext.core.kernels.writes.plan_steps`),
+        whatever ``K`` and ``T``.
 
         Args:
             streams (np.ndarray): ``[K]`` distinct stream ids.
@@ -70,92 +71,23 @@ class IndexWrites:
             ValueError: if a stream would overwrite rows of this same write.
         """
         v = self._np
+        # C-contiguous, one dtype each: the kernels' one compiled signature (see core.kernels)
+        streams = np.ascontiguousarray(streams, dtype=np.int64)
+        done = np.ascontiguousarray(done, dtype=bool)
+        ids = _NO_TRAJ if traj is None else np.ascontiguousarray(traj, dtype=np.int64)
         K, T = done.shape
-        if T == 1:
-            return self._plan_one_step(streams, done[:, 0], None if traj is None else traj[:, 0])
-        was_open = v["is_open"][streams]  # [K]
+        tau, episode = np.empty((K, T), dtype=np.int64), np.empty((K, T), dtype=np.int64)
+        rows, next_rows = np.empty((K, T), dtype=np.int64), np.empty((K, T), dtype=np.int64)
         start = np.empty((K, T), dtype=bool)
-        start[:, 0] = ~was_open
-        start[:, 1:] = done[:, :-1]
-        if traj is not None:
-            start[:, 0] |= traj[:, 0] != v["stream_traj"][streams]
-            start[:, 1:] |= traj[:, 1:] != traj[:, :-1]
-        # A start that follows a step written before it leaves that step's
-        # observation row (final or pending) in place and opens on the next row.
-        skip = start.copy()
-        skip[:, 0] &= was_open
-        base = v["written"][streams] - was_open  # [K]
-        tau = base[:, None] + np.arange(T) + skip.cumsum(1)  # [K, T]
-        used = tau[:, -1] + 2 - base
-        if (used > self.stream_capacity).any():
+        used, opened = plan_steps(streams, done, ids, v["written"], v["is_open"], v["episode_count"],
+                          v["stream_traj"], self.stream_capacity, tau, start, episode, rows, next_rows)
+        if used > self.stream_capacity:
             raise ValueError(
-                f"a write of {T} steps needs up to {int(used.max())} rows in one stream, "
+                f"a write of {T} steps needs up to {used} rows in one stream, "
                 f"but each stream holds {self.stream_capacity} rows; write smaller "
                 "chunks or raise the storage max_size."
             )
-        episode = (v["episode_count"][streams] - 1)[:, None] + start.cumsum(1)
-        # the last step of each episode in this write sets its length
-        last = np.ones((K, T), dtype=bool)
-        last[:, :-1] = start[:, 1:]
-        # episode slots and first tau, at the (few) starts and last steps only
-        start_slots = self.episode_slot(streams[np.nonzero(start)[0]], episode[start])
-        length_slots = self.episode_slot(streams[np.nonzero(last)[0]], episode[last])
-        # first tau of each last step's episode: opened in this write, or already known
-        opened = np.maximum.accumulate(np.where(start, tau, -1), axis=1)[last]
-        first = np.where(opened >= 0, opened, v["episode_start_flat"][length_slots])
-        base_rows = (streams * self.stream_capacity)[:, None]  # [K, 1] row 0 of each ring
-        return WritePlan(
-            index=self,
-            streams=streams,
-            rows=base_rows + tau % self.stream_capacity,
-            next_rows=base_rows + (tau + 1) % self.stream_capacity,
-            start=start,
-            episode=episode,
-            start_slots=start_slots,
-            start_tau=tau[start],
-            length_slots=length_slots,
-            lengths=tau[last] - first + 1,
-            written=tau[:, -1] + 2,
-            is_open=~done[:, -1],
-            traj=None if traj is None else traj[:, -1],
-        )
-
-    def _plan_one_step(
-        self, streams: np.ndarray, done: np.ndarray, traj: np.ndarray | None
-    ) -> WritePlan:
-        # plan() for T == 1 (a vector-env step), with [K] arrays: the hot path
-        # (each numpy op here is a sizeable part of a step's write).
-        v = self._np
-        was_open = v["is_open"][streams]
-        start = ~was_open
-        if traj is not None:
-            start |= traj != v["stream_traj"][streams]
-            # open stream: the step goes to the pending row (written - 1), unless a new
-            # trajectory starts, which leaves that row as the old episode's last.
-            tau = v["written"][streams] - (was_open & ~start)
-        else:
-            tau = v["written"][streams] - was_open
-        episode = v["episode_count"][streams] - 1 + start
-        slot = streams * self.episode_capacity + episode % self.episode_capacity
-        # an opened episode has length 1; a continued one runs from its start
-        lengths = np.where(start, 1, tau + 1 - v["episode_start_flat"][slot])
-        base = streams * self.stream_capacity
-        rows = base + tau % self.stream_capacity
-        return WritePlan(
-            index=self,
-            streams=streams,
-            rows=rows[:, None],
-            next_rows=(base + (tau + 1) % self.stream_capacity)[:, None],
-            start=start[:, None],
-            episode=episode[:, None],
-            start_slots=slot[start],
-            start_tau=tau[start],
-            length_slots=slot,
-            lengths=lengths,
-            written=tau + 2,
-            is_open=~done,
-            traj=traj,
-        )
+        return WritePlan(self, streams, done, ids, tau, start, episode, rows, next_rows, opened)
 
     # ------------------------------------------------ readers in other processes
     # A reader in another process (a DataLoader worker) draws and gathers
@@ -195,14 +127,12 @@ class IndexWrites:
 
         See :meth:`read_token` for an example.
         """
-        seq = self._np["write_seq"]
-        seq[0] += 1
         # the rows whose bytes a reader may read change: the next rows, and the
         # first rows of new episodes; a row continuing an episode keeps its
         # observation (it is the previous step's next observation) and gets its
         # step entries, which no reader reads before the commit makes it a step
-        self._np["row_version"][plan.rows[plan.start]] = seq[0]
-        self._np["row_version"][plan.next_rows] = seq[0]
+        v = self._np
+        mark_rows(v["write_seq"], v["row_version"], plan.rows, plan.next_rows, plan.start)
 
     @contextlib.contextmanager
     def rewriting(self) -> Iterator[None]:
@@ -247,16 +177,8 @@ class IndexWrites:
         they are live until this commit, see the storage's notes.)
         """
         v = self._np
-        v["episode_start_flat"][plan.start_slots] = plan.start_tau
-        v["episode_length_flat"][plan.length_slots] = plan.lengths
-        v["row_episode"][plan.rows] = plan.episode
-        v["row_episode"][plan.next_rows] = plan.episode
-        # next rows first: a step's next row is the following step's row when
-        # the episode continues, and then it is a transition
-        v["row_is_step"][plan.next_rows] = False
-        v["row_is_step"][plan.rows] = True
-        v["episode_count"][plan.streams] = plan.episode[:, -1] + 1
-        if plan.traj is not None:
-            v["stream_traj"][plan.streams] = plan.traj
-        v["is_open"][plan.streams] = plan.is_open
-        v["written"][plan.streams] = plan.written
+        commit_steps(plan.streams, plan.done, plan.traj, plan.tau, plan.start, plan.episode,
+                     plan.rows, plan.next_rows, self.episode_capacity,
+                     v["episode_start_flat"], v["episode_length_flat"], v["row_episode"],
+                     v["row_is_step"], v["episode_count"], v["stream_traj"], v["is_open"],
+                     v["written"])

@@ -547,8 +547,15 @@ class GymVectorAdapter:
         return ResolvedSteps(entries, unseen, kept, error)
 
     @staticmethod
-    def to_tensordict(entries: dict[tuple[str, ...], np.ndarray], batch_size: list[int]) -> TensorDict:
-        """A TensorDict of ``batch_size`` from :meth:`resolve`'s entries."""
+    def to_tensordict(
+        entries: dict[tuple[str, ...], np.ndarray], batch_size: list[int], *, time_first: bool = False
+    ) -> TensorDict:
+        """A TensorDict of ``batch_size`` from :meth:`resolve`'s entries.
+
+        ``time_first``: the entries are ``[T, num_envs, ...]``, and the batch's
+        first dim is named ``"time"`` (the writer then reads the steps in place,
+        see :class:`~torchrl_ext.writers.TransitionWriter`).
+        """
         # unchecked: every entry's leading dims were checked against the batch
         # by whoever built them (this adapter, the facades), and the writer
         # checks each full shape again; TensorDict's own checks cost more than
@@ -556,4 +563,5 @@ class GymVectorAdapter:
         return unchecked_tensordict(
             {key: torch.from_numpy(np.ascontiguousarray(value)) for key, value in entries.items()},
             torch.Size(batch_size),
+            names=["time", None] if time_first else None,
         )

@@ -34,7 +34,7 @@ _COLUMN_KEYS = ((_REWARD, REWARD, None), (_TERMINATED, TERMINATED, np.dtype(bool
 
 
 class StepBatcher:
-    """Hold vector-env steps in ``[num_envs, chunk, ...]`` slabs and write them ``chunk`` at a time.
+    """Hold vector-env steps in ``[chunk, num_envs, ...]`` slabs and write them ``chunk`` at a time.
 
     A buffer write costs about as much for one step as for a chunk of them,
     and so does most of the adapter's work (the autoreset rules, the
@@ -89,10 +89,10 @@ class StepBatcher:
         self.held_max = self.chunk  #: steps held before a write: chunk, fewer for large steps
         self._inputs = dict(zip((_OBS, _ACTION, _NEXT), inputs))
         self._held = 0
-        # [num_envs, chunk, ...] by TorchRL key, in GymVectorAdapter.convert's order, then
+        # [chunk, num_envs, ...] by TorchRL key, in GymVectorAdapter.convert's order, then
         # the extra entries; reused chunk after chunk (each write copies them into the storage).
-        # Env-major, the writer's layout: time-major slabs copy a step in one block but
-        # cost a transposing copy per write, more than they save (measured)
+        # Time-major: a step is copied into one block of each slab, and the writer reads
+        # time-first batches in place (no transposing copy)
         self._slabs: dict[tuple[str, ...], np.ndarray] = {}
         self._specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] = {}
         # way 1: per input array (position, shape, dtype, its slab's view at each held step),
@@ -124,9 +124,11 @@ class StepBatcher:
                 (tuple(extra) if extra else ()) != self._extra_keys):
             return False
         i = self._held
+        ndarray = np.ndarray
         for pos, shape, dtype, views, check in arrays:
             value = step[pos]
-            if type(value) is not np.ndarray or value.shape != shape or (
+            # numpy's builtin dtypes are singletons: ``is`` settles the usual case
+            if type(value) is not ndarray or value.shape != shape or (
                     value.dtype is not dtype and value.dtype != dtype):
                 return False
             if check is not None:
@@ -138,18 +140,19 @@ class StepBatcher:
                 return False
             for name, shape, dtype, views, check in entries:
                 item = value.get(name)
-                if type(item) is not np.ndarray or item.shape != shape or (
+                if type(item) is not ndarray or item.shape != shape or (
                         item.dtype is not dtype and item.dtype != dtype):
                     return False
                 if check is not None:
                     check(item)
                 views[i][...] = item
         legacy = False
+        column_shape = self._column_shape
         for pos, dtype, views in self._columns:
             value = step[pos]
             # rewards of any dtype: cast as GymVectorAdapter.convert's astype casts them;
             # flags other than bool arrays go through convert's 0 / 1 check
-            if type(value) is not np.ndarray or value.shape != self._column_shape or (
+            if type(value) is not ndarray or value.shape != column_shape or (
                     dtype is not None and value.dtype is not dtype):
                 if value is not None or pos != _TRUNCATED or not self._legacy:
                     return False
@@ -157,7 +160,7 @@ class StepBatcher:
             views[i][...] = value  # cast as astype does (float32 rewards)
         if extra:
             for key, value in extra.items():
-                self._slabs[key][:, i] = value  # the facade builds them in the held specs
+                self._slabs[key][i] = value  # the facade builds them in the held specs
         if legacy or self._final_obs or step[_INFOS]:
             self._finish(i, step[_INFOS], legacy)
         return True
@@ -178,14 +181,14 @@ class StepBatcher:
             return False
         i = self._held
         for key, value in raw.items():
-            self._slabs[key][:, i] = value
+            self._slabs[key][i] = value
         self._finish(i, args[_INFOS], legacy=False)
         return True
 
     def _finish(self, i: int, infos: Any, legacy: bool) -> None:
         """Held step ``i``'s episode ends: LEGACY truncation, final observations, mode checks."""
         slabs = self._slabs
-        term, trunc = slabs[TERMINATED][:, i], slabs[TRUNCATED][:, i]
+        term, trunc = slabs[TERMINATED][i], slabs[TRUNCATED][i]
         if legacy:  # ``terminated`` held the dones (the infos are checked at every step)
             truncated = self.adapter.legacy_truncation(infos, term)
             trunc[...] = truncated
@@ -193,7 +196,7 @@ class StepBatcher:
         if not (np.count_nonzero(term) or np.count_nonzero(trunc)):  # cheaper than any() on a step
             return
         done = term | trunc
-        self.adapter.finish_step({k: v[:, i] for k, v in slabs.items()}, infos, done, owned=True)
+        self.adapter.finish_step({k: v[i] for k, v in slabs.items()}, infos, done, owned=True)
 
     def _write_now(
         self, step: tuple, args: list, extra: dict | None, raw: dict[tuple[str, ...], np.ndarray]
@@ -218,7 +221,7 @@ class StepBatcher:
         step_bytes = sum(v.nbytes for v in raw.values())
         self.held_max = max(1, min(self.chunk, SLAB_BYTES // max(1, step_bytes)))
         self._specs = {k: (v.shape, v.dtype) for k, v in raw.items()}
-        self._slabs = {k: np.empty((n, self.held_max, *v.shape[1:]), v.dtype) for k, v in raw.items()}
+        self._slabs = {k: np.empty((self.held_max, n, *v.shape[1:]), v.dtype) for k, v in raw.items()}
         self._extra_keys = tuple(extra) if extra else ()
         self._columns = [(pos, dtype, _steps(self._slabs[key])) for pos, key, dtype in _COLUMN_KEYS]
         arrays, dicts = [], []
@@ -271,7 +274,8 @@ class StepBatcher:
         if not held:
             return
         self._held = 0
-        resolved = self.adapter.resolve_steps({k: v[:, :held] for k, v in self._slabs.items()})
+        # the adapter reads [num_envs, T] views; the writer takes the time-major steps as they lie
+        resolved = self.adapter.resolve_steps({k: v[:held].swapaxes(0, 1) for k, v in self._slabs.items()})
         kept, unseen = resolved.kept, resolved.unseen
         # runs of steps between unseen resets: [0, c1), [c1, c2), ..., [ck, kept)
         cuts = np.flatnonzero(unseen[:, :kept].any(0)).tolist()
@@ -280,8 +284,9 @@ class StepBatcher:
             if unseen[:, lo].any():  # those envs' running episodes end before step lo
                 self.rb.writer.end_episodes(unseen[:, lo])
             if hi > lo:
-                steps = {k: v[:, lo:hi] for k, v in resolved.entries.items()}
-                self.rb.extend(self.adapter.to_tensordict(steps, [self.adapter.num_envs, hi - lo]))
+                steps = {k: v[:, lo:hi].swapaxes(0, 1) for k, v in resolved.entries.items()}
+                self.rb.extend(self.adapter.to_tensordict(
+                    steps, [hi - lo, self.adapter.num_envs], time_first=True))
         if resolved.error is not None:
             self.rb.writer.end_episodes(np.ones(self.adapter.num_envs, dtype=bool))
             raise ValueError(
@@ -299,7 +304,7 @@ class StepBatcher:
 
 def _steps(slab: np.ndarray) -> list[np.ndarray]:
     """The slab's view at each held step: ``[num_envs, ...]`` (made once, reused each chunk)."""
-    return [slab[:, i] for i in range(slab.shape[1])]
+    return [slab[i] for i in range(slab.shape[0])]
 
 
 class HeldStepsFacade:

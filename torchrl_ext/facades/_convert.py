@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from torchrl_ext.core.kernels.writes import any_outside
 from torchrl_ext.core.schema import EntryKeyError
 
 __all__ = ["BATCH_ENTRIES", "SpaceInput", "check_rows_per_env", "space_error", "step_inputs", "to_numpy"]
@@ -130,6 +131,10 @@ class SpaceInput:
         if self.discrete:
             self.shapes.append((num_envs, 1))
         self.integral = self.dtype is not None and self.dtype.kind in "iub"
+        # a Discrete space's values, start .. start + n - 1 (as Python ints, read once)
+        self._range = (0, 0)
+        if isinstance(space, gym.spaces.Discrete):
+            self._range = (int(space.start), int(space.start) + int(space.n))
         # the values an integer dtype holds: casts of others would wrap around
         self.bounds = (0, 1) if self.dtype == np.bool_ else (
             (int(np.iinfo(self.dtype).min), int(np.iinfo(self.dtype).max)) if self.integral else None)
@@ -229,15 +234,18 @@ class SpaceInput:
             )
 
     def _check_range(self, array: np.ndarray) -> None:
-        space: Any = self.space  # a Discrete space
-        lo, hi = int(space.start), int(space.start) + int(space.n)
-        if not array.size:
+        lo, hi = self._range
+        # int64 in one contiguous row: the kernel's one signature (the usual actions as they are)
+        values = array if array.ndim == 1 else array.reshape(-1)
+        if values.dtype != np.int64 or values.strides[0] != 8:
+            values = np.ascontiguousarray(values, np.int64)
+        if not values.size or not any_outside(values, lo, hi):
             return
         low, high = _min_max(array)
         if low < lo or high >= hi:
             raise ValueError(
                 f"{self.owner}: {self.name} holds values in [{int(low)}, "
-                f"{int(high)}], outside {space} (values {lo} .. {hi - 1})."
+                f"{int(high)}], outside {self.space} (values {lo} .. {hi - 1})."
             )
 
 

@@ -117,7 +117,8 @@ class PytorchrlSteps:
         # staged in one pass
         self._layout: tuple[tuple[str, tuple[int, ...], np.dtype, list[np.ndarray]], ...] | None = None
         self.warned = False
-        # staging blocks [N, chunk, ...] by stored key (env-major: the writer's layout)
+        # staging blocks [chunk, N, ...] by stored key: time-major, a step is one block per
+        # entry, and the writer reads the time-first batch in place
         self._stage: dict[tuple[str, ...], np.ndarray] = {}
         # step i's boundary is left to the autoreset rule (a bytearray: a cheaper item write than numpy's)
         self._derived = bytearray(chunk)
@@ -196,13 +197,13 @@ class PytorchrlSteps:
             views[i][...] = value
         stage = self._stage
         if self.num_actions is not None:
-            self._check_actions(stage[STORED[ACT]][:, i], where)
+            self._check_actions(stage[STORED[ACT]][i], where)
         if self.mode is AutoresetMode.SAME_STEP:
-            boundary = stage[BOUNDARY_KEY][:, i, 0]
+            boundary = stage[BOUNDARY_KEY][i, :, 0]
             boundary[:] = False
-            done = stage[STORED[DONE2]][:, i, 0] != 0
+            done = stage[STORED[DONE2]][i, :, 0] != 0
             if done.any():
-                staged = {k: v[:, i] for k, v in stage.items()}  # views: final observations go in place
+                staged = {k: v[i] for k, v in stage.items()}  # views: final observations go in place
                 boundary[:] = self._final_observations(sample, staged, done, where, in_place=True)
         else:
             self._derived[i] = 1
@@ -212,7 +213,7 @@ class PytorchrlSteps:
     def _allocate(self, sample: Any, leaves: dict[tuple[str, ...], np.ndarray], present: set[str]) -> None:
         """The staging blocks, and the fast layout when every entry of the first step was one array."""
         n, chunk = self.num_envs, self.chunk
-        self._stage = {k: np.empty((n, chunk, *v.shape[1:]), v.dtype) for k, v in leaves.items()}
+        self._stage = {k: np.empty((chunk, n, *v.shape[1:]), v.dtype) for k, v in leaves.items()}
         if BOUNDARY in present or not all(
             isinstance(sample[name], (np.ndarray, torch.Tensor)) for name in present
         ):
@@ -226,9 +227,9 @@ class PytorchrlSteps:
     def _step_views(self, name: str, shape: tuple[int, ...]) -> list[np.ndarray]:
         """Views of ``name``'s staging block, one per step, each of the given ``shape``."""
         block = self._stage[STORED[name]]
-        if len(shape) == 1 and STORED[name] in _FLAGS:  # a flag given as [N]: staged [N, chunk, 1]
+        if len(shape) == 1 and STORED[name] in _FLAGS:  # a flag given as [N]: staged [chunk, N, 1]
             block = block[..., 0]
-        return [block[:, i] for i in range(self.chunk)]
+        return [block[i] for i in range(self.chunk)]
 
     def __getstate__(self) -> dict[str, Any]:
         # a copy (deepcopy, pickle) does not keep views as views: the layout's
@@ -442,7 +443,7 @@ class PytorchrlSteps:
             self._allocate(sample, leaves, self._present(sample, ""))
         i = self.staged
         for key, value in leaves.items():
-            self._stage[key][:, i] = value
+            self._stage[key][i] = value
         self._derived[i] = 0
         self.staged = i + 1
         return self.staged == self.chunk
@@ -472,7 +473,7 @@ class PytorchrlSteps:
     def take(self) -> dict[tuple[str, ...], np.ndarray]:
         """The staged steps ``[N, T, ...]`` (views, valid until the next :meth:`stage`)."""
         T, self.staged = self.staged, 0
-        leaves = {k: v[:, :T] for k, v in self._stage.items()}
+        leaves = {k: v[:T].swapaxes(0, 1) for k, v in self._stage.items()}
         derived = np.frombuffer(self._derived, bool, T)
         if self.mode is not AutoresetMode.SAME_STEP and derived.any():
             boundary = leaves[BOUNDARY_KEY]
@@ -484,7 +485,10 @@ class PytorchrlSteps:
 
     # ------------------------------------------------------------------ batch
     def batch(self, leaves: dict[tuple[str, ...], np.ndarray]) -> TensorDict:
-        """``[N, T, ...]`` steps as the writer's ``[N, T]`` TorchRL TensorDict.
+        """``[N, T, ...]`` steps as the writer's time-first ``[T, N]`` TorchRL TensorDict.
+
+        The steps' memory is read as it lies: views of time-major blocks (the
+        staged steps, a slice) give the batch without a copy.
 
         Adds ``("next", "done")`` (bool, from ``"NextDone"``), a zero reward when a
         reward function replaces it, and trajectory ids that start a new episode
@@ -515,7 +519,8 @@ class PytorchrlSteps:
         entries[TRAJ_KEY] = traj
         if STORED[REW] not in entries:  # a reward function is known; the writer wants an entry
             entries[STORED[REW]] = np.zeros((n, T, 1), np.float32)
-        return GymVectorAdapter.to_tensordict(entries, [n, T])
+        return GymVectorAdapter.to_tensordict(
+            {k: v.swapaxes(0, 1) for k, v in entries.items()}, [T, n], time_first=True)
 
 
 def declared_autoreset_mode(envs: Any) -> AutoresetMode | str:

@@ -281,11 +281,11 @@ class MBReplayBuffer(ModelBatches):
 
     def _write(self, leaves: dict[tuple[str, ...], np.ndarray], start: int) -> None:
         """Write ``[N, T, ...]`` steps held at time positions ``start, start + 1, ...`` (wrapping)."""
-        rows = self._rb.extend(self._steps.batch(leaves))  # [N, T]
-        T = rows.shape[1]
+        rows = self._rb.extend(self._steps.batch(leaves))  # [T, N]: the batch is time-first
+        T = rows.shape[0]
         keep = min(T, self.max_size)  # more steps than the ring: the newest hold its positions
         positions = (start + np.arange(T - keep, T)) % self.max_size  # distinct: no write lost to order
-        self._rows.numpy()[positions] = rows.numpy()[:, T - keep:].T
+        self._rows.numpy()[positions] = rows.numpy()[T - keep:]
         self._boundary[positions] = leaves[BOUNDARY_KEY][:, T - keep:, 0].T
         self._ids_known[positions] = False
 

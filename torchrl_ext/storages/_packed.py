@@ -22,13 +22,17 @@ from torchrl.data import LazyMemmapStorage
 
 from torchrl_ext.core.kernels.rows import any_ring_end
 from torchrl_ext.core.kernels.sequences import wrapped_runs
+from torchrl_ext.core.kernels.writes import PUT_GROUP, put_bytes
 from torchrl_ext.core.schema import RowSchema, put_leaf
 from torchrl_ext.storages._columns import ALIGN, Column, Layout, place, tensordict_of
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
 
-__all__ = ["PackedRows"]
+__all__ = ["PackedRows", "host_array"]
 
 _FIRST_ROWS = 1024  # rows per stream first allocated on an accelerator, then doubled
+_NO_START = np.empty(0, dtype=bool)  # a write opening no episode
+_IN_ORDER = np.empty(0, dtype=np.int64)  # a write's steps are its entries' rows, in order
+_NONE = [np.empty((0, 0), dtype=np.uint8)] * PUT_GROUP  # put_bytes' unused sources
 
 
 class PackedRows:
@@ -78,6 +82,11 @@ class PackedRows:
         self._obs_bytes = obs_end  # the observation span, padded to 8 bytes
         step_keys = schema.root_only + tuple(("next", *k) for k in schema.next_only)
         self.step, self.row_bytes = place(step_keys, schema, obs_end)
+        # what a write to host rows copies (put_bytes), by whether a step opens an episode:
+        # per call, (key, column) of each entry and its [byte, target] (0: the step's row,
+        # 1: its next row, 2: its row if it opens an episode)
+        copies = [(c.key, c, 0) for c in self.step] + [(("next", *c.key), c, 1) for c in self.obs]
+        self._copies = (_groups(copies), _groups(copies + [(c.key, c, 2) for c in self.obs]))
         self.device = device
         if backend == "tensor":
             rows = reserve((num_streams * self.allocated, self.row_bytes), torch.uint8, device)
@@ -179,28 +188,58 @@ class PackedRows:
         rows: np.ndarray,
         next_rows: np.ndarray,
         start: np.ndarray | None,
+        host: dict[tuple[str, ...], np.ndarray] | None = None,
+        at: np.ndarray | None = None,
     ) -> None:
         """Write ``n`` steps.
 
+        Rows in host memory take each entry's bytes where they lie, in one
+        compiled pass (:func:`~torchrl_ext.core.kernels.writes.put_bytes`; a
+        numpy copy per entry costs several times more on the small blocks of
+        a step); rows on an accelerator get each span packed there, by torch,
+        and copied in one ``index_copy_`` (row indices moved there once).
+
         Args:
-            leaves: every input entry, flattened to ``[n, *shape]``.
+            leaves: every input entry, flattened to ``[m, *shape]``.
             rows: ``[n]`` row of each step (step entries; observation if it starts).
             next_rows: ``[n]`` row of each step's next observation.
             start: ``[n]`` bool, the step opens an episode; ``None`` if none does.
+            host: entries of ``leaves`` already as :func:`host_array` (not made again).
+            at: ``[n]`` where each step lies in ``leaves``; ``None``: step ``j``
+                at ``j`` (``m == n``).
         """
-        n = rows.size
         self._fit(rows, next_rows)
+        words = self._host_words
+        if words is None:
+            if at is not None:
+                leaves = _select(leaves, at)
+            self._write_on_device(leaves, rows, next_rows, start)
+            return
+        dst = words.get("rows")
+        if dst is None:  # the rows' bytes (a view, made at the first write after each bind)
+            dst = words["rows"] = self._rows.numpy()
+        if self.allocated != self.stream_capacity:  # a grown buffer (growth on the CPU: tests)
+            rows, next_rows = self._slots(rows), self._slots(next_rows)
+        opens = _NO_START if start is None else start
+        steps = _IN_ORDER if at is None else at
+        for group, count, columns in self._copies[start is not None]:
+            sources = [_host_bytes(key, c, leaves, host) for key, c in group]
+            put_bytes(dst, rows, next_rows, opens, tuple(sources + _NONE[count:]), count, columns, steps)
+
+    def _write_on_device(
+        self,
+        leaves: dict[tuple[str, ...], torch.Tensor],
+        rows: np.ndarray,
+        next_rows: np.ndarray,
+        start: np.ndarray | None,
+    ) -> None:
+        """:meth:`write` to rows on an accelerator: each span packed there (row indices moved once)."""
+        n = rows.size
         first_rows = None if start is None else rows[start]
-        # rows in host memory take numpy row indices; on an accelerator the
-        # indices go there in one transfer
-        if self._host_words is None:
-            at = self._on_device(*(None if r is None else torch.from_numpy(r)
-                                   for r in (rows, next_rows, first_rows)))
-        else:
-            at = tuple(None if r is None else self._slots(r) for r in (rows, next_rows, first_rows))
+        at = self._on_device(*(None if r is None else torch.from_numpy(r)
+                               for r in (rows, next_rows, first_rows)))
         if self.step:
-            step = _bytes(self.step, leaves, n, (), self.row_bytes - self._step_lo)
-            self._store("step", at[0], step)
+            self._store("step", at[0], _bytes(self.step, leaves, n, (), self.row_bytes - self._step_lo))
         if self.obs:
             self._store("obs", at[1], _bytes(self.obs, leaves, n, ("next",), self._obs_bytes))
             if start is not None:  # packed at the starts only
@@ -208,15 +247,9 @@ class PackedRows:
                 first = _bytes(self.obs, starts, int(start.sum()), (), self._obs_bytes)
                 self._store("obs", at[2], first)
 
-    def _store(self, span: str, at: Any, packed: np.ndarray | torch.Tensor) -> None:
-        """Copy ``packed`` (``[k, span bytes]``) into ``span`` of the buffer slots ``at``, as int64 words."""
-        host = self._host_words
-        if host is not None:  # numpy's fancy assignment: a fraction of index_copy_'s call cost
-            words = packed if isinstance(packed, np.ndarray) else packed.cpu().numpy()
-            host[span][at] = words.view(np.int64)
-            return
-        moved = torch.as_tensor(packed).view(torch.int64).to(self.device)
-        self._words[span].index_copy_(0, at, moved)
+    def _store(self, span: str, at: torch.Tensor, packed: torch.Tensor) -> None:
+        """Copy ``packed`` (``[k, span bytes]``) into ``span`` of the device slots ``at``, as int64 words."""
+        self._words[span].index_copy_(0, at, packed.view(torch.int64).to(self.device))
 
     def same_observation(
         self,
@@ -237,7 +270,7 @@ class PackedRows:
         stored = gather_rows(self._rows, at)  # [k, row bytes]
         where = torch.from_numpy(positions).to(_leaves_device(leaves))
         picked = {c.key: leaves[c.key].index_select(0, where) for c in self.obs}
-        incoming = torch.as_tensor(_bytes(self.obs, picked, rows.size, (), self._obs_bytes))
+        incoming = _bytes(self.obs, picked, rows.size, (), self._obs_bytes)
         width = self.obs[-1].hi
         return (incoming.to(self.device)[:, :width] == stored[:, :width]).all(1).cpu().numpy()
 
@@ -499,29 +532,13 @@ def _bytes(
     n: int,
     prefix: tuple[str, ...],
     width: int,
-) -> np.ndarray | torch.Tensor:
-    """The ``[n, width]`` bytes of ``columns`` from ``leaves`` (keys under ``prefix``), where they are.
+) -> torch.Tensor:
+    """The ``[n, width]`` bytes of ``columns`` from ``leaves`` (keys under ``prefix``), packed where they are.
 
     ``width``: the span's bytes, padded to 8 (zero padding after the columns).
-    Data in CPU memory is packed by numpy (its calls cost a fraction of
-    torch's on the small blocks of a step) into an array; data on an
-    accelerator is packed there, into a tensor.
     """
     values = [leaves[prefix + c.key] for c in columns]
     lo = columns[0].lo
-    if values[0].device.type == "cpu":
-        out = np.empty((n, width), np.uint8)
-        if columns[-1].hi - lo < width:  # zero the padding: the last word, before the columns fill it
-            out[:, -ALIGN:].view(np.int64)[...] = 0
-        for value, c in zip(values, columns):
-            if c.host_dtype is not None:
-                value = value.view(c.host_dtype)
-            if value.requires_grad:  # an action straight from a policy
-                value = value.detach()
-            host = value.numpy().reshape(n, c.width)
-            # copied as elements of the entry's dtype, not byte by byte
-            out[:, c.lo - lo : c.hi - lo].view(host.dtype)[...] = host
-        return out
     pad = width - (columns[-1].hi - lo)
     tensors = []
     for value, c in zip(values, columns):
@@ -533,6 +550,59 @@ def _bytes(
     if pad:
         tensors.append(torch.zeros(n, pad, dtype=torch.uint8, device=tensors[0].device))
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors, 1)
+
+
+def host_array(value: torch.Tensor) -> np.ndarray:
+    """``value`` as a C-ordered numpy array in host memory: a view of a CPU tensor in C order.
+
+    Examples:
+        >>> host_array(torch.arange(6).view(2, 3).T).tolist()  # a transposed view: copied
+        [[0, 3], [1, 4], [2, 5]]
+    """
+    if value.requires_grad or not value.is_cpu or not value.is_contiguous():
+        # an action straight from a policy, an accelerator's tensor, another layout
+        value = value.detach().cpu().contiguous()
+    return value.numpy()
+
+
+def _host_bytes(
+    key: tuple[str, ...],
+    column: Column,
+    leaves: dict[tuple[str, ...], torch.Tensor],
+    host: dict[tuple[str, ...], np.ndarray] | None,
+) -> np.ndarray:
+    """``[n, column bytes]`` uint8, C order: the bytes of entry ``key`` (``[n, *shape]``).
+
+    ``host`` may hold the entry's :func:`host_array` already (the writer's done flags).
+    """
+    array = None if host is None else host.get(key)
+    if array is None:
+        value = leaves[key]
+        if column.host_dtype is not None:  # a dtype numpy lacks (bfloat16...): its bits
+            value = value.view(column.host_dtype)
+        array = host_array(value)
+    if array.ndim != 2:
+        array = array.reshape(array.shape[0], column.width)
+    return array.view(np.uint8)
+
+
+def _groups(
+    copies: list[tuple[tuple[str, ...], Column, int]],
+) -> list[tuple[list[tuple[tuple[str, ...], Column]], int, np.ndarray]]:
+    """``copies`` (key, column, target) as put_bytes calls: ``(entries, count, [PUT_GROUP, 2] [byte, target])``."""
+    out = []
+    for i in range(0, len(copies), PUT_GROUP):
+        group = copies[i : i + PUT_GROUP]
+        columns = np.zeros((PUT_GROUP, 2), dtype=np.int64)
+        columns[: len(group)] = [[c.lo, target] for _, c, target in group]
+        out.append(([(key, c) for key, c, _ in group], len(group), columns))
+    return out
+
+
+def _select(leaves: dict[tuple[str, ...], torch.Tensor], at: np.ndarray) -> dict[tuple[str, ...], torch.Tensor]:
+    """Rows ``at`` of every entry, on the entry's device."""
+    index = torch.from_numpy(at)
+    return {key: value.index_select(0, index.to(value.device)) for key, value in leaves.items()}
 
 
 def _pick(value: torch.Tensor, mask: np.ndarray) -> torch.Tensor:

@@ -501,14 +501,16 @@ class CompressedRows:
         rows: np.ndarray,
         next_rows: np.ndarray,
         start: np.ndarray | None,
+        host: dict[tuple[str, ...], np.ndarray] | None = None,
+        at: np.ndarray | None = None,
     ) -> None:
         """See :meth:`PackedRows.write`; each frame is compressed once."""
-        self.packed.write(leaves, rows, next_rows, start)
+        self.packed.write(leaves, rows, next_rows, start, host, at)
+        steps = torch.from_numpy(np.arange(rows.size) if at is None else at)  # each step's place in leaves
         for key, arena in self.arenas.items():
             if start is not None:  # the first observation of an episode, at its row
-                first = torch.from_numpy(start)
-                arena.write(leaves[key][first], torch.from_numpy(rows[start]))
-            arena.write(leaves[("next", *key)], torch.from_numpy(next_rows))
+                arena.write(leaves[key][steps[torch.from_numpy(start)]], torch.from_numpy(rows[start]))
+            arena.write(leaves[("next", *key)][steps], torch.from_numpy(next_rows))
 
     def same_observation(
         self, leaves: dict[tuple[str, ...], torch.Tensor], positions: np.ndarray, rows: np.ndarray

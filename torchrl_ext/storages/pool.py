@@ -208,8 +208,12 @@ class EpisodePool(NumpyViews):
                 )
             v = self._np
             rows_np = v["free"][top - L : top][::-1].copy()
-            rows = torch.from_numpy(rows_np)
-            self.rows[rows.to(self.device)] = self._cast(episode)
+            rows = torch.from_numpy(rows_np).to(self.device)
+            # entry by entry, cast to the stored dtype (float16 for half precision): a
+            # fraction of TensorDict's indexed assignment, which casts alike
+            for key, value in episode.items(include_nested=True, leaves_only=True):
+                stored = self.rows.get(key)
+                stored.index_copy_(0, rows, value.to(stored.device, stored.dtype))
             slot_top = self._counter("slot_top")
             slot = int(v["slot_free"][slot_top - 1])
             head = self._counter("table_head")
@@ -259,9 +263,6 @@ class EpisodePool(NumpyViews):
                     f"(+-{_HALF_MAX:g}) of {owner}(half_precision=True), where it would be "
                     "stored as inf; scale it, or store it without half_precision."
                 )
-
-    def _cast(self, episode: TensorDictBase) -> TensorDictBase:
-        return episode.apply(lambda x: x.to(self.device, self._stored(x.dtype)))
 
     def evict(self, slot: int) -> None:
         """Free the rows and the slot of the episode in ``slot``."""

@@ -171,20 +171,40 @@ class TransitionStorage(TensorStorage):
         self.schema, self.index, self._storage = schema, index, self.packed.buffers
 
     # ----------------------------------------------------------------- writes
-    def write(self, plan: WritePlan, leaves: dict[tuple[str, ...], torch.Tensor]) -> None:
+    def write(
+        self,
+        plan: WritePlan,
+        leaves: dict[tuple[str, ...], torch.Tensor],
+        host: dict[tuple[str, ...], np.ndarray] | None = None,
+        *,
+        positions: np.ndarray | None = None,
+        time_major: bool = False,
+    ) -> None:
         """Write the ``[K, T]`` steps of ``plan``, then publish them in the index.
 
         Args:
             plan: rows from :meth:`EpisodeIndex.plan`.
-            leaves: every entry of the steps, ``[K * T, *shape]``.
+            leaves: every entry of the steps, ``[m, *shape]``.
+            host: entries of ``leaves`` the caller already holds as host arrays
+                (:func:`~torchrl_ext.storages._packed.host_array`), not made again.
+            positions: ``[K, T]`` where each step of the plan lies in ``leaves``
+                (steps are read in place); ``None``: ``leaves`` hold the plan's
+                steps in order, step ``t`` of stream ``k`` at ``k * T + t``
+                (``t * K + k`` with ``time_major``).
+            time_major: the steps lie time step by time step in ``leaves`` (a
+                time-first batch): they are copied in that order, which reads
+                the entries front to back.
         """
-        start = plan.start.reshape(-1)
-        index = self.episode_index
+        index = plan.index
         index.begin_write(plan)
+        order: Literal["C", "F"] = "F" if time_major else "C"  # [K, T] -> [K * T] in the copy order
         self.packed.write(
-            leaves, plan.rows.reshape(-1), plan.next_rows.reshape(-1), start if start.any() else None
+            leaves, plan.rows.reshape(-1, order=order), plan.next_rows.reshape(-1, order=order),
+            plan.start.reshape(-1, order=order) if plan.opened else None, host,
+            # (a [K, 1] slice of positions flattens to a strided view: the kernels take C order)
+            None if positions is None else np.ascontiguousarray(positions.reshape(-1, order=order)),
         )
-        plan.commit()
+        index.commit(plan)
         index.end_write()
         self._storage = self.packed.buffers  # a new buffer if the rows grew (accelerators)
 

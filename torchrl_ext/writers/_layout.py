@@ -26,8 +26,10 @@ def _entries(data: TensorDictBase) -> dict[tuple[str, ...], torch.Tensor]:
 
 def _walk(td: TensorDictBase, prefix: tuple[str, ...], out: dict[tuple[str, ...], torch.Tensor]) -> bool:
     """Add the leaves of ``td`` to ``out`` (depth first); False at a value that is not a tensor or plain TensorDict."""
-    for key, value in td.items():
-        if isinstance(value, torch.Tensor):
+    # a plain TensorDict's entries are its _tensordict dict (items() builds a generator over it)
+    items = td._tensordict.items() if type(td) is TensorDict else td.items()
+    for key, value in items:
+        if type(value) is torch.Tensor or isinstance(value, torch.Tensor):
             out[prefix + (key,)] = value
         elif type(value) is not TensorDict or not _walk(value, prefix + (key,), out):
             return False
@@ -48,8 +50,16 @@ def _select_steps(
 class _Layout:
     """Which batch dims are streams and which is time, and how to flatten.
 
-    ``flatten`` maps an entry to ``[streams * time, ...]`` (stream-major);
+    ``flatten`` maps an entry to ``[streams * time, ...]``: stream-major, or
+    time-major for a time-first ``[T, K]`` batch (``time_major``: no
+    transposing copy; the writer reads its steps at :meth:`positions`);
+    ``grid`` maps a flattened ``[streams * time]`` array to ``[streams, time]``;
     ``restore`` maps ``[streams, time]`` rows back to the batch shape.
+
+    Examples:
+        >>> layout = _Layout((3, 2), time_first=True)  # [T=3, K=2]
+        >>> layout.shape, layout.positions(np.array([[0], [1]]), np.arange(3)).tolist()
+        ((2, 3), [[0, 2, 4], [1, 3, 5]])
     """
 
     def __init__(self, batch: tuple[int, ...], time_first: bool) -> None:
@@ -70,18 +80,23 @@ class _Layout:
         self.streams = self.shape[0]
         # [N, ...] is already stream-major with T == 1: flatten is the identity
         self.flat = len(batch) == 1 and not time_first
-
-    @classmethod
-    def of(cls, data: TensorDictBase) -> _Layout:
-        return cls(tuple(data.shape), bool(data.ndim) and data.names[0] == "time")
+        self.time_major = len(batch) == 2 and time_first
 
     def flatten(self, value: torch.Tensor) -> torch.Tensor:
-        nb = len(self.batch)
         if self.flat:
             return value
-        if nb == 2 and self.time_first:
-            value = value.transpose(0, 1)
+        nb = len(self.batch)
         return value.reshape(self.shape[0] * self.shape[1], *value.shape[nb:])
+
+    def grid(self, flat: np.ndarray) -> np.ndarray:
+        """A flattened ``[streams * time]`` array (any shape of that size) as ``[streams, time]`` (a view)."""
+        K, T = self.shape
+        return flat.reshape(T, K).T if self.time_major else flat.reshape(K, T)
+
+    def positions(self, k: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Where step ``t`` of stream ``k`` lies in flattened entries: ``k * T + t``, or ``t * K + k`` time-major."""
+        K, T = self.shape
+        return t * K + k if self.time_major else k * T + t
 
     def restore(self, rows: np.ndarray) -> torch.Tensor:
         """``[streams, time]`` rows (an array) as a tensor shaped like the batch."""

@@ -10,13 +10,15 @@ from typing import Any, Sequence
 import numpy as np
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.writers import Writer
 
+from torchrl_ext.core.kernels.writes import any_set
 from torchrl_ext.core.schema import RowSchema, as_key, key_str
 from torchrl_ext.writers._first import check_first_batch
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
+from torchrl_ext.storages._packed import host_array
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
@@ -44,6 +46,7 @@ class TransitionWriter(Writer):
     ``[]``                                one transition of a single env
     ``[N]``                               one step of ``N`` envs (env ``i``: the writer's stream ``i``)
     ``[N, T]``                            ``T`` steps of ``N`` envs, time last (collectors)
+    ``[T, N]`` named ``("time", None)``   ``T`` steps of ``N`` envs, time first (read in place)
     ``[T]`` named ``"time"``              ``T`` steps of a single env
     ``[B]`` with ``traj_key``             flat trajectory fragments (needs ``num_streams``)
     ===================================  =========================================
@@ -151,6 +154,7 @@ class TransitionWriter(Writer):
         # Ray actor) is a writer of its own, see __setstate__
         self._default_writer = 0
         self._home_pid = os.getpid()
+        self._layouts: dict[tuple[tuple[int, ...], bool], _Layout] = {}  # see _layout_of
 
     def register_storage(self, storage: Any) -> None:
         if not isinstance(storage, TransitionStorage):
@@ -163,23 +167,23 @@ class TransitionWriter(Writer):
     # ---------------------------------------------------------------- writing
     def add(self, data: TensorDictBase) -> int | torch.Tensor:
         """Write one transition of a single-env buffer (``rb.add``)."""
-        return self._write(data, "add")
+        return self._write(data, "TransitionWriter.add")
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:
         """Write a batch of steps; returns their physical rows, shaped like the batch."""
-        return self._write(data, "extend")
+        return self._write(data, "TransitionWriter.extend")
 
     def _write(self, data: TensorDictBase, where: str) -> torch.Tensor:
-        where = f"TransitionWriter.{where}"
-        if not isinstance(data, TensorDictBase):
+        # (where: the caller, for messages; a plain TensorDict is told apart without the ABC check)
+        if type(data) is not TensorDict and not isinstance(data, TensorDictBase):
             raise TypeError(f"{where}: expected a TensorDict, got {type(data).__name__}.")
         storage: TransitionStorage = self._storage
         leaves = _entries(data)
         mask = leaves.pop(self.mask_key, None)
         writer = self._writer_of(leaves.pop(self.writer_key, None), where)
         batch = tuple(data.shape)
-        flat = data.ndim == 1 and self.traj_key in leaves
-        layout = None if flat else _Layout.of(data)
+        flat = len(batch) == 1 and self.traj_key in leaves
+        layout = None if flat else self._layout_of(data, batch)
         if storage.schema is None:
             self._first_write(leaves, batch, where, layout)
         else:
@@ -194,14 +198,26 @@ class TransitionWriter(Writer):
             if not layout.flat:
                 leaves = {k: layout.flatten(v) for k, v in leaves.items()}
             keep = None if mask is None else (
-                layout.flatten(mask.reshape(batch)).cpu().numpy().reshape(layout.shape)
+                layout.grid(host_array(layout.flatten(mask.reshape(batch))).reshape(-1))
             )
-            placed = self._write_streams(streams, leaves, layout.shape, keep, where)
+            placed = self._write_streams(streams, leaves, layout, keep, where)
             rows = layout.restore(placed)
         # skipped (masked) steps are -1
-        self._write_count += placed.size if mask is None else int((placed >= 0).sum())
+        self._counts_np[0] += placed.size if mask is None else int((placed >= 0).sum())  # _write_count
         self._mark_update_entities(rows)
         return rows
+
+    def _layout_of(self, data: TensorDictBase, batch: tuple[int, ...]) -> _Layout:
+        """The :class:`_Layout` of ``data`` (batch shape ``batch``), made once per shape and dim names."""
+        # (names only where the batch has some: the names property builds a list each call)
+        time_first = bool(batch) and data._has_names() and data.names[0] == "time"
+        layout = self._layouts.get((batch, time_first))
+        if layout is None:
+            layout = _Layout(batch, time_first)
+            if len(self._layouts) >= 64:  # [N, T] writes of many lengths: keep the recent ones
+                self._layouts.clear()
+            self._layouts[batch, time_first] = layout
+        return layout
 
     # ---------------------------------------------------------------- writers
     def _writer_of(self, value: torch.Tensor | None, where: str) -> int | None:
@@ -259,6 +275,7 @@ class TransitionWriter(Writer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("check_continuation", True)  # pickled before the option existed
+        state.setdefault("_layouts", {})
         self.__dict__.update(state)
         self._counts_np = self._counts.numpy()
         self._writer_here()
@@ -321,17 +338,21 @@ class TransitionWriter(Writer):
         self,
         streams: np.ndarray,
         leaves: dict[tuple[str, ...], torch.Tensor],
-        shape: tuple[int, int],
+        layout: _Layout,
         mask: np.ndarray | None,
         where: str,
     ) -> np.ndarray:
-        # leaves are [K * T, ...] with env k at rows k*T .. k*T+T-1, in time order,
-        # written to streams[k]; steps where mask is False are skipped.
-        T = shape[1]
-        done, traj = self._done(leaves, shape), self._traj(leaves, shape)
+        # leaves are [K * T, ...]: step t of env k at layout.positions(k, t) (env k's
+        # steps k*T .. k*T+T-1, or every K-th from k for time-first batches), written
+        # to streams[k]; steps where mask ([K, T]) is False are skipped. Steps are
+        # read where they lie (positions), never gathered into a copy first.
+        K, T = layout.shape
+        host: dict[tuple[str, ...], np.ndarray] = {}  # the done flags' host arrays, made once
+        done, traj = self._done(leaves, layout, host), self._traj(leaves, layout)
+        time_major = layout.time_major
         if mask is None or mask.all():
-            return self._write_block(streams, done, traj, leaves, where)
-        rows = np.full(shape, -1, dtype=np.int64)
+            return self._write_block(streams, done, traj, leaves, where, host, None, time_major)
+        rows = np.full((K, T), -1, dtype=np.int64)
         # envs with the same number of kept steps share one write: each env's kept
         # steps, in time order, become a row of a [k, n] block (a gymnasium reset
         # step in every env's chunk, at different times, is still one write)
@@ -339,12 +360,14 @@ class TransitionWriter(Writer):
         for n in np.unique(kept[kept > 0]).tolist():
             envs = np.flatnonzero(kept == n)
             keep = mask[envs]  # [k, T], n True per row
-            flat = torch.from_numpy((envs[:, None] * T + np.arange(T))[keep])
-            part = _select_steps(leaves, flat)
+            at = layout.positions(envs[:, None], np.arange(T))[keep].reshape(-1, n)  # [k, n]
             sub_traj = None if traj is None else traj[envs][keep].reshape(-1, n)
             sub_done = done[envs][keep].reshape(-1, n)
-            placed = self._write_block(streams[envs], sub_done, sub_traj, part, where)
-            rows[envs[:, None].repeat(n, 1), np.nonzero(keep)[1].reshape(-1, n)] = placed
+            placed = self._write_block(streams[envs], sub_done, sub_traj, leaves, where, host, at,
+                                       time_major)
+            block = np.full(keep.shape, -1, dtype=np.int64)
+            block[keep] = placed.reshape(-1)  # row-major, as at was taken
+            rows[envs] = block
         return rows
 
     def _write_fragments(
@@ -370,7 +393,7 @@ class TransitionWriter(Writer):
         if not n:
             return rows
         traj = leaves[self.traj_key].reshape(n).long().cpu().numpy()  # fragments carry ids
-        done = self._done(leaves, (1, n))[0]
+        done = self._done(leaves, _Layout((n,), time_first=True), {})[0]
         cuts = np.flatnonzero(traj[1:] != traj[:-1]) + 1
         bounds = [0, *cuts.tolist(), n]
         for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -406,39 +429,50 @@ class TransitionWriter(Writer):
         traj: np.ndarray | None,
         leaves: dict[tuple[str, ...], torch.Tensor],
         where: str,
+        host: dict[tuple[str, ...], np.ndarray] | None = None,
+        positions: np.ndarray | None = None,
+        time_major: bool = False,
     ) -> np.ndarray:
-        """Plan and write ``[K, T]`` steps (leaves ``[K * T, ...]``); returns their rows.
+        """Plan and write ``[K, T]`` steps; returns their rows.
+
+        ``positions`` (``[K, T]``): where each step lies in ``leaves``; ``None``:
+        leaves are ``[K * T, ...]``, step ``t`` of stream ``k`` at ``k * T + t``
+        (``t * K + k`` with ``time_major``). ``host``, ``time_major``: see
+        :meth:`TransitionStorage.write`.
 
         A stream's ring holds ``stream_capacity`` rows and ``c`` steps need at most
-        ``2c`` of them, so longer writes go in time chunks of ``stream_capacity // 2``
-        steps: the ring then keeps the newest rows, as any FIFO would.
+        ``2c + 1`` of them (each step may open an episode on a row of its own, and
+        a new trajectory leaves the running episode's pending row in place), so
+        longer writes go in time chunks of ``(stream_capacity - 1) // 2`` steps:
+        the ring then keeps the newest rows, as any FIFO would.
         """
         storage: TransitionStorage = self._storage
         index = storage.episode_index
         K, T = done.shape
-        chunk = max(1, index.stream_capacity // 2)
+        chunk = max(1, (index.stream_capacity - 1) // 2)
         if T <= chunk:
             plan = index.plan(streams, done, traj)
             if traj is not None and self.check_continuation:
-                self._check_continuation(plan, leaves, T, where)
-            storage.write(plan, leaves)
+                self._check_continuation(plan, leaves, positions, where, time_major)
+            storage.write(plan, leaves, host, positions=positions, time_major=time_major)
             return plan.rows
+        if positions is None:
+            positions = np.arange(K * T).reshape(T, K).T if time_major else np.arange(K * T).reshape(K, T)
         rows = np.empty((K, T), dtype=np.int64)
         for lo in range(0, T, chunk):
             hi = min(T, lo + chunk)
-            flat = torch.from_numpy((np.arange(K)[:, None] * T + np.arange(lo, hi)).reshape(-1))
-            part = _select_steps(leaves, flat)
             plan = index.plan(
                 streams, done[:, lo:hi], None if traj is None else traj[:, lo:hi]
             )
             if traj is not None and self.check_continuation and not lo:
-                self._check_continuation(plan, part, hi - lo, where)
-            storage.write(plan, part)
+                self._check_continuation(plan, leaves, positions[:, lo:hi], where, time_major)
+            storage.write(plan, leaves, host, positions=positions[:, lo:hi], time_major=time_major)
             rows[:, lo:hi] = plan.rows
         return rows
 
     def _check_continuation(
-        self, plan: Any, leaves: dict[tuple[str, ...], torch.Tensor], T: int, where: str
+        self, plan: Any, leaves: dict[tuple[str, ...], torch.Tensor], positions: np.ndarray | None,
+        where: str, time_major: bool,
     ) -> None:
         """A step continuing a trajectory must observe that trajectory's last next observation.
 
@@ -454,7 +488,12 @@ class TransitionWriter(Writer):
         if not going_on.size:
             return
         storage: TransitionStorage = self._storage
-        same = storage.packed.same_observation(leaves, going_on * T, plan.rows[going_on, 0])
+        # where those steps (time 0) lie in leaves ([K * T, ...] in order without positions)
+        if positions is not None:
+            first = positions[going_on, 0]
+        else:
+            first = going_on if time_major else going_on * plan.rows.shape[1]
+        same = storage.packed.same_observation(leaves, first, plan.rows[going_on, 0])
         if same.all():
             return
         stream = int(plan.streams[going_on[np.flatnonzero(~same)[0]]])
@@ -506,18 +545,18 @@ class TransitionWriter(Writer):
             f" ({rows % num_streams} left unused)" if rows % num_streams else "",
         )
 
-    def _done(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray:
-        # the flags only come to the host (rows stay where they are); OR-ed by
-        # numpy, a fraction of a torch op's cost on a step's few flags
-        flags = [leaves[key].cpu().numpy() for key in self.done_keys if key in leaves]  # >= 1
-        done = flags[0]
-        for flag in flags[1:]:
-            done = done | flag
-        return done.reshape(shape)
+    def _done(self, leaves: dict, layout: _Layout, host: dict) -> np.ndarray:
+        # the flags come to the host (rows stay where they are), kept in host for
+        # the storage's write, and OR-ed in one compiled pass
+        flags = [host.setdefault(key, host_array(leaves[key])) for key in self.done_keys
+                 if key in leaves]  # 1 to 3 (the first write checked), [K * T, 1] bool each
+        done = np.empty(flags[0].shape[0], dtype=bool)
+        any_set(flags[0], flags[-1], flags[len(flags) // 2], done)  # each flag at least once
+        return layout.grid(done)
 
-    def _traj(self, leaves: dict, shape: tuple[int, int]) -> np.ndarray | None:
+    def _traj(self, leaves: dict, layout: _Layout) -> np.ndarray | None:
         value = leaves.get(self.traj_key)
-        return None if value is None else value.reshape(shape).long().cpu().numpy()  # long(): no copy if int64
+        return None if value is None else layout.grid(host_array(value.long()))  # long(): no copy if int64
 
     # -------------------------------------------------- TorchRL writer contract
     # steps written (rb.write_count) and writer ids handed out (new_writer_id),

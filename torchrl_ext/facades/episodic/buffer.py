@@ -124,6 +124,8 @@ class EpisodeReplayBuffer:
         self._spec: dict[str, tuple[torch.Size, torch.dtype]] | None = None
         # numpy dtype (None: none) and device of each field, fixed with _spec
         self._host_dtypes: dict[str, np.dtype | None] = {}
+        # per field (its shape with the env dim, numpy dtype, torch dtype): what _check_spec compares
+        self._expected: dict[str, tuple[tuple[int, ...], np.dtype | None, torch.dtype]] = {}
         self._devices: dict[str, torch.device] = {}
         # each env's steps since its episode began (None until the first step)
         self._running: RunningEpisodes | None = None
@@ -186,14 +188,12 @@ class EpisodeReplayBuffer:
                 f"add_step: the flag describes {kind(num_envs)}, but the buffer receives "
                 f"steps of {kind(self._num_envs)} (fixed by the first step)."
             )
-        values = self._values(step_data, num_envs, extra)
+        values = self._values(step_data, num_envs, extra)  # checked against the first step's
         self._num_envs = num_envs  # fixed by the first step the buffer takes
         if self._spec is None:
             if num_envs == 0:
                 _warn_if_batched(values)
             self._fix_spec(values, num_envs)
-        else:
-            self._check_spec(values, num_envs)
         running = self._running
         if running is None:
             running = self._running = self._new_running()
@@ -248,11 +248,22 @@ class EpisodeReplayBuffer:
     def _fix_spec(self, values: dict[str, Any], num_envs: int) -> None:
         """The first step fixes each field's shape per env, dtype and device."""
         skip = 1 if num_envs else 0
-        self._spec = {k: (torch.Size(v.shape[skip:]), _torch_dtype(v)) for k, v in values.items()}
-        self._host_dtypes = {k: v.dtype if type(v) is np.ndarray else _numpy_dtype(v.dtype)
-                             for k, v in values.items()}
-        self._devices = {k: v.device if isinstance(v, torch.Tensor) else torch.device("cpu")
-                         for k, v in values.items()}
+        self._set_spec(
+            {k: (torch.Size(v.shape[skip:]), _torch_dtype(v)) for k, v in values.items()},
+            {k: v.dtype if type(v) is np.ndarray else _numpy_dtype(v.dtype) for k, v in values.items()},
+            {k: v.device if isinstance(v, torch.Tensor) else torch.device("cpu") for k, v in values.items()},
+        )
+
+    def _set_spec(
+        self,
+        spec: dict[str, tuple[torch.Size, torch.dtype]],
+        host_dtypes: dict[str, np.dtype | None],
+        devices: dict[str, torch.device],
+    ) -> None:
+        """Fix each field's shape per env and dtype (and numpy dtype), and its device."""
+        self._spec, self._host_dtypes, self._devices = spec, host_dtypes, devices
+        lead = (self._num_envs,) if self._num_envs else ()
+        self._expected = {k: (lead + tuple(shape), host_dtypes[k], dtype) for k, (shape, dtype) in spec.items()}
 
     def _new_running(self) -> RunningEpisodes:
         spec = self._spec or {}
@@ -260,32 +271,39 @@ class EpisodeReplayBuffer:
             key: (shape, dtype, self._devices[key]) for key, (shape, dtype) in spec.items()
         })
 
-    def _check_spec(self, values: dict[str, Any], num_envs: int) -> None:
-        """Each field's step shape and dtype are the first step's (one dict lookup a field)."""
-        spec = self._spec or {}
+    def _fits(self, key: str, value: Any) -> bool:
+        """Whether field ``key`` has the first step's shape (with the env dim) and dtype; False for a new field."""
+        expected = self._expected.get(key)
+        if expected is None:
+            return False
+        full, host, dtype = expected
+        if value.shape != full:
+            return False
+        if type(value) is np.ndarray:  # a field numpy lacks (bfloat16) takes no numpy array
+            # (np.dtype(None) is float64: compare with None first)
+            return host is not None and (value.dtype is host or value.dtype == host)
+        return value.dtype is dtype
+
+    def _refuse_spec(self, key: str, value: Any, num_envs: int) -> None:
+        """Raise for field ``key``, which has not the first step's shape or dtype."""
+        full, _, dtype = self._expected[key]
         skip = 1 if num_envs else 0
-        for key, value in values.items():
-            shape, dtype = spec[key]
-            if value.shape[skip:] != shape:
-                raise ValueError(
-                    f"add_step: field {key!r} has shape {tuple(value.shape[skip:])} per env, "
-                    f"expected {tuple(shape)} as in the first step; a field keeps its shape "
-                    "within and across episodes (pad or split it into fields)."
-                )
-            if type(value) is np.ndarray:  # a field numpy lacks (bfloat16) takes no numpy array
-                host = self._host_dtypes[key]  # (np.dtype(None) is float64: compare with None first)
-                same = host is not None and value.dtype == host
-            else:
-                same = value.dtype == dtype
-            if not same:
-                raise TypeError(
-                    f"add_step: field {key!r} has dtype {_torch_dtype(value)}, expected {dtype} as in "
-                    f"the first step; cast it (e.g. torch.as_tensor(x, dtype={dtype}))."
-                )
+        if value.shape != full:
+            raise ValueError(
+                f"add_step: field {key!r} has shape {tuple(value.shape[skip:])} per env, "
+                f"expected {full[skip:]} as in the first step; a field keeps its shape "
+                "within and across episodes (pad or split it into fields)."
+            )
+        raise TypeError(
+            f"add_step: field {key!r} has dtype {_torch_dtype(value)}, expected {dtype} as in "
+            f"the first step; cast it (e.g. torch.as_tensor(x, dtype={dtype}))."
+        )
 
     @staticmethod
     def _flags(name: str, flag: Any) -> np.ndarray:
         """A flag as a numpy bool array, 0-d (single env) or ``[num_envs]``."""
+        if type(flag) is torch.Tensor and flag.dtype is torch.bool and flag.ndim <= 1:
+            return flag.numpy() if flag.is_cpu else flag.cpu().numpy()  # the usual flag, as is
         if isinstance(flag, bool):
             return np.array(flag)
         if flag is None or isinstance(flag, (str, bytes)):
@@ -307,7 +325,12 @@ class EpisodeReplayBuffer:
     def _values(
         self, step_data: Mapping[str, Any], num_envs: int, extra: dict[str, np.ndarray]
     ) -> dict[str, Any]:
-        """Each field as a numpy array where it is in CPU memory (else a tensor), not copied."""
+        """Each field as a numpy array where it is in CPU memory (else a tensor), not copied.
+
+        Checked in one pass, errors in this order: a field's type, its leading
+        (env) dim, no field, the field names, then (after the first step) each
+        field's shape and dtype against the first step's.
+        """
         if type(step_data) is not dict and not isinstance(step_data, (Mapping, TensorDictBase)):
             raise TypeError(
                 f"add_step: step_data is {type(step_data).__name__}, expected a dict of tensors."
@@ -319,6 +342,10 @@ class EpisodeReplayBuffer:
                 "flags were passed too; pass each once."
             )
         values: dict[str, Any] = dict(extra)
+        # the first field (in this order) whose shape or dtype is not the first step's
+        refused = None
+        if extra and self._expected:
+            refused = next((k for k, v in extra.items() if not self._fits(k, v)), None)
         for key, value in step_data.items():
             kind = type(value)  # exact types first: an isinstance of an ABC costs more than the rest
             if (type(key) is not str or kind is not torch.Tensor and kind is not np.ndarray) and (
@@ -342,11 +369,14 @@ class EpisodeReplayBuffer:
                     ) from None
                 if value.dtype in _NUMPY_DTYPES:
                     value = value.numpy()
-            if num_envs and (value.ndim == 0 or value.shape[0] != num_envs):
-                raise ValueError(
-                    f"add_step: field {key!r} has shape {tuple(value.shape)}, expected a "
-                    f"leading dim of {num_envs} (one entry per env, as done has)."
-                )
+            if not self._fits(key, value):  # (a fit has the env dim: the usual step stops here)
+                if num_envs and (value.ndim == 0 or value.shape[0] != num_envs):
+                    raise ValueError(
+                        f"add_step: field {key!r} has shape {tuple(value.shape)}, expected a "
+                        f"leading dim of {num_envs} (one entry per env, as done has)."
+                    )
+                if refused is None and key in self._expected:
+                    refused = key
             values[key] = value
         if not values:  # else refused only when its episode is stored, by add_episode
             raise ValueError(
@@ -361,6 +391,8 @@ class EpisodeReplayBuffer:
                 f"add_step: step fields {sorted(values)} differ from the first step's "
                 f"{list(self._keys)}."
             )
+        if refused is not None:
+            self._refuse_spec(refused, values[refused], num_envs)
         return values
 
     def _store(self, episodes: list[dict[str, torch.Tensor] | None]) -> None:
@@ -472,9 +504,9 @@ class EpisodeReplayBuffer:
         first = next((steps[0] for steps in running if steps), None)
         self._running = None  # the checkpoint's running episodes replace these
         if first is not None:  # the running steps fix the fields, as a first step does
-            self._spec = {k: (v.shape, v.dtype) for k, v in first.items()}
-            self._host_dtypes = {k: _numpy_dtype(v.dtype) for k, v in first.items()}
-            self._devices = {k: v.device for k, v in first.items()}
+            self._set_spec({k: (v.shape, v.dtype) for k, v in first.items()},
+                           {k: _numpy_dtype(v.dtype) for k, v in first.items()},
+                           {k: v.device for k, v in first.items()})
             self._running = self._new_running()
             self._running.load(running)
         self._stream.in_process_generator().set_state(state["generator"].cpu())

@@ -1,4 +1,4 @@
-"""The running episodes of an ``EpisodeReplayBuffer``: each env's steps in ``[envs, capacity]`` blocks."""
+"""The running episodes of an ``EpisodeReplayBuffer``: each env's steps in ``[capacity, envs]`` blocks."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,16 +10,17 @@ __all__ = ["RunningEpisodes"]
 
 
 class RunningEpisodes:
-    """Each env's steps since its episode began, staged in ``[num_envs, capacity, ...]`` blocks.
+    """Each env's steps since its episode began, staged in ``[capacity, num_envs, ...]`` blocks.
 
     All envs step together: column ``t`` of every block holds step ``t`` of
-    every env, and env ``i``'s running episode is columns ``start[i] .. t - 1``.
-    A step is one copy per field (the caller may reuse its tensors), through
-    a numpy view where the block is in CPU memory (a fraction of a torch
-    copy's call cost); an episode leaves as one slice per field. When the
-    columns run out, those before the oldest running episode are dropped
-    (one move), and the blocks double when the running episodes need all
-    their columns, so each step is moved O(1) times on average.
+    every env (one contiguous run: time-major), and env ``i``'s running
+    episode is columns ``start[i] .. t - 1``. A step is one copy per field
+    (the caller may reuse its tensors), through a numpy view where the block
+    is in CPU memory (a fraction of a torch copy's call cost); an episode
+    leaves as one slice per field. When the columns run out, those before
+    the oldest running episode are dropped (one move), and the blocks double
+    when the running episodes need all their columns, so each step is moved
+    O(1) times on average.
 
     Args:
         num_envs (int): envs (1 for a single env, whose steps are given without an env dim).
@@ -56,7 +57,7 @@ class RunningEpisodes:
     def _allocate(self, capacity: int) -> None:
         self.capacity = capacity
         self._blocks = {
-            key: torch.empty((self.num_envs, capacity, *shape), dtype=dtype, device=device)
+            key: torch.empty((capacity, self.num_envs, *shape), dtype=dtype, device=device)
             for key, (shape, dtype, device) in self.spec.items()
         }
         # per block in CPU memory, the numpy view of each column, for the per-step
@@ -73,7 +74,7 @@ class RunningEpisodes:
             if columns is not None and type(value) is np.ndarray:
                 columns[t][...] = value
             else:
-                self._blocks[key][:, t] = torch.as_tensor(value)
+                self._blocks[key][t] = torch.as_tensor(value)
         self.t = t + 1
 
     def take(self, env: int) -> dict[str, torch.Tensor] | None:
@@ -82,11 +83,11 @@ class RunningEpisodes:
         self.start[env] = t
         if first == t:
             return None
-        return {key: block[env, first:t].clone() for key, block in self._blocks.items()}
+        return {key: block[first:t, env].clone() for key, block in self._blocks.items()}
 
     def steps(self, env: int) -> list[dict[str, torch.Tensor]]:
         """Env ``env``'s running steps, one dict per step (copies), oldest first (checkpoints)."""
-        return [{key: block[env, t].clone() for key, block in self._blocks.items()}
+        return [{key: block[t, env].clone() for key, block in self._blocks.items()}
                 for t in range(int(self.start[env]), self.t)]
 
     def load(self, steps: list[list[dict[str, torch.Tensor]]]) -> None:
@@ -99,7 +100,7 @@ class RunningEpisodes:
             self.start[env] = longest - len(env_steps)
             for j, step in enumerate(env_steps):
                 for key, value in step.items():
-                    self._blocks[key][env, int(self.start[env]) + j] = value
+                    self._blocks[key][int(self.start[env]) + j, env] = value
 
     def _make_room(self) -> None:
         """Drop the columns before the oldest running episode; double the blocks if there are none."""
@@ -109,10 +110,10 @@ class RunningEpisodes:
             old = self._blocks
             self._allocate(2 * self.capacity)
             for key, block in old.items():
-                self._blocks[key][:, :kept] = block
+                self._blocks[key][:kept] = block
         else:
             for key, block in self._blocks.items():
-                block[:, :kept] = block[:, oldest:self.t].clone()  # overlapping: through a copy
+                block[:kept] = block[oldest:self.t].clone()  # overlapping: through a copy
         self.start -= oldest
         self.t = kept
 
@@ -125,4 +126,4 @@ def _columns(block: torch.Tensor) -> list[np.ndarray] | None:
         host = block.numpy()
     except TypeError:
         return None
-    return [host[:, t] for t in range(host.shape[1])]
+    return list(host)  # host[t]: column t, contiguous

@@ -1,0 +1,95 @@
+"""The compiled write kernels (core/kernels/writes.py) against plain numpy, and the writes built on them.
+
+The flag, ownership and range passes are held to the numpy expressions
+they replace; writes read in place (time-first batches, masked steps read
+at their positions, time chunks) are held to the same steps written env-major.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import steps
+from torchrl_ext import make_replay_buffer
+from torchrl_ext.core.kernels.writes import any_outside, any_set, owned_streams
+
+
+@given(st.lists(st.lists(st.booleans(), min_size=5, max_size=5), min_size=1, max_size=3))
+def test_any_set_is_the_or_of_the_flags(flags):
+    arrays = [np.array(f, bool)[:, None] for f in flags]
+    out = np.empty(5, bool)
+    any_set(arrays[0], arrays[-1], arrays[len(arrays) // 2], out)  # as the writer passes 1 to 3 flags
+    assert np.array_equal(out, np.logical_or.reduce([a[:, 0] for a in arrays]))
+
+
+@given(st.lists(st.integers(-1, 3), min_size=1, max_size=10), st.integers(-1, 3))
+def test_owned_streams_is_flatnonzero(owners, writer):
+    owners = np.array(owners, np.int64)
+    out = np.empty(owners.size, np.int64)
+    assert np.array_equal(out[: owned_streams(owners, writer, out)], np.flatnonzero(owners == writer))
+
+
+@given(st.lists(st.integers(-5, 12), min_size=1, max_size=10), st.integers(-3, 3), st.integers(0, 10))
+def test_any_outside_is_the_range_test(values, lo, n):
+    values = np.array(values, np.int64)
+    assert bool(any_outside(values, lo, lo + n)) == bool(((values < lo) | (values >= lo + n)).any())
+
+
+@given(
+    st.integers(1, 3), st.integers(1, 6), st.integers(4, 10), st.booleans(), st.booleans(),
+    st.integers(0, 2**31),
+)
+def test_time_first_writes_match_env_major_writes(N, T, capacity, with_ids, masked, seed):
+    """Any mix of done flags, trajectory ids and masks, over rings that wrap and writes in time chunks."""
+    gen = torch.Generator().manual_seed(seed)
+    a, b = (make_replay_buffer(N * capacity, num_streams=N, seed=0) for _ in range(2))
+    last = torch.randn(N, 1, generator=gen)
+    for _ in range(3):
+        obs = torch.randn(N, T, 1, generator=gen)
+        obs[:, 0] = last
+        ids = None
+        if with_ids:  # a new trajectory now and then, as a collector numbers them
+            ids = torch.cumsum(torch.rand(N, T, generator=gen) < 0.2, 1) + 100 * torch.arange(N)[:, None]
+        env_major = steps(obs, obs + 1, terminated=torch.rand(N, T, 1, generator=gen) < 0.2,
+                          truncated=torch.rand(N, T, 1, generator=gen) < 0.1, traj_ids=ids)
+        if masked:
+            keep = torch.rand(N, T, generator=gen) < 0.7
+            keep[:, 0] = keep[:, -1] = True  # writes follow on: first kept step observes the last
+            env_major.set(("collector", "mask"), keep)
+        last = obs[:, -1] + 1
+        time_first = env_major.transpose(0, 1).contiguous()
+        time_first.names = ["time", None]
+        assert torch.equal(a.extend(env_major).T, b.extend(time_first))
+    state_a, state_b = a.storage.index.state(), b.storage.index.state()
+    for key in state_a.keys():
+        if key not in ("write_seq", "row_version"):  # versions count the writes, which may differ
+            assert torch.equal(state_a[key], state_b[key]), key
+    assert torch.equal(a.storage.packed.take(torch.arange(N * capacity)).get("rows"),
+                       b.storage.packed.take(torch.arange(N * capacity)).get("rows"))
+
+
+def test_each_write_kernel_has_one_compiled_signature():
+    """Every call site gives each kernel C-contiguous arrays of one dtype (see core.kernels):
+    one-step, masked, time-first, chunked and trajectory writes, starts or not."""
+    from torchrl_ext.core.kernels import writes
+
+    rb = make_replay_buffer(12, num_streams=2, seed=0)  # 6-row rings: longer writes go in chunks
+    obs = torch.arange(10.0).view(2, 5, 1)
+    data = steps(obs, obs + 1, terminated=(obs > 6).view(2, 5, 1),
+                 traj_ids=torch.tensor([[0, 0, 1, 1, 1], [5, 5, 5, 5, 5]]))
+    data.set(("collector", "mask"), torch.tensor([[True, True, False, True, True]] * 2))
+    rb.extend(data)
+    time_first = data[:, 3:].transpose(0, 1).contiguous()
+    time_first["collector", "traj_ids"] += 10  # new trajectories: no continuation to check
+    time_first.names = ["time", None]
+    rb.extend(time_first)
+    plain = make_replay_buffer(12, seed=0)
+    for t in range(3):  # one [N] step at a time, an episode ending at the second
+        plain.extend(steps(torch.full((2, 1), float(t)), torch.full((2, 1), t + 1.0),
+                           terminated=torch.full((2, 1), t == 1)))
+    for name in writes.__all__:
+        kernel = getattr(writes, name)
+        if hasattr(kernel, "signatures"):
+            assert len(kernel.signatures) <= 1, (name, kernel.signatures)
