@@ -3,9 +3,12 @@
 A batch's index arithmetic (which rows to read, how long each window is, where
 each step of a write goes) is a loop over the batch with a few branches per
 row. As numpy it is a dozen small array operations, each costing more call
-overhead than arithmetic; compiled, it is one call. Only index arithmetic
-lives here, on numpy int / bool arrays: gathers and math on the data stay
-torch operations, which run wherever the rows are (CPU or accelerator).
+overhead than arithmetic; compiled, it is one call. What is compiled is index
+arithmetic on numpy int / bool arrays, and one byte copy: a write's packed
+bytes scattered into rows in host memory (:func:`~torchrl_ext.core.kernels.writes.put_bytes`,
+no arithmetic on the values; rows on an accelerator take ``index_copy_``).
+Gathers and every computation on data (returns, relabelling, stacking) stay
+torch operations, which run wherever the rows are.
 
 Kernels are compiled by numba at their first call and cached on disk, so a
 new process (a spawned DataLoader worker, a Ray actor) loads them instead of
