@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from torchrl_ext.core.kernels import jit
+from torchrl_ext.core.kernels.rows import live_row
 
 __all__ = ["frame_rows"]
 
@@ -39,12 +40,9 @@ def frame_rows(
         ([[[0, 0, 0], [1, 2, 3]], [[0, 0, 1], [2, 3, 4]]], [False, False])
     """
     for i in range(rows.shape[0]):
-        r = rows[i]
-        s = r // C
+        s, tau, e = live_row(rows[i], C, E, written, row_episode)
         base = s * C
-        last_tau = written[s] - 1
-        tau = last_tau - (last_tau - (r - base)) % C  # the live step the row holds
-        start = episode_start[s * E + row_episode[r] % E]
+        start = episode_start[e]
         lost[i] = max(tau - (F - 1), start) < max(written[s] - C, 0)
         for half in range(2):
             end = tau + (steps[i] if half else 0)

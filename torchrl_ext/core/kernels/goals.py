@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from torchrl_ext.core.kernels import jit
+from torchrl_ext.core.kernels.rows import live_row
 
 __all__ = ["EPISODE", "FINAL", "FUTURE", "goal_rows"]
 
@@ -44,11 +45,7 @@ def goal_rows(
         [2, 4]
     """
     for i in range(rows.shape[0]):
-        r = rows[i]
-        s = r // C
-        last_tau = written[s] - 1
-        tau = last_tau - (last_tau - (r - s * C)) % C  # the live step the row holds
-        e = s * E + row_episode[r] % E
+        s, tau, e = live_row(rows[i], C, E, written, row_episode)
         start = episode_start[e]
         last = start + episode_length[e] - 1  # tau of the episode's last written step
         if strategy == FINAL:

@@ -10,7 +10,26 @@ import numpy as np
 
 from torchrl_ext.core.kernels import jit
 
-__all__ = ["any_ring_end", "keep_transitions", "window_lengths", "window_rows"]
+__all__ = ["any_ring_end", "keep_transitions", "live_row", "window_lengths", "window_rows"]
+
+
+@jit
+def live_row(r: int, C: int, E: int, written: np.ndarray, row_episode: np.ndarray) -> tuple[int, int, int]:
+    """``(stream, tau, episode)`` of live row ``r``: its stream, the logical time it holds, its episode's table slot.
+
+    Row ``r`` is slot ``r % C`` of stream ``s = r // C``, whose latest logical
+    time there is ``tau = last - (last - r % C) % C`` with ``last =
+    written[s] - 1``; its episode (``row_episode[r]``, numbered per stream)
+    sits at table slot ``s * E + episode % E`` (``E`` episodes per stream).
+
+    Examples:
+        >>> # one stream of 4 slots, 6 rows written: rows 0 and 1 hold tau 4 and 5 (episode 1)
+        >>> live_row(1, 4, 4, np.array([6]), np.array([1, 1, 0, 0]))
+        (0, 5, 1)
+    """
+    s = r // C
+    last = written[s] - 1
+    return s, last - (last - (r - s * C)) % C, s * E + row_episode[r] % E
 
 
 @jit

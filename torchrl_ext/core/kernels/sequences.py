@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from torchrl_ext.core.kernels import jit
+from torchrl_ext.core.kernels.rows import live_row
 
 __all__ = [
     "candidate_steps", "episode_runs", "keep_windows", "pool_steps", "sequence_span", "table_runs",
@@ -85,11 +86,9 @@ def candidate_steps(
 ) -> None:
     """The episode facts of live rows of an episode index: its table slot, the row's step, its length.
 
-    Row ``r`` is slot ``r % C`` of stream ``s = r // C``, whose latest logical
-    time there is ``tau = last - (last - r % C) % C`` with ``last =
-    written[s] - 1``; its episode (``row_episode[r]``, numbered per stream)
-    sits at table ``slot = s * E + episode % E``, starting at
-    ``episode_start[slot]``.
+    See :func:`~torchrl_ext.core.kernels.rows.live_row` for where a row's
+    logical time and its episode's table slot come from; the episode starts
+    at ``episode_start[slot]``.
 
     Examples:
         >>> slot, step, length = (np.empty(2, np.int64) for _ in range(3))
@@ -100,11 +99,7 @@ def candidate_steps(
         ([1, 1], [1, 0], [1, 1])
     """
     for i in range(rows.shape[0]):
-        r = rows[i]
-        s = r // C
-        last = written[s] - 1
-        tau = last - (last - (r - s * C)) % C
-        e = s * E + row_episode[r] % E
+        _, tau, e = live_row(rows[i], C, E, written, row_episode)
         slot[i] = e
         step[i] = tau - episode_start[e]
         length[i] = episode_length[e]
