@@ -163,6 +163,43 @@ def test_a_reward_key_the_windows_do_not_hold_is_named():
         rb.sample(2)
 
 
+def test_a_reward_key_one_step_transitions_do_not_hold_is_named():
+    # one-step windows are read as transitions (no 'n_step' entries): the error names those
+    rb = make_replay_buffer(64, sampler=NStepSampler(1), seed=0,
+                            transform=NStepTransform(0.5, reward_key=("next", "score")))
+    rb.extend(steps(torch.arange(4.0).view(1, 4, 1), torch.arange(1.0, 5.0).view(1, 4, 1)))
+    with pytest.raises(KeyError, match=r"NStepTransform: reward_key=\('next', 'score'\) is not among "
+                       r"the sampled transitions \(held: .*'reward'.*\); pass reward_key="):
+        rb.sample(2)
+
+
+def test_one_step_windows_are_read_as_transitions():
+    rb = make_replay_buffer(64, n_step=3, gamma=0.5, seed=0)
+    ends = torch.tensor([False, False, False, True]).view(1, 4, 1)
+    rb.extend(steps(torch.arange(4.0).view(1, 4, 1), torch.arange(1.0, 5.0).view(1, 4, 1),
+                    reward=torch.arange(10.0, 14.0).view(1, 4, 1), terminated=ends))
+    rows = rb.storage.live_transition_rows()
+    index = torch.stack([rows, torch.ones_like(rows)], -1)  # every window one step long
+    raw = rb.storage.get(SampleIndex.wrap(index, StepWindows()))
+    assert "n_step" not in raw.keys() and raw["steps_to_next_obs"].tolist() == [[1]] * 4
+    batch = NStepTransform(0.5)(raw)
+    assert batch["next", "reward"].view(-1).tolist() == [10.0, 11.0, 12.0, 13.0]
+    # gamma * (1 - terminated): the episode's last step terminates it
+    assert batch["discount"].view(-1).tolist() == [0.5, 0.5, 0.5, 0.0]
+
+
+def test_nstep_return_without_a_mask_is_for_one_step_windows_only():
+    with pytest.raises(ValueError, match=r"nstep_return: mask=None is for one-step windows; "
+                       r"these are 3 wide"):
+        nstep_return(torch.ones(2, 3), None, torch.zeros(2, 1, dtype=torch.bool), 0.9,
+                     steps=torch.full((2, 1), 3))
+    with pytest.raises(ValueError, match=r"nstep_return: mask=None needs steps="):
+        nstep_return(torch.ones(2, 1), None, torch.zeros(2, 1, dtype=torch.bool), 0.9)
+    ret, disc = nstep_return(torch.ones(2, 1), None, torch.tensor([[True], [False]]), 0.9,
+                             steps=torch.ones(2, 1, dtype=torch.int64))
+    assert ret.view(-1).tolist() == [1.0, 1.0] and torch.allclose(disc.view(-1), torch.tensor([0.0, 0.9]))
+
+
 def test_nstep_return_function_rejects_nothing_silently():
     ret, disc = nstep_return(torch.ones(2, 3, 1), torch.tensor([[True, False, False]] * 2),
                              torch.tensor([[True], [False]]), 0.9)

@@ -11,6 +11,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.core.kernels.rows import window_rows
+from torchrl_ext.core.schema import set_unchecked
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
@@ -54,7 +55,10 @@ class StepWindows:
     and under ``"n_step"`` a ``[B, W]`` TensorDict (``W = max(k)``) of each
     window step's next-only entries (reward, done flags) with ``"mask"``
     marking the steps inside the window.
-    :class:`~torchrl_ext.transforms.NStepTransform` reduces it.
+    :class:`~torchrl_ext.transforms.NStepTransform` reduces it. A batch of
+    one-step windows only (``W = 1``: every ``k`` is 1) is a batch of
+    transitions: it is read as one, with ``"steps_to_next_obs"`` but no
+    ``"n_step"`` entries (the transform needs none).
 
     With a goal-row column (from :class:`~torchrl_ext.samplers.HindsightSampler`,
     ``-1`` for rows kept real), also ``"her"``: the observation entries at
@@ -74,11 +78,12 @@ class StepWindows:
         rows, steps = columns[:, 0], columns[:, 1]
         B, W = rows.shape[0], int(steps.max())
         hindsight = columns.shape[1] > 2
-        if W == 1 and not hindsight:  # one-step windows are transitions
-            return storage.packed.gather_one_step_windows(
-                torch.from_numpy(np.ascontiguousarray(rows)), torch.from_numpy(steps),
-                observations=observations,
-            )
+        if W == 1 and not hindsight:  # one-step windows are transitions: read as such
+            first = torch.from_numpy(np.ascontiguousarray(rows))
+            out = storage.packed.gather(first) if observations else storage.packed.gather_steps(first)
+            set_unchecked(out, "steps_to_next_obs",
+                          torch.ones(B, 1, dtype=torch.int64, device=out.device))  # k = 1
+            return out
         # the observation rows, in the order gather_windows reads them: first and
         # after rows (observations); goal rows, window-next rows (hindsight)
         at = 2 * B if observations else 0  # where the goal rows start

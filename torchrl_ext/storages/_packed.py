@@ -135,8 +135,6 @@ class PackedRows:
         self._pair_layout = Layout(row + obs_next, [W + self._obs_bytes])
         self._obs_layout = Layout([(0, c.key, c, c.lo) for c in self.obs], [self._obs_bytes])
         self._step_layout = Layout([(0, c.key, c, c.lo - lo) for c in self.step], [S])
-        # the next-only entries (reward, done flags...) of a step, under "next"
-        self._next_only = frozenset(c.key for c in self.step if c.key[0] == "next")
 
     @property
     def _step_lo(self) -> int:
@@ -391,39 +389,6 @@ class PackedRows:
         block[where] = gather_rows(self._rows, wrapped).view(-1, L1 * W)
         return block
 
-    def gather_one_step_windows(
-        self, rows: torch.Tensor, lengths: torch.Tensor, *, observations: bool = True
-    ) -> TensorDictBase:
-        """Windows of one step each: :meth:`gather_windows`'s result for ``W = 1``, in one gather.
-
-        A one-step window is a transition: it is read as :meth:`gather` reads
-        one (or as :meth:`gather_steps`, without ``observations``), and its
-        ``"n_step"`` window entries are views of the same step entries.
-
-        Args:
-            rows: ``[B]`` CPU int64, each window's row.
-            lengths: ``[B]`` its steps (ones).
-            observations: read the observation entries (root and next).
-        """
-        B = rows.shape[0]
-        if observations:
-            layout, block = self._pair_layout, self._pairs(rows)
-        else:
-            (at,) = self._on_device(rows)
-            layout, block = self._step_layout, gather_rows(self._step_span, at)
-        values = layout.pieces([block])
-        root = layout.tree(values)
-        window: dict[str, Any] = {}
-        for key, value in zip(layout.keys, values):
-            if key in self._next_only:
-                put_leaf(window, key[1:], value.unsqueeze(1))
-        (window["mask"], lengths) = self._on_device(
-            beside=(torch.ones(B, 1, dtype=torch.bool), lengths)
-        )
-        root["steps_to_next_obs"] = lengths.view(B, 1)
-        root["n_step"] = tensordict_of(window, torch.Size([B, 1]), self.device)
-        return tensordict_of(root, torch.Size([B]), self.device)
-
     def gather_windows(
         self,
         window_rows: torch.Tensor,
@@ -512,7 +477,7 @@ class PackedRows:
         state = dict(self.__dict__)
         for name in ("_rows", "_obs_span", "_step_span", "_obs_words", "_step_words", "_words",
                      "_host_words", "_pair_view",
-                     "_pair_layout", "_obs_layout", "_step_layout", "_next_only"):
+                     "_pair_layout", "_obs_layout", "_step_layout"):
             state.pop(name)
         return state
 

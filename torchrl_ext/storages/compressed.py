@@ -562,15 +562,6 @@ class CompressedRows:
             out.set(("next", *key), frames[:, 1:])
         return out
 
-    def gather_one_step_windows(
-        self, rows: torch.Tensor, lengths: torch.Tensor, *, observations: bool = True
-    ) -> TensorDictBase:
-        """See :meth:`PackedRows.gather_one_step_windows`."""
-        out = self.packed.gather_one_step_windows(rows, lengths, observations=observations)
-        if observations:
-            self._put_transitions(out, rows, torch.from_numpy(self.packed.next_rows(rows.numpy())))
-        return out
-
     def gather_windows(
         self,
         window_rows: torch.Tensor,

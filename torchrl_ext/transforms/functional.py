@@ -33,7 +33,7 @@ def discount_powers(
 
 def nstep_return(
     rewards: torch.Tensor,
-    mask: torch.Tensor,
+    mask: torch.Tensor | None,
     terminated: torch.Tensor,
     gamma: float,
     *,
@@ -56,9 +56,10 @@ def nstep_return(
 
     Args:
         rewards (torch.Tensor): ``[B, W]`` (or ``[B, W, 1]``) rewards of each window step.
-        mask (torch.Tensor): ``[B, W]`` bool, the step is inside its window; the
+        mask (torch.Tensor, optional): ``[B, W]`` bool, the step is inside its window; the
             set entries of a row are a prefix (``k`` leading steps, ``k >= 1``).
             Rewards of the other steps are ignored, whatever they hold.
+            ``None`` for one-step windows (``W = 1``) given ``steps``.
         terminated (torch.Tensor): ``[B]`` (or ``[B, 1]``) bool, the window's last
             step terminated its episode.
         gamma (float): discount factor.
@@ -93,9 +94,13 @@ def nstep_return(
         powers = discount_powers(gamma, W, dtype=rewards.dtype, device=rewards.device)  # [W + 1]
     if W == 1:  # one-step windows (k = 1): the return is the reward
         ret = rewards.reshape(-1, 1)
+    elif mask is None:
+        raise ValueError(f"nstep_return: mask=None is for one-step windows; these are {W} wide.")
     else:  # [B, W] @ [W]: steps past the window weigh 0
         ret = torch.where(mask, rewards, 0.0).matmul(powers[:W]).unsqueeze(-1)
     if steps is None:
+        if mask is None:
+            raise ValueError("nstep_return: mask=None needs steps= (the windows' lengths).")
         steps = mask.sum(-1, keepdim=True)  # [B, 1] k, the steps in each window
     discount = powers.take(steps.reshape(-1, 1))  # [B, 1] gamma ** k
     # a terminated window does not bootstrap

@@ -7,7 +7,7 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
 from torchrl_ext.core.checks import check_number
-from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, set_unchecked
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, missing_entry, set_unchecked
 from torchrl_ext.transforms.functional import (
     discount_powers,
     nstep_return,
@@ -22,7 +22,9 @@ class NStepTransform(Transform):
 
     Reads what :class:`~torchrl_ext.samplers.NStepSampler` makes the storage
     return: the ``"n_step"`` ``[B, W]`` entries of each window step and its
-    ``"mask"``, and writes
+    ``"mask"`` (a batch of one-step windows only comes as transitions, with
+    ``"steps_to_next_obs"`` and no ``"n_step"``: each reward is its step's),
+    and writes
 
     * ``("next", "reward")``: ``sum_{i<k} gamma**i r_{t+i}`` (see
       :func:`~torchrl_ext.transforms.functional.nstep_return`);
@@ -103,7 +105,8 @@ class NStepTransform(Transform):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         window = tensordict.pop("n_step", None)  # the windows are dropped from the batch
-        if window is None:
+        steps = tensordict.get("steps_to_next_obs", None)  # [B, 1] window lengths, from the reader
+        if window is None and steps is None:
             raise EntryKeyError(
                 "NStepTransform: the batch has no 'n_step' windows; sample with "
                 "torchrl_ext.samplers.NStepSampler (make_replay_buffer(..., n_step=n))."
@@ -120,13 +123,20 @@ class NStepTransform(Transform):
                 "Store it, or pass terminated_key= the entry that marks terminations "
                 "(make_replay_buffer(terminated_key=...))."
             )
-        mask = window.get("mask")
-        rewards = window_rewards(window, self.reward_key, "NStepTransform")  # [B, W, *reward_shape]
-        powers = self._discount_powers(mask.shape[1], rewards)
-        steps = tensordict.get("steps_to_next_obs", None)  # [B, 1] window lengths, from the reader
+        if window is None:  # one-step windows, read as transitions: each reward is its step's
+            mask = None
+            rewards = tensordict.get(self.reward_key, None)
+            if rewards is None:
+                raise missing_entry("NStepTransform", "reward_key", self.reward_key,
+                                    list(tensordict.keys(True, True)), "sampled transitions")
+            rewards = rewards.unsqueeze(1)  # [B, 1, *reward_shape]
+        else:
+            mask = window.get("mask")
+            rewards = window_rewards(window, self.reward_key, "NStepTransform")  # [B, W, *reward_shape]
+        powers = self._discount_powers(rewards.shape[1], rewards)
         ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers, steps=steps)
         # [B, *reward_shape] and [B, 1], on the batch's device: set without TensorDict's checks
-        set_unchecked(tensordict, self.reward_key, ret.view(mask.shape[0], *rewards.shape[2:]))
+        set_unchecked(tensordict, self.reward_key, ret.view(rewards.shape[0], *rewards.shape[2:]))
         if self.discount_key is not None:
             set_unchecked(tensordict, self.discount_key, discount)
         return tensordict
