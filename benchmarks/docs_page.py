@@ -41,6 +41,7 @@ CHARTS = {
 #: (column plotted, axis label, file name, larger is better); their first table is charted
 NAMED_CHARTS = {
     "W5 frame stacks": ("samples/s B=256", "samples/s at batch 256", "w5_frames.png", True),
+    "W1 samples through the facades": ("samples/s", "samples/s at batch 256", "w1_facades.png", True),
     "W6 model-based epochs": ("epoch, 1 model (ms)", "ms per epoch of batches of 256, one model",
                               "w6_epochs.png", False),
 }

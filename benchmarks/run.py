@@ -12,6 +12,7 @@
     .venv/bin/python benchmarks/run.py --no-gpu     # skip the GPU tables (gpu.py; skipped anyway without CUDA)
     .venv/bin/python benchmarks/run.py --no-compress  # skip the compressed-frame tables (compressed.py)
     .venv/bin/python benchmarks/run.py --no-add       # skip the facade-add table (facade_add.py)
+    .venv/bin/python benchmarks/run.py --no-facade-sample  # skip the W1-through-facades table (facade_sample.py)
 
 Prints markdown tables and writes them to benchmarks/results/latest.md, then the
 docs' benchmark page from them (docs_page.py: docs/benchmarks/); the W2
@@ -94,6 +95,8 @@ def main() -> None:
     ap.add_argument("--no-seq", action="store_true", help="skip the W4 sequence tables (sequence.py)")
     ap.add_argument("--no-mb", action="store_true", help="skip the W6 model-based tables (model_based.py)")
     ap.add_argument("--no-add", action="store_true", help="skip the facade-add table (facade_add.py)")
+    ap.add_argument("--no-facade-sample", action="store_true",
+                    help="skip the W1-through-facades sample table (facade_sample.py)")
     ap.add_argument("--no-frames", action="store_true", help="skip the W5 frame-stack tables (frames.py)")
     ap.add_argument("--no-ray", action="store_true", help="skip the W7 Ray tables (ray_writers.py, ~3 min)")
     ap.add_argument("--no-gpu", action="store_true", help="skip the GPU tables (gpu.py; needs CUDA)")
@@ -123,6 +126,10 @@ def main() -> None:
     if not a.no_add:  # fresh interpreter: the facades' add beside SB3's
         log("facade adds (facade_add.py)")
         cmd = [sys.executable, os.path.join(HERE, "facade_add.py"), "--out", a.out, "--append"]
+        subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
+    if not a.no_facade_sample:  # fresh interpreter: W1 samples through the facades beside cpprb
+        log("facade samples (facade_sample.py)")
+        cmd = [sys.executable, os.path.join(HERE, "facade_sample.py"), "--out", a.out, "--append"]
         subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
     if not a.no_frames:  # fresh interpreters, one per buffer (frames.py)
         log("W5 frame stacks (frames.py)")
