@@ -450,9 +450,14 @@ class BatchReplayBuffer:
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"BatchReplayBuffer.sample: batch_size={batch_size!r}, expected an integer >= 1.")
         gamma = check_number("BatchReplayBuffer.sample", "gamma", gamma, 0.0, 1.0)
-        self._frames.n_frames = int(n_frames)
-        self._windows.n = int(n_steps)
-        self._nstep.gamma = float(gamma)
+        # set when they change only: the transform is an nn.Module, whose attribute
+        # assignment costs as much as a small gather
+        if n_frames != self._frames.n_frames:
+            self._frames.n_frames = int(n_frames)
+        if n_steps != self._windows.n:
+            self._windows.n = int(n_steps)
+        if gamma != self._nstep.gamma:
+            self._nstep.gamma = float(gamma)
         try:  # with replacement, any batch size (as d3rlpy)
             td = self.rb.sample(int(batch_size))
         except EmptyBufferError:  # D11, said in this API's words
@@ -472,16 +477,17 @@ class BatchReplayBuffer:
         def act(x: torch.Tensor) -> torch.Tensor:
             return x.squeeze(-1) if self.discrete else x
 
-        td_reward = td.get(("next", "reward"))
+        nxt = td.get("next")  # its entries by name: a fraction of a nested key's lookup
+        td_reward = nxt.get("reward")
         fields = {
             "observations": obs(td.get("observation")),
             "actions": act(td.get("action")),
             "rewards": td.get("arrival_reward"),
-            "next_observations": obs(td.get(("next", "observation"))),
-            "next_actions": act(td.get(("next", "action"))),
+            "next_observations": obs(nxt.get("observation")),
+            "next_actions": act(nxt.get("action")),
             "next_rewards": td_reward,
             "td_rewards": td_reward,
-            "terminals": td.get(("next", "terminated")).float(),
+            "terminals": nxt.get("terminated").float(),
             "n_steps": td.get("steps_to_next_obs").float(),
         }
         mask = td.get("mask", None)

@@ -100,10 +100,10 @@ class FrameStacks:
         for key in held:
             value = frames.get(key)  # [2, *batch, F, *shape]
             if key in stacked:
-                obs, nxt = (stack_frames(value[i], dims) for i in (0, 1))
+                value = stack_frames(value, dims + 1)  # a view of the gathered block
             else:  # not stacked: the observation itself, the newest frame
-                obs, nxt = value.select(dims + 1, -1)
-            # [*batch, ...] views of the frames gathered on the batch's device
+                value = value.select(dims + 1, -1)
+            obs, nxt = value.unbind(0)  # [*batch, ...] views, on the batch's device
             set_unchecked(out, key, obs)
             set_unchecked(out, ("next", *key), nxt)
         return out
@@ -243,10 +243,9 @@ class FrameStackSampler(RefiningSampler):
             )
             # batch positions whose stack needs a frame the ring already overwrote
             redo = np.flatnonzero(lost.reshape(lost.shape[0], -1).any(1))
-            if not redo.size:
-                plain = index.as_subclass(torch.Tensor)
+            if not redo.size:  # the same index, read through the stacks
                 stacks = FrameStacks(self.n_frames, self.keys, reader, (token, frame_rows))
-                return SampleIndex.wrap(plain, stacks), info
+                return SampleIndex.wrap(index, stacks), info
             # a whole batch, of which the redrawn positions are kept: a position's
             # draw can depend on where it is in the batch (HindsightSampler
             # relabels the last rows, a prioritized draw i comes from segment i)

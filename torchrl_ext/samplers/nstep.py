@@ -111,8 +111,9 @@ class StepWindows:
         )
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        columns = index.as_subclass(torch.Tensor)
-        return columns[:, 0].contiguous(), columns[:, 1].contiguous()
+        # [2, B]: rows, then steps (one numpy copy: a fraction of two torch ones)
+        columns = index.numpy()[:, :2].T.copy()
+        return torch.from_numpy(columns[0]), torch.from_numpy(columns[1])
 
     def rows_read(self, storage: Any, index: torch.Tensor) -> torch.Tensor:
         columns = np.ascontiguousarray(index.numpy())
