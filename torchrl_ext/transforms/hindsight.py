@@ -28,7 +28,9 @@ class HindsightTransform(Transform):
     ``("next", goal_key)`` (in every frame, where frame stacks hold the
     goal entries), and the reward of every window step is
     ``reward_fn(achieved goal after that step, goal, infos)``. Real rows are
-    left as stored. Put it before
+    left as stored. The goals are written into the batch's goal entries in
+    place (a sampled batch owns the rows it gathered), the rewards into a new
+    tensor. Put it before
     :class:`~torchrl_ext.transforms.NStepTransform`, which then sums the
     recomputed rewards (``make_her_replay_buffer`` does).
 
@@ -115,19 +117,18 @@ class HindsightTransform(Transform):
                 raise missing_entry("HindsightTransform", name, key, held,
                                     "sampled observation entries")
         relabel = her.get("relabel")  # [B] bool
-        idx = torch.nonzero(relabel).view(-1)
+        idx = relabel.nonzero().view(-1)  # [V] the relabelled rows
         del tensordict["her"]
         if not idx.numel():
             return tensordict
-        # the goal entries, root and next: the goal reached where relabelled, else as stored
+        goal = reached.index_select(0, idx)  # [V, *goal]
+        # the goal entries, root and next, written in place at the relabelled rows
+        # only: the sampled batch owns its gathered rows (no second copy of them)
         for key in (self.goal_key, ("next", *self.goal_key)):
             value = tensordict.get(key)
-            goal = _in_every_frame(reached, value).to(value.dtype)  # e.g. int8 achieved, int64 desired
-            where = relabel.view(-1, *(1,) * (value.dim() - 1))
-            set_unchecked(tensordict, key, torch.where(where, goal, value))
-        goal = reached[idx]  # [V, *goal]
+            value.index_copy_(0, idx, _in_every_frame(goal, value).to(value.dtype))
         window = tensordict.get("n_step")
-        achieved = window.get(self.achieved_goal_key)[idx]  # [V, W, *goal]
+        achieved = window.get(self.achieved_goal_key).index_select(0, idx)  # [V, W, *goal]
         V, W = achieved.shape[:2]
         goals = goal.unsqueeze(1).expand(V, W, *goal.shape[1:]).reshape(V * W, *goal.shape[1:])
         flat_achieved = achieved.reshape(V * W, *goal.shape[1:])
@@ -138,7 +139,8 @@ class HindsightTransform(Transform):
         rewards = window_rewards(window, self.reward_key, "HindsightTransform")  # [B, W, *reward]
         new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos)
         new = new.view(V, W, *rewards.shape[2:]).to(rewards.dtype)
-        set_unchecked(window, self.reward_key[1:], rewards.index_put((idx,), new))  # a new tensor
+        # a new tensor: with one-step windows the stored ("next", reward) is a view of the same bytes
+        set_unchecked(window, self.reward_key[1:], rewards.index_copy(0, idx, new))
         if self.terminated_fn is not None:
             self._recompute_terminated(
                 self.terminated_fn, tensordict, idx, flat_achieved, goals, infos, W
