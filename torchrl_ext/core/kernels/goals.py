@@ -44,15 +44,21 @@ def goal_rows(
         ...           start, length, out); out.tolist()  # steps 1 and 3
         [2, 4]
     """
-    for i in range(rows.shape[0]):
-        s, tau, e = live_row(rows[i], C, E, written, row_episode)
+    n = rows.shape[0]
+    # first each row's logical time and episode: the loop is short and its rows
+    # independent, so their (random, mostly uncached) row_episode reads overlap
+    tau, episode = np.empty(n, np.int64), np.empty(n, np.int64)
+    for i in range(n):
+        _, tau[i], episode[i] = live_row(rows[i], C, E, written, row_episode)
+    for i in range(n):
+        s, e = rows[i] // C, episode[i]
         start = episode_start[e]
         last = start + episode_length[e] - 1  # tau of the episode's last written step
         if strategy == FINAL:
             goal = last
         else:
             if strategy == FUTURE:
-                lo = tau
+                lo = tau[i]
             else:  # EPISODE: the episode's oldest live step
                 lo = max(start, max(written[s] - C, 0))
             goal = lo + min(np.int64(u[i] * (last - lo + 1)), last - lo)
