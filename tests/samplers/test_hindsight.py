@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from torchrl_ext import make_her_replay_buffer, make_replay_buffer
-from torchrl_ext.samplers import HindsightSampler, HindsightStrategy
+from torchrl_ext.samplers import HindsightSampler, HindsightStrategy, NStepSampler
 from torchrl_ext.transforms import HindsightTransform
 
 
@@ -258,16 +258,19 @@ def test_frame_stacked_goals_get_the_relabelled_goal_in_every_frame(goal_shape):
     assert torch.equal(batch["next", "reward"][4:, 0], torch.where(reached, 0.0, -1.0))
 
 
-@pytest.mark.parametrize("name, key", [("goal_key", "target"), ("achieved_goal_key", "target"),
-                                       ("reward_key", ("next", "score"))])
-def test_a_key_the_batch_does_not_hold_is_named(name, key):
+@pytest.mark.parametrize("name, key, n, where", [
+    ("goal_key", "target", 1, "sampled observation entries"),
+    ("achieved_goal_key", "target", 1, "sampled observation entries"),
+    ("reward_key", ("next", "score"), 1, "sampled transitions"),  # one-step windows: transitions
+    ("reward_key", ("next", "score"), 2, "'n_step' windows"),
+])
+def test_a_key_the_batch_does_not_hold_is_named(name, key, n, where):
     # a goal_key or achieved_goal_key the data does not hold failed with
     # "'NoneType' object has no attribute 'clone'" (or "is not subscriptable"),
     # a reward_key with "... has no attribute 'clone'"
-    rb = make_replay_buffer(100, sampler=HindsightSampler(num_goals=4),
+    rb = make_replay_buffer(100, sampler=HindsightSampler(num_goals=4, base=NStepSampler(n)),
                             transform=HindsightTransform(reward, **{name: key}), batch_size=5, seed=0)
     rb.extend(episodes_td([[5]]))
-    where = "'n_step' windows" if name == "reward_key" else "sampled observation entries"
     with pytest.raises(KeyError, match=rf"HindsightTransform: {name}={re.escape(repr(key))} is not "
                        rf"among the {where} \(held: .*'(achieved_goal|reward)'.*\); pass {name}="):
         rb.sample()

@@ -83,6 +83,7 @@ SAMPLERS = {
     "sequence-pad": lambda: dict(sampler=SequenceSampler(6, pad=True)),
     "frames-sequence": lambda: dict(sampler=SequenceSampler(3), n_frames=2),
     "hindsight": lambda: dict(sampler=HindsightSampler("future", 2, base=NStepSampler(2))),
+    "hindsight-one-step": lambda: dict(sampler=HindsightSampler("future", 2)),
 }
 
 

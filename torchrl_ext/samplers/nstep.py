@@ -63,7 +63,9 @@ class StepWindows:
     With a goal-row column (from :class:`~torchrl_ext.samplers.HindsightSampler`,
     ``-1`` for rows kept real), also ``"her"``: the observation entries at
     the goal rows and ``"relabel"`` (``goal_rows >= 0``), and in ``"n_step"``
-    each window step's next observation entries.
+    each window step's next observation entries (transitions have theirs
+    under ``"next"``; without observations, which frame stacks read, one-step
+    windows with goals are read as windows, with their next observations).
 
     Examples:
         >>> import torch
@@ -78,29 +80,33 @@ class StepWindows:
         rows, steps = columns[:, 0], columns[:, 1]
         B, W = rows.shape[0], int(steps.max())
         hindsight = columns.shape[1] > 2
-        if W == 1 and not hindsight:  # one-step windows are transitions: read as such
+        relabel = goal_rows = None
+        if hindsight:
+            goals = columns[:, 2]
+            relabel = goals >= 0
+            goal_rows = np.where(relabel, goals, rows)  # real rows: any valid row
+        if W == 1 and (observations or not hindsight):  # one-step windows are transitions: read as such
             first = torch.from_numpy(np.ascontiguousarray(rows))
             out = storage.packed.gather(first) if observations else storage.packed.gather_steps(first)
             set_unchecked(out, "steps_to_next_obs",
                           torch.ones(B, 1, dtype=torch.int64, device=out.device))  # k = 1
+            if hindsight:  # a second gather: the goal rows' observation entries
+                her = storage.packed.gather_observations(torch.from_numpy(goal_rows))
+                set_unchecked(her, "relabel", torch.from_numpy(relabel).to(out.device))
+                set_unchecked(out, "her", her)
             return out
         # the observation rows, in the order gather_windows reads them: first and
         # after rows (observations); goal rows, window-next rows (hindsight)
         at = 2 * B if observations else 0  # where the goal rows start
-        # a one-step window's next row is the after row, read already with observations
-        window_next_read = hindsight and not (observations and W == 1)
-        obs_rows = np.empty(at + (B if hindsight else 0) + (W * B if window_next_read else 0), np.int64)
+        obs_rows = np.empty(at + ((1 + W) * B if hindsight else 0), np.int64)
         after = np.empty(B, np.int64)
-        window_next = obs_rows[at + B :].reshape(B, W) if window_next_read else np.empty((B, W), np.int64)
+        window_next = obs_rows[at + B :].reshape(B, W) if hindsight else np.empty((B, W), np.int64)
         window, mask = _window_rows(storage, columns, W, after, window_next)
         if observations:  # first and after rows interleaved: each window's two reads lie a few rows apart
             obs_rows[0:at:2] = rows
             obs_rows[1:at:2] = after
-        relabel = None
         if hindsight:
-            goals = columns[:, 2]
-            relabel = goals >= 0
-            obs_rows[at : at + B] = np.where(relabel, goals, rows)  # real rows: any valid row
+            obs_rows[at : at + B] = goal_rows
         return storage.packed.gather_windows(
             torch.from_numpy(window),
             torch.from_numpy(obs_rows) if obs_rows.size else None,

@@ -415,9 +415,7 @@ class PackedRows:
                 first_1, ...]``: each window's two reads lie close); with
                 ``relabel`` (hindsight), then
                 each transition's goal row ``[B]`` and the row after each
-                window step ``[B * W]`` (row-major), except for one-step windows
-                read with ``observations`` (that row is the next observation's,
-                already read). ``None`` if none.
+                window step ``[B * W]`` (row-major). ``None`` if none.
             mask: ``[B, W]`` bool, the step is inside its window (``("n_step", "mask")``).
             lengths: ``[B]`` steps of each window (``"steps_to_next_obs"``, ``[B, 1]``).
             observations: read the observation entries (root and next);
@@ -461,9 +459,7 @@ class PackedRows:
                     put_leaf(nxt, key, value[1:at:2])
                 if hindsight:
                     put_leaf(her, key, value[at : at + B])
-                    # each step's next observation: the transition's own for one-step windows
-                    after = value[1:at:2] if observations and W == 1 else value[at + B :]
-                    put_leaf(window, key, after.view(B, W, *value.shape[1:]))
+                    put_leaf(window, key, value[at + B :].view(B, W, *value.shape[1:]))
         if hindsight:
             her["relabel"] = relabel
             root["her"] = her

@@ -586,9 +586,7 @@ class CompressedRows:
             self._put_transitions(out, obs_rows[0:at:2], obs_rows[1:at:2])
         if relabel is not None:
             self._put(out, ("her",), obs_rows[at : at + B])
-            # a one-step window's next row is the after row
-            after = obs_rows[1:at:2] if observations and W == 1 else obs_rows[at + B :]
-            self._put(out, ("n_step",), after.view(B, W))
+            self._put(out, ("n_step",), obs_rows[at + B :].view(B, W))
         return out
 
     # ---------------------------------------------------- state and persistence

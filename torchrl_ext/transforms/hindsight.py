@@ -26,8 +26,9 @@ class HindsightTransform(Transform):
     the ``"relabel"`` mask). For relabelled rows, ``goal = her[achieved_goal_key]``
     (the achieved goal after the goal step) is written to ``goal_key`` and
     ``("next", goal_key)`` (in every frame, where frame stacks hold the
-    goal entries), and the reward of every window step is
-    ``reward_fn(achieved goal after that step, goal, infos)``. Real rows are
+    goal entries), and the reward of every window step (under ``"n_step"``;
+    a batch of one-step windows comes as transitions: each step's ``"next"``
+    entries) is ``reward_fn(achieved goal after that step, goal, infos)``. Real rows are
     left as stored. The goals are written into the batch's goal entries in
     place (a sampled batch owns the rows it gathered), the rewards into a new
     tensor. Put it before
@@ -127,20 +128,31 @@ class HindsightTransform(Transform):
         for key in (self.goal_key, ("next", *self.goal_key)):
             value = tensordict.get(key)
             value.index_copy_(0, idx, _in_every_frame(goal, value).to(value.dtype))
-        window = tensordict.get("n_step")
-        achieved = window.get(self.achieved_goal_key).index_select(0, idx)  # [V, W, *goal]
+        # each window step's next entries: [B, W, ...] under "n_step"; a batch of one-step
+        # windows comes as transitions, each step's own under "next" ([B, ...])
+        window = tensordict.get("n_step", None)
+        steps = tensordict.get("next") if window is None else window
+        achieved = steps.get(self.achieved_goal_key).index_select(0, idx)  # [V, (W,) *goal]
+        if window is None:
+            achieved = achieved.unsqueeze(1)  # [V, 1, *goal]
         V, W = achieved.shape[:2]
         goals = goal.unsqueeze(1).expand(V, W, *goal.shape[1:]).reshape(V * W, *goal.shape[1:])
         flat_achieved = achieved.reshape(V * W, *goal.shape[1:])
         infos = None
-        stored = None if self.info_key is None else window.get(self.info_key[1:], None)
+        stored = None if self.info_key is None else steps.get(self.info_key[1:], None)
         if stored is not None:  # a buffer that stores no such entry passes infos=None
             infos = stored[idx].reshape(V * W)
-        rewards = window_rewards(window, self.reward_key, "HindsightTransform")  # [B, W, *reward]
+        if window is None:
+            rewards = tensordict.get(self.reward_key, None)  # [B, *reward]
+            if rewards is None:
+                raise missing_entry("HindsightTransform", "reward_key", self.reward_key,
+                                    list(tensordict.keys(True, True)), "sampled transitions")
+        else:
+            rewards = window_rewards(window, self.reward_key, "HindsightTransform")  # [B, W, *reward]
         new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos)
-        new = new.view(V, W, *rewards.shape[2:]).to(rewards.dtype)
-        # a new tensor: with one-step windows the stored ("next", reward) is a view of the same bytes
-        set_unchecked(window, self.reward_key[1:], rewards.index_copy(0, idx, new))
+        new = new.view(V, *rewards.shape[1:]).to(rewards.dtype)
+        # a new tensor: a window's rewards share their bytes with its last step's ("next", reward)
+        set_unchecked(steps, self.reward_key[1:], rewards.index_copy(0, idx, new))
         if self.terminated_fn is not None:
             self._recompute_terminated(
                 self.terminated_fn, tensordict, idx, flat_achieved, goals, infos, W
