@@ -127,6 +127,7 @@ class HindsightTransform(Transform):
         # only: the sampled batch owns its gathered rows (no second copy of them)
         for key in (self.goal_key, ("next", *self.goal_key)):
             value = tensordict.get(key)
+            # as the entry's dtype: e.g. int8 achieved, int64 desired goals
             value.index_copy_(0, idx, _in_every_frame(goal, value).to(value.dtype))
         # each window step's next entries: [B, W, ...] under "n_step"; a batch of one-step
         # windows comes as transitions, each step's own under "next" ([B, ...])
