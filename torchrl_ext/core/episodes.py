@@ -108,8 +108,8 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
 
     def _bind(self) -> None:
         super()._bind()
-        # (write cursors, live-row geometry) of the last draw (see _live_rows)
-        self._live: tuple[bytes, tuple[int, np.ndarray, np.ndarray]] | None = None
+        # (write cursors, live rows, live-row geometry) of the last draw (see _live_rows)
+        self._live: tuple[bytes, bytes, tuple[int, np.ndarray, np.ndarray]] | None = None
         self._np["episode_start_flat"] = self._np["episode_start"].reshape(-1)
         self._np["episode_length_flat"] = self._np["episode_length"].reshape(-1)
         self._stream_base = np.arange(self.num_streams) * self.stream_capacity
@@ -238,7 +238,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             >>> index.is_empty()
             False
         """
-        return not self._np["written"].any()
+        return np.count_nonzero(self._np["written"]) == 0  # (ndarray.any() costs 4x more)
 
     def live_rows(self) -> np.ndarray:
         """Live rows per stream, ``[num_streams]`` (observation-only rows included).
@@ -331,26 +331,36 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         ``total`` live rows; stream ``s``'s are the draws ``u`` in ``[ends -
         live, ends)[s]``, at physical row ``u + shift[s]`` (``shift`` is
         empty once every stream is full: ``u`` is the row). They are a function
-        of the streams' write cursors (``written``) alone, so they are kept for
-        the cursors they were computed from: every commit, reset or load moves
-        those, with or without the write token (a plain ``plan().commit()``
-        leaves the token as it is).
+        of the streams' live rows (``min(written, C)``) alone, so they are kept
+        for the cursors (``written``) they were computed from, and for the live
+        rows: every commit, reset or load moves the cursors, with or without
+        the write token (a plain ``plan().commit()`` leaves the token as it is),
+        and once every stream is full a write moves the cursors but not the
+        live rows (the geometry is kept, not recomputed).
 
         Raises:
             EmptyBufferError: the index holds no transition.
         """
         cursors = self._np["written"].tobytes()  # [S] int64, one snapshot of the shared cursors
-        if self._live is not None and self._live[0] == cursors:
-            return self._live[1]
+        cached = self._live
+        if cached is not None and cached[0] == cursors:
+            return cached[2]
         written = np.frombuffer(cursors, dtype=np.int64)
         live = np.minimum(written, self.stream_capacity)  # [S] live rows
+        rows = live.tobytes()
+        if cached is not None and cached[1] == rows:
+            self._live = (cursors, rows, cached[2])
+            return cached[2]
         ends = live.cumsum()
         total = int(ends[-1])
-        if (total - self.num_streams) // 2 < 1 and not self.num_transitions():
-            # (rows - S) / 2 bounds the transitions from below: count only near it
-            raise EmptyBufferError(EMPTY_BUFFER)
+        if (total - self.num_streams) // 2 < 1:
+            # (rows - S) / 2 bounds the transitions from below: count only near it,
+            # and keep the geometry for these cursors only (the count may change)
+            if not self.num_transitions():
+                raise EmptyBufferError(EMPTY_BUFFER)
+            rows = b""
         shift = _FULL if total == self.num_rows else self._stream_base - ends + live
-        self._live = (cursors, (total, shift, ends))
+        self._live = (cursors, rows, (total, shift, ends))
         return total, shift, ends
 
     def draw_transitions(

@@ -378,7 +378,8 @@ class PackedRows:
         W, n = self.row_bytes, self._rows.shape[0]
         runs = self._rows.as_strided((n - L1 + 1, L1 * W), (W, 1))  # item i: rows i .. i + L1 - 1
         if not wrapped_runs(host, wraps):
-            (at,) = self._on_device(rows[:, 0])
+            # each run's first row (a strided view of numpy's column: a tensor's [:, 0] costs more)
+            (at,) = self._on_device(torch.from_numpy(host[:, 0]))
             return gather_rows(runs, at)
         wrapped = torch.from_numpy(host[wraps])
         at, wrapped, where = self._on_device(
