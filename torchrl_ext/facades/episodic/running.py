@@ -1,8 +1,6 @@
 """The running episodes of an ``EpisodeReplayBuffer``: each env's steps in ``[capacity, envs]`` blocks."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -14,10 +12,10 @@ class RunningEpisodes:
 
     All envs step together: column ``t`` of every block holds step ``t`` of
     every env (one contiguous run: time-major), and env ``i``'s running
-    episode is columns ``start[i] .. t - 1``. A step is one copy per field
-    (the caller may reuse its tensors), through a numpy view where the block
-    is in CPU memory (a fraction of a torch copy's call cost); an episode
-    leaves as one slice per field. When the columns run out, those before
+    episode is columns ``start[i] .. t - 1``. A step is copied (the caller
+    may reuse its tensors) into column ``t`` of every block in one call
+    (``torch._foreach_copy_``: a ``copy_`` per field would cost a dispatch
+    each); an episode leaves as one slice per field. When the columns run out, those before
     the oldest running episode are dropped (one move), and the blocks double
     when the running episodes need all their columns, so each step is moved
     O(1) times on average.
@@ -60,21 +58,19 @@ class RunningEpisodes:
             key: torch.empty((capacity, self.num_envs, *shape), dtype=dtype, device=device)
             for key, (shape, dtype, device) in self.spec.items()
         }
-        # per block in CPU memory, the numpy view of each column, for the per-step
-        # copies (made once per allocation); None: torch copies
-        self._columns = {key: _columns(block) for key, block in self._blocks.items()}
+        # each block's [num_envs, ...] view of each column (made once per allocation)
+        self._columns = {key: block.unbind(0) for key, block in self._blocks.items()}
 
-    def append(self, values: dict[str, Any]) -> None:
-        """Copy one step of every env (``[num_envs, ...]`` per field, checked against ``spec``)."""
+    def append(self, values: dict[str, torch.Tensor]) -> None:
+        """Copy one step of every env (``[num_envs, ...]`` per field, of ``spec``'s shapes and dtypes).
+
+        The caller checks the values (a copy would broadcast and cast them).
+        """
         if self.t == self.capacity:
             self._make_room()
         t = self.t
-        for key, value in values.items():
-            columns = self._columns[key]
-            if columns is not None and type(value) is np.ndarray:
-                columns[t][...] = value
-            else:
-                self._blocks[key][t] = torch.as_tensor(value)
+        columns = self._columns
+        torch._foreach_copy_([columns[key][t] for key in values], list(values.values()))
         self.t = t + 1
 
     def take(self, env: int) -> dict[str, torch.Tensor] | None:
@@ -117,13 +113,3 @@ class RunningEpisodes:
         self.start -= oldest
         self.t = kept
 
-
-def _columns(block: torch.Tensor) -> list[np.ndarray] | None:
-    """Numpy views of a CPU block's columns, ``None`` on an accelerator or for dtypes numpy lacks (bfloat16)."""
-    if block.device.type != "cpu":
-        return None
-    try:
-        host = block.numpy()
-    except TypeError:
-        return None
-    return list(host)  # host[t]: column t, contiguous
