@@ -328,7 +328,7 @@ class EpisodeReplayBuffer:
                 f"add_step: step_data has fields {clash} and the terminated / truncated "
                 "flags were passed too; pass each once."
             )
-        values = {key: torch.from_numpy(flags) for key, flags in extra.items()}
+        values = {key: torch.from_numpy(flags) for key, flags in extra.items()} if extra else {}
         expected = self._expected
         # the first field (in this order) whose shape or dtype is not the first step's
         refused = None
