@@ -584,8 +584,10 @@ def _as_tensor(key: str, value: Any) -> torch.Tensor:
             f"add_step: field {key!r}: expected string keys and tensor values "
             "(nested fields are not supported)."
         )
-    if type(value) is np.ndarray and any(stride < 0 for stride in value.strides):
-        value = value.copy()  # torch views no negative strides (a reversed array)
+    if type(value) is np.ndarray and (
+            not value.flags.writeable or any(stride < 0 for stride in value.strides)):
+        # torch views neither a read-only array (it warns) nor negative strides (a reversed array)
+        value = value.copy()
     try:
         return torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError):
