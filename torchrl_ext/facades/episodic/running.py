@@ -15,10 +15,12 @@ class RunningEpisodes:
     episode is columns ``start[i] .. t - 1``. A step is copied (the caller
     may reuse its tensors) into column ``t`` of every block in one call
     (``torch._foreach_copy_``: a ``copy_`` per field would cost a dispatch
-    each); an episode leaves as one slice per field. When the columns run out, those before
-    the oldest running episode are dropped (one move), and the blocks double
-    when the running episodes need all their columns, so each step is moved
-    O(1) times on average.
+    each); an episode leaves as one slice per field. When the columns run
+    out, those before the oldest running episode are dropped (one move), and
+    the blocks double when the running episodes need more than half of their
+    columns: each move frees at least half of them, so each step is moved
+    O(1) times on average (moving all but a few columns every few steps
+    would not be).
 
     Args:
         num_envs (int): envs (1 for a single env, whose steps are given without an env dim).
@@ -99,14 +101,14 @@ class RunningEpisodes:
                     self._blocks[key][int(self.start[env]) + j, env] = value
 
     def _make_room(self) -> None:
-        """Drop the columns before the oldest running episode; double the blocks if there are none."""
+        """Drop the columns before the oldest running episode; double the blocks if that frees less than half."""
         oldest = int(self.start.min())
         kept = self.t - oldest
-        if oldest == 0:  # the running episodes need every column
+        if 2 * kept > self.capacity:  # the running episodes need more than half the columns
             old = self._blocks
             self._allocate(2 * self.capacity)
             for key, block in old.items():
-                self._blocks[key][:kept] = block
+                self._blocks[key][:kept] = block[oldest:self.t]
         else:
             for key, block in self._blocks.items():
                 block[:kept] = block[oldest:self.t].clone()  # overlapping: through a copy
