@@ -831,6 +831,20 @@ def test_add_step_takes_field_names_of_str_subclasses():
     assert rb.dataset.episode_lengths == [2, 2]
 
 
+def test_add_step_copies_numpy_fields_torch_cannot_view():
+    """Read-only (broadcast) and reversed arrays are stored as given, without a warning."""
+    import numpy as np
+
+    rb = EpisodeReplayBuffer(RingBufferDataset(30), batch_size=2, sequence_length=1, seed=5)
+    row = np.arange(3, dtype=np.float32)
+    no = torch.zeros(2, dtype=torch.bool)
+    rb.add_step({"x": np.broadcast_to(row, (2, 3))}, no)  # read-only, zero strides
+    rb.add_step({"x": np.stack([row, row + 3])[::-1]}, no)  # negative strides
+    rb.add_step({"x": torch.zeros(2, 3)}, torch.ones(2, dtype=torch.bool))
+    assert rb.dataset.episode(0)["x"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert rb.dataset.episode(1)["x"].tolist() == [[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]]
+
+
 def test_add_step_refuses_a_numpy_field_for_a_bfloat16_field():
     """numpy has no bfloat16: a numpy array is never of the field's dtype (np.dtype(None) is float64)."""
     import numpy as np

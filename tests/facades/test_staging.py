@@ -242,7 +242,7 @@ def test_running_episodes_hold_each_envs_steps_through_growth_and_moves(num_envs
     lists: list[list[list[float]]] = [[] for _ in range(num_envs)]
     for t, mask in enumerate(dones):
         step = np.array([[t, env] for env in range(num_envs)], np.float32)
-        running.append({"x": step})
+        running.append({"x": torch.from_numpy(step)})
         for env in range(num_envs):
             lists[env].append([float(t), float(env)])
             if mask >> env & 1:

@@ -122,11 +122,9 @@ class EpisodeReplayBuffer:
         # each field's (shape, dtype) per env, fixed by the first step: a step
         # that differs raises at its add_step, not at the episode's torch.stack
         self._spec: dict[str, tuple[torch.Size, torch.dtype]] | None = None
-        # numpy dtype (None: none) and device of each field, fixed with _spec
-        self._host_dtypes: dict[str, np.dtype | None] = {}
-        # per field (its shape with the env dim, numpy dtype, torch dtype): what _check_spec compares
-        self._expected: dict[str, tuple[tuple[int, ...], np.dtype | None, torch.dtype]] = {}
-        self._devices: dict[str, torch.device] = {}
+        # per field (its shape with the env dim, dtype): what a step's field is compared with
+        self._expected: dict[str, tuple[torch.Size, torch.dtype]] = {}
+        self._devices: dict[str, torch.device] = {}  # each field's device, fixed with _spec
         # each env's steps since its episode began (None until the first step)
         self._running: RunningEpisodes | None = None
 
@@ -245,25 +243,19 @@ class EpisodeReplayBuffer:
             extra = {"terminated": term, "truncated": trunc}
         return first, last | term | trunc, extra
 
-    def _fix_spec(self, values: dict[str, Any], num_envs: int) -> None:
+    def _fix_spec(self, values: dict[str, torch.Tensor], num_envs: int) -> None:
         """The first step fixes each field's shape per env, dtype and device."""
         skip = 1 if num_envs else 0
-        self._set_spec(
-            {k: (torch.Size(v.shape[skip:]), _torch_dtype(v)) for k, v in values.items()},
-            {k: v.dtype if type(v) is np.ndarray else _numpy_dtype(v.dtype) for k, v in values.items()},
-            {k: v.device if isinstance(v, torch.Tensor) else torch.device("cpu") for k, v in values.items()},
-        )
+        self._set_spec({k: (v.shape[skip:], v.dtype) for k, v in values.items()},
+                       {k: v.device for k, v in values.items()})
 
     def _set_spec(
-        self,
-        spec: dict[str, tuple[torch.Size, torch.dtype]],
-        host_dtypes: dict[str, np.dtype | None],
-        devices: dict[str, torch.device],
+        self, spec: dict[str, tuple[torch.Size, torch.dtype]], devices: dict[str, torch.device]
     ) -> None:
-        """Fix each field's shape per env and dtype (and numpy dtype), and its device."""
-        self._spec, self._host_dtypes, self._devices = spec, host_dtypes, devices
+        """Fix each field's shape per env and dtype, and its device."""
+        self._spec, self._devices = spec, devices
         lead = (self._num_envs,) if self._num_envs else ()
-        self._expected = {k: (lead + tuple(shape), host_dtypes[k], dtype) for k, (shape, dtype) in spec.items()}
+        self._expected = {k: (torch.Size(lead + tuple(shape)), dtype) for k, (shape, dtype) in spec.items()}
 
     def _new_running(self) -> RunningEpisodes:
         spec = self._spec or {}
@@ -271,31 +263,24 @@ class EpisodeReplayBuffer:
             key: (shape, dtype, self._devices[key]) for key, (shape, dtype) in spec.items()
         })
 
-    def _fits(self, key: str, value: Any) -> bool:
+    def _fits(self, key: str, value: torch.Tensor) -> bool:
         """Whether field ``key`` has the first step's shape (with the env dim) and dtype; False for a new field."""
         expected = self._expected.get(key)
-        if expected is None:
-            return False
-        full, host, dtype = expected
-        if value.shape != full:
-            return False
-        if type(value) is np.ndarray:  # a field numpy lacks (bfloat16) takes no numpy array
-            # (np.dtype(None) is float64: compare with None first)
-            return host is not None and (value.dtype is host or value.dtype == host)
-        return value.dtype is dtype
+        # torch dtypes are singletons: ``is`` compares them
+        return expected is not None and value.shape == expected[0] and value.dtype is expected[1]
 
-    def _refuse_spec(self, key: str, value: Any, num_envs: int) -> None:
+    def _refuse_spec(self, key: str, value: torch.Tensor, num_envs: int) -> None:
         """Raise for field ``key``, which has not the first step's shape or dtype."""
-        full, _, dtype = self._expected[key]
+        full, dtype = self._expected[key]
         skip = 1 if num_envs else 0
         if value.shape != full:
             raise ValueError(
                 f"add_step: field {key!r} has shape {tuple(value.shape[skip:])} per env, "
-                f"expected {full[skip:]} as in the first step; a field keeps its shape "
+                f"expected {tuple(full[skip:])} as in the first step; a field keeps its shape "
                 "within and across episodes (pad or split it into fields)."
             )
         raise TypeError(
-            f"add_step: field {key!r} has dtype {_torch_dtype(value)}, expected {dtype} as in "
+            f"add_step: field {key!r} has dtype {value.dtype}, expected {dtype} as in "
             f"the first step; cast it (e.g. torch.as_tensor(x, dtype={dtype}))."
         )
 
@@ -324,12 +309,14 @@ class EpisodeReplayBuffer:
 
     def _values(
         self, step_data: Mapping[str, Any], num_envs: int, extra: dict[str, np.ndarray]
-    ) -> dict[str, Any]:
-        """Each field as a numpy array where it is in CPU memory (else a tensor), not copied.
+    ) -> dict[str, torch.Tensor]:
+        """Each field as a tensor (a numpy array viewed, not copied), checked.
 
         Checked in one pass, errors in this order: a field's type, its leading
         (env) dim, no field, the field names, then (after the first step) each
-        field's shape and dtype against the first step's.
+        field's shape and dtype against the first step's. A field with the
+        first step's name, shape and dtype (the usual step) costs one lookup
+        and two comparisons; the other checks run on the fields that differ.
         """
         if type(step_data) is not dict and not isinstance(step_data, (Mapping, TensorDictBase)):
             raise TypeError(
@@ -341,41 +328,30 @@ class EpisodeReplayBuffer:
                 f"add_step: step_data has fields {clash} and the terminated / truncated "
                 "flags were passed too; pass each once."
             )
-        values: dict[str, Any] = dict(extra)
+        values = {key: torch.from_numpy(flags) for key, flags in extra.items()} if extra else {}
+        expected = self._expected
         # the first field (in this order) whose shape or dtype is not the first step's
         refused = None
-        if extra and self._expected:
-            refused = next((k for k, v in extra.items() if not self._fits(k, v)), None)
+        if extra and expected:
+            refused = next((k for k, v in values.items() if not self._fits(k, v)), None)
         for key, value in step_data.items():
-            kind = type(value)  # exact types first: an isinstance of an ABC costs more than the rest
-            if (type(key) is not str or kind is not torch.Tensor and kind is not np.ndarray) and (
-                    not isinstance(key, str) or isinstance(value, (Mapping, TensorDictBase))):
-                raise TypeError(
-                    f"add_step: field {key!r}: expected string keys and tensor values "
-                    "(nested fields are not supported)."
-                )
-            if kind is torch.Tensor or isinstance(value, torch.Tensor):
-                if value.requires_grad:
-                    value = value.detach()
-                if value.is_cpu and value.dtype in _NUMPY_DTYPES:
-                    value = value.numpy()  # a view: copied into the running episode
-            elif type(value) is not np.ndarray or value.dtype.kind not in "biufc":
-                try:
-                    value = torch.as_tensor(value)
-                except (TypeError, ValueError, RuntimeError):
+            if type(value) is not torch.Tensor:
+                value = _as_tensor(key, value)
+            if value.requires_grad:
+                value = value.detach()
+            fit = expected.get(key)  # (shape with the env dim, dtype); torch dtypes are singletons
+            if fit is None or value.shape != fit[0] or value.dtype is not fit[1]:
+                if not isinstance(key, str):  # a known field has a str name
                     raise TypeError(
-                        f"add_step: field {key!r} is {type(value).__name__} ({value!r:.40}), "
-                        "expected a tensor, array or number."
-                    ) from None
-                if value.dtype in _NUMPY_DTYPES:
-                    value = value.numpy()
-            if not self._fits(key, value):  # (a fit has the env dim: the usual step stops here)
+                        f"add_step: field {key!r}: expected string keys and tensor values "
+                        "(nested fields are not supported)."
+                    )
                 if num_envs and (value.ndim == 0 or value.shape[0] != num_envs):
                     raise ValueError(
                         f"add_step: field {key!r} has shape {tuple(value.shape)}, expected a "
                         f"leading dim of {num_envs} (one entry per env, as done has)."
                     )
-                if refused is None and key in self._expected:
+                if refused is None and fit is not None:
                     refused = key
             values[key] = value
         if not values:  # else refused only when its episode is stored, by add_episode
@@ -505,7 +481,6 @@ class EpisodeReplayBuffer:
         self._running = None  # the checkpoint's running episodes replace these
         if first is not None:  # the running steps fix the fields, as a first step does
             self._set_spec({k: (v.shape, v.dtype) for k, v in first.items()},
-                           {k: _numpy_dtype(v.dtype) for k, v in first.items()},
                            {k: v.device for k, v in first.items()})
             self._running = self._new_running()
             self._running.load(running)
@@ -596,20 +571,27 @@ def _warn_if_batched(values: dict[str, torch.Tensor]) -> None:
     )
 
 
-#: torch dtypes numpy holds (a field of another, bfloat16, stays a tensor)
-_NUMPY_DTYPES = frozenset({
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-    torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128,
-})
+def _as_tensor(key: str, value: Any) -> torch.Tensor:
+    """Field ``key``'s value as a tensor: a numpy array viewed (not copied), a number converted.
 
-
-def _numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
-    """The numpy dtype of a torch dtype, ``None`` where numpy has none."""
-    return torch.empty(0, dtype=dtype).numpy().dtype if dtype in _NUMPY_DTYPES else None
-
-
-def _torch_dtype(value: Any) -> torch.dtype:
-    """The torch dtype of a tensor or numpy array."""
+    Raises:
+        TypeError: a nested field (a dict, a TensorDict), or a value that is not numeric.
+    """
     if isinstance(value, torch.Tensor):
-        return value.dtype
-    return torch.from_numpy(np.empty(0, value.dtype)).dtype
+        return value
+    if isinstance(value, (Mapping, TensorDictBase)):
+        raise TypeError(
+            f"add_step: field {key!r}: expected string keys and tensor values "
+            "(nested fields are not supported)."
+        )
+    if type(value) is np.ndarray and (
+            not value.flags.writeable or any(stride < 0 for stride in value.strides)):
+        # torch views neither a read-only array (it warns) nor negative strides (a reversed array)
+        value = value.copy()
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"add_step: field {key!r} is {type(value).__name__} ({value!r:.40}), "
+            "expected a tensor, array or number."
+        ) from None

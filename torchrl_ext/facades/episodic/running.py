@@ -1,8 +1,6 @@
 """The running episodes of an ``EpisodeReplayBuffer``: each env's steps in ``[capacity, envs]`` blocks."""
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -14,13 +12,15 @@ class RunningEpisodes:
 
     All envs step together: column ``t`` of every block holds step ``t`` of
     every env (one contiguous run: time-major), and env ``i``'s running
-    episode is columns ``start[i] .. t - 1``. A step is one copy per field
-    (the caller may reuse its tensors), through a numpy view where the block
-    is in CPU memory (a fraction of a torch copy's call cost); an episode
-    leaves as one slice per field. When the columns run out, those before
-    the oldest running episode are dropped (one move), and the blocks double
-    when the running episodes need all their columns, so each step is moved
-    O(1) times on average.
+    episode is columns ``start[i] .. t - 1``. A step is copied (the caller
+    may reuse its tensors) into column ``t`` of every block in one call
+    (``torch._foreach_copy_``: a ``copy_`` per field would cost a dispatch
+    each); an episode leaves as one slice per field. When the columns run
+    out, those before the oldest running episode are dropped (one move), and
+    the blocks double when the running episodes need more than half of their
+    columns: each move frees at least half of them, so each step is moved
+    O(1) times on average (moving all but a few columns every few steps
+    would not be).
 
     Args:
         num_envs (int): envs (1 for a single env, whose steps are given without an env dim).
@@ -60,21 +60,19 @@ class RunningEpisodes:
             key: torch.empty((capacity, self.num_envs, *shape), dtype=dtype, device=device)
             for key, (shape, dtype, device) in self.spec.items()
         }
-        # per block in CPU memory, the numpy view of each column, for the per-step
-        # copies (made once per allocation); None: torch copies
-        self._columns = {key: _columns(block) for key, block in self._blocks.items()}
+        # each block's [num_envs, ...] view of each column (made once per allocation)
+        self._columns = {key: block.unbind(0) for key, block in self._blocks.items()}
 
-    def append(self, values: dict[str, Any]) -> None:
-        """Copy one step of every env (``[num_envs, ...]`` per field, checked against ``spec``)."""
+    def append(self, values: dict[str, torch.Tensor]) -> None:
+        """Copy one step of every env (``[num_envs, ...]`` per field, of ``spec``'s shapes and dtypes).
+
+        The caller checks the values (a copy would broadcast and cast them).
+        """
         if self.t == self.capacity:
             self._make_room()
         t = self.t
-        for key, value in values.items():
-            columns = self._columns[key]
-            if columns is not None and type(value) is np.ndarray:
-                columns[t][...] = value
-            else:
-                self._blocks[key][t] = torch.as_tensor(value)
+        columns = self._columns
+        torch._foreach_copy_([columns[key][t] for key in values], list(values.values()))
         self.t = t + 1
 
     def take(self, env: int) -> dict[str, torch.Tensor] | None:
@@ -103,27 +101,17 @@ class RunningEpisodes:
                     self._blocks[key][int(self.start[env]) + j, env] = value
 
     def _make_room(self) -> None:
-        """Drop the columns before the oldest running episode; double the blocks if there are none."""
+        """Drop the columns before the oldest running episode; double the blocks if that frees less than half."""
         oldest = int(self.start.min())
         kept = self.t - oldest
-        if oldest == 0:  # the running episodes need every column
+        if 2 * kept > self.capacity:  # the running episodes need more than half the columns
             old = self._blocks
             self._allocate(2 * self.capacity)
             for key, block in old.items():
-                self._blocks[key][:kept] = block
+                self._blocks[key][:kept] = block[oldest:self.t]
         else:
             for key, block in self._blocks.items():
                 block[:kept] = block[oldest:self.t].clone()  # overlapping: through a copy
         self.start -= oldest
         self.t = kept
 
-
-def _columns(block: torch.Tensor) -> list[np.ndarray] | None:
-    """Numpy views of a CPU block's columns, ``None`` on an accelerator or for dtypes numpy lacks (bfloat16)."""
-    if block.device.type != "cpu":
-        return None
-    try:
-        host = block.numpy()
-    except TypeError:
-        return None
-    return list(host)  # host[t]: column t, contiguous
