@@ -144,15 +144,9 @@ def child() -> None:
 
 def report(argv: list[str]) -> None:
     """This tree's facades beside SB3 as a markdown table (``make bench``)."""
-    import argparse
+    from measure import machine_line, put_lines, table, table_args
 
-    from measure import machine_line, table
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--append", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="4 blocks instead of 12")
-    a = ap.parse_args(argv)
+    a = table_args(__doc__, argv, "4 blocks instead of 12")
     times = measure(4 if a.quick else 12)
     rows = []
     for op, (median, low) in times.items():
@@ -164,9 +158,7 @@ def report(argv: list[str]) -> None:
              "1,024 adds (each holds its share of the facades' chunk writes). Target (issue 15): "
              "at most 1.00x SB3's add.", "",
              table(["operation", "us/step (median)", "us/step (min)", "peer", "vs peer (cost)"], rows), ""]
-    with open(a.out, "a" if a.append else "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    put_lines(lines, a.out, a.append)
 
 
 PEER = {"NStep add": "SB3 ReplayBuffer.add", "HER add": "SB3 DictReplayBuffer.add",

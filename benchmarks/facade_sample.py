@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
 
-from measure import interleaved, machine_line, table  # noqa: E402
+from measure import interleaved, machine_line, put_lines, table, table_args  # noqa: E402
 from workload import ACT_DIM, BATCH, EP_LEN, N_ENVS, OBS_DIM, EpisodeStream  # noqa: E402
 
 GOAL = 3  # achieved / desired goal width of the HER facade's Dict space
@@ -121,15 +121,9 @@ def build(rows: int) -> tuple[dict, dict, object]:
 
 
 def report(argv: list[str]) -> None:
-    import argparse
-
     import torch
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--append", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="100,000 rows, fewer blocks")
-    a = ap.parse_args(argv)
+    a = table_args(__doc__, argv, "100,000 rows, fewer blocks")
     torch.set_num_threads(1)
     rows, reps = (100_000, 60) if a.quick else (1_000_000, 300)
     start = time.perf_counter()
@@ -177,9 +171,7 @@ def report(argv: list[str]) -> None:
              "cpprb returns numpy arrays (obs, act, rew, next_obs, done). The num_workers=4 row is timed "
              "alone after the others (its workers prefetch in the background on this machine's cores). "
              "Targets (issue 15): rate at least 1.0x cpprb; facade / component at most 1.2x.", ""]
-    with open(a.out, "a" if a.append else "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    put_lines(lines, a.out, a.append)
 
 
 if __name__ == "__main__":

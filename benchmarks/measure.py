@@ -190,3 +190,22 @@ if __name__ == "__main__":
     except Exception as e:  # reported as a row, not a crash
         out = {"key": sys.argv[1], "error": f"{type(e).__name__}: {e}"}
     print("JSON:" + json.dumps(out))
+
+
+def table_args(doc: str, argv: list[str], quick_help: str):
+    """``--out FILE [--append] [--quick]``: the arguments of a script that writes one table for ``run.py``."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    return ap.parse_args(argv)
+
+
+def put_lines(lines: list[str], out: str, append: bool) -> None:
+    """Write ``lines`` to ``out`` (appended with ``append``) and print them."""
+    with open(out, "a" if append else "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+

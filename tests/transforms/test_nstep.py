@@ -153,23 +153,15 @@ def test_gamma_that_is_not_a_number_names_the_argument(gamma):
         NStepTransform(gamma)
 
 
-def test_a_reward_key_the_windows_do_not_hold_is_named():
-    # failed with "'NoneType' object has no attribute 'is_floating_point'"
-    rb = make_replay_buffer(64, sampler=NStepSampler(3), seed=0,
+@pytest.mark.parametrize("n, where", [(3, "the 'n_step' windows"), (1, "the sampled transitions")])
+def test_a_reward_key_the_windows_do_not_hold_is_named(n, where):
+    # failed with "'NoneType' object has no attribute 'is_floating_point'"; one-step
+    # windows are read as transitions (no 'n_step' entries): the error names those
+    rb = make_replay_buffer(64, sampler=NStepSampler(n), seed=0,
                             transform=NStepTransform(0.5, reward_key=("next", "score")))
     rb.extend(steps(torch.arange(4.0).view(1, 4, 1), torch.arange(1.0, 5.0).view(1, 4, 1)))
-    with pytest.raises(KeyError, match=r"NStepTransform: reward_key=\('next', 'score'\) is not among "
-                       r"the 'n_step' windows \(held: .*'reward'.*\); pass reward_key="):
-        rb.sample(2)
-
-
-def test_a_reward_key_one_step_transitions_do_not_hold_is_named():
-    # one-step windows are read as transitions (no 'n_step' entries): the error names those
-    rb = make_replay_buffer(64, sampler=NStepSampler(1), seed=0,
-                            transform=NStepTransform(0.5, reward_key=("next", "score")))
-    rb.extend(steps(torch.arange(4.0).view(1, 4, 1), torch.arange(1.0, 5.0).view(1, 4, 1)))
-    with pytest.raises(KeyError, match=r"NStepTransform: reward_key=\('next', 'score'\) is not among "
-                       r"the sampled transitions \(held: .*'reward'.*\); pass reward_key="):
+    with pytest.raises(KeyError, match=rf"NStepTransform: reward_key=\('next', 'score'\) is not among "
+                       rf"{where} \(held: .*'reward'.*\); pass reward_key="):
         rb.sample(2)
 
 
