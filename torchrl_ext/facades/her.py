@@ -394,17 +394,17 @@ class HerReplayStorage(HeldStepsFacade):
             raise EmptyBufferError(
                 "HerReplayStorage: the storage is empty; add steps before sampling."
             ) from None
-        nxt = data["next"]
+        nxt = data.get("next")
         if not self.native:
             def floats(td: TensorDictBase) -> dict[str, Any]:
-                return {key: as_float32(td[key], self.device) for key in self._obs_keys}
+                return {key: as_float32(td.get(key), self.device) for key in self._obs_keys}
 
             return HerReplayTuple(
                 observations=floats(data),
-                actions=as_float32(data["action"], self.device),
-                rewards=as_float32(nxt["reward"], self.device),
-                terminateds=as_float32(nxt["terminated"], self.device),
-                truncateds=as_float32(nxt["truncated"], self.device),
+                actions=as_float32(data.get("action"), self.device),
+                rewards=as_float32(nxt.get("reward"), self.device),
+                terminateds=as_float32(nxt.get("terminated"), self.device),
+                truncateds=as_float32(nxt.get("truncated"), self.device),
                 next_observations=floats(nxt),
             )
         return HerReplayBatch(

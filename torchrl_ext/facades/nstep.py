@@ -397,12 +397,13 @@ class NStepReplayStorage(HeldStepsFacade):
         Observations of a ``Dict`` space are a TensorDict of its entries (even
         a single ``"observation"`` entry), others the tensor itself.
         """
+        nxt = data.get("next")
         if not isinstance(self.observation_space, gym.spaces.Dict):
-            obs, next_obs = data["observation"], data["next", "observation"]
+            obs, next_obs = data.get("observation"), nxt.get("observation")
         else:
             keys = list(self.observation_space.spaces)
-            obs, next_obs = data.select(*keys), data["next"].select(*keys)
-        return [obs, data["action"], data["next", "reward"], data["discount"], next_obs]
+            obs, next_obs = data.select(*keys), nxt.select(*keys)
+        return [obs, data.get("action"), nxt.get("reward"), data.get("discount"), next_obs]
 
     def update(self, *args: Any) -> None:
         """No-op, as in the original (its training loop passes metrics here)."""
