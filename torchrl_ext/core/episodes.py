@@ -238,7 +238,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             >>> index.is_empty()
             False
         """
-        return np.count_nonzero(self._np["written"]) == 0  # (ndarray.any() costs 4x more)
+        return not np.count_nonzero(self._np["written"])  # a Python bool (ndarray.any() costs 4x more)
 
     def live_rows(self) -> np.ndarray:
         """Live rows per stream, ``[num_streams]`` (observation-only rows included).
