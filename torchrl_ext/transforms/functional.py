@@ -164,25 +164,40 @@ def stack_frames(frames: torch.Tensor, batch_dims: int) -> torch.Tensor:
     return frames
 
 
-def window_rewards(window: TensorDictBase, reward_key: NestedKey, owner: str) -> torch.Tensor:
+def window_rewards(
+    window: TensorDictBase | None, reward_key: NestedKey, owner: str, batch: TensorDictBase
+) -> torch.Tensor:
     """The ``[B, W, *reward]`` rewards of ``"n_step"`` windows at ``reward_key`` (under ``"next"``).
 
+    ``window`` is the batch's ``"n_step"`` TensorDict; ``None`` for a batch of
+    one-step windows read as transitions, whose rewards are the batch's own
+    ``reward_key`` entries, returned as ``[B, 1, *reward]`` (a view).
+
     Raises:
-        KeyError: the windows hold no such entry; the error names ``owner``'s
-            ``reward_key=`` argument and the per-step entries they hold.
+        KeyError: the windows (or transitions) hold no such entry; the error
+            names ``owner``'s ``reward_key=`` argument and the per-step entries they hold.
 
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> window = TensorDict({"reward": torch.ones(2, 3, 1), "mask": torch.ones(2, 3, dtype=torch.bool)}, [2, 3])
-        >>> window_rewards(window, ("next", "reward"), "T").shape
+        >>> batch = TensorDict({"next": {"reward": torch.ones(2, 1)}}, [2])
+        >>> window_rewards(window, ("next", "reward"), "T", batch).shape
         torch.Size([2, 3, 1])
-        >>> window_rewards(window, ("next", "r"), "T")
+        >>> window_rewards(None, ("next", "reward"), "T", batch).shape  # one-step windows
+        torch.Size([2, 1, 1])
+        >>> window_rewards(window, ("next", "r"), "T", batch)
         Traceback (most recent call last):
         ...
         torchrl_ext.core.schema.EntryKeyError: T: reward_key=('next', 'r') is not among the 'n_step' windows (held: ('next', 'reward')); pass reward_key= one of them.
     """
     key = as_key(reward_key)
+    if window is None:
+        rewards = batch.get(key, None)
+        if rewards is None:
+            raise missing_entry(owner, "reward_key", key, list(batch.keys(True, True)),
+                                "sampled transitions")
+        return rewards.unsqueeze(1)
     rewards = window.get(key[1:], None)
     if rewards is None:
         held = [("next", *as_key(k)) for k in window.keys(True, True) if k != "mask"]

@@ -143,17 +143,12 @@ class HindsightTransform(Transform):
         stored = None if self.info_key is None else steps.get(self.info_key[1:], None)
         if stored is not None:  # a buffer that stores no such entry passes infos=None
             infos = stored[idx].reshape(V * W)
-        if window is None:
-            rewards = tensordict.get(self.reward_key, None)  # [B, *reward]
-            if rewards is None:
-                raise missing_entry("HindsightTransform", "reward_key", self.reward_key,
-                                    list(tensordict.keys(True, True)), "sampled transitions")
-        else:
-            rewards = window_rewards(window, self.reward_key, "HindsightTransform")  # [B, W, *reward]
+        rewards = window_rewards(window, self.reward_key, "HindsightTransform", tensordict)  # [B, W, *reward]
         new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos)
         new = new.view(V, *rewards.shape[1:]).to(rewards.dtype)
         # a new tensor: a window's rewards share their bytes with its last step's ("next", reward)
-        set_unchecked(steps, self.reward_key[1:], rewards.index_copy(0, idx, new))
+        rewards = rewards.index_copy(0, idx, new)
+        set_unchecked(steps, self.reward_key[1:], rewards if window is not None else rewards.squeeze(1))
         if self.terminated_fn is not None:
             self._recompute_terminated(
                 self.terminated_fn, tensordict, idx, flat_achieved, goals, infos, W

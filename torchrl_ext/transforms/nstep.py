@@ -7,7 +7,7 @@ from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
 from torchrl_ext.core.checks import check_number
-from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, missing_entry, set_unchecked
+from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, set_unchecked
 from torchrl_ext.transforms.functional import (
     discount_powers,
     nstep_return,
@@ -123,16 +123,9 @@ class NStepTransform(Transform):
                 "Store it, or pass terminated_key= the entry that marks terminations "
                 "(make_replay_buffer(terminated_key=...))."
             )
-        if window is None:  # one-step windows, read as transitions: each reward is its step's
-            mask = None
-            rewards = tensordict.get(self.reward_key, None)
-            if rewards is None:
-                raise missing_entry("NStepTransform", "reward_key", self.reward_key,
-                                    list(tensordict.keys(True, True)), "sampled transitions")
-            rewards = rewards.unsqueeze(1)  # [B, 1, *reward_shape]
-        else:
-            mask = window.get("mask")
-            rewards = window_rewards(window, self.reward_key, "NStepTransform")  # [B, W, *reward_shape]
+        # one-step windows are read as transitions (no window, no mask): each reward is its step's
+        mask = None if window is None else window.get("mask")
+        rewards = window_rewards(window, self.reward_key, "NStepTransform", tensordict)  # [B, W, *reward]
         powers = self._discount_powers(rewards.shape[1], rewards)
         ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers, steps=steps)
         # [B, *reward_shape] and [B, 1], on the batch's device: set without TensorDict's checks
