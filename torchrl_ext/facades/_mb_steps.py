@@ -17,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.envs._chunk import follow_on
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.facades._convert import to_numpy
 
 OBS, RHS, DONE, ACT, REW = "Observation", "RecurrentHiddenStates", "Done", "Action", "Reward"
 OBS2, RHS2, DONE2, INFO = "NextObservation", "NextRecurrentHiddenStates", "NextDone", "EnvironmentInformation"
@@ -50,16 +51,12 @@ def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
     return fn(value)
 
 
-def _array(value: Any) -> np.ndarray:
-    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-
-
 def _leaves(value: Any, prefix: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
     if isinstance(value, Mapping):
         for k, v in value.items():
             yield from _leaves(v, prefix + (str(k),))
     else:
-        yield prefix, _array(value)
+        yield prefix, to_numpy(value)
 
 
 def entry_name(key: tuple[str, ...]) -> str:
@@ -190,7 +187,7 @@ class PytorchrlSteps:
             if type(value) is not np.ndarray:
                 if not isinstance(value, torch.Tensor):
                     return None
-                value = _array(value)
+                value = to_numpy(value)
             # numpy's builtin dtypes are singletons: ``is`` settles the usual case
             if value.shape != shape or (value.dtype is not dtype and value.dtype != dtype):
                 return None
@@ -221,7 +218,7 @@ class PytorchrlSteps:
         layout = []
         for name in present:
             shape = tuple(sample[name].shape)
-            layout.append((name, shape, _array(sample[name]).dtype, self._step_views(name, shape)))
+            layout.append((name, shape, to_numpy(sample[name]).dtype, self._step_views(name, shape)))
         self._layout = tuple(layout)
 
     def _step_views(self, name: str, shape: tuple[int, ...]) -> list[np.ndarray]:
