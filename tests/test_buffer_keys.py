@@ -54,6 +54,22 @@ def test_custom_done_keys_reach_the_nstep_transform():
                                    3.0: (1.0, 0.0)}
 
 
+@pytest.mark.parametrize("which", range(4))
+def test_every_one_of_four_done_keys_ends_an_episode(which):
+    # the done flags are OR-ed: with more than three keys, the second one was left out
+    keys = [("next", f"d{i}") for i in range(4)]
+    rb = make_replay_buffer(64, seed=0, done_keys=keys, terminated_key=keys[0])
+    T = 6
+    flags = {f"d{i}": torch.zeros(1, T, 1, dtype=torch.bool) for i in range(4)}
+    flags[f"d{which}"][0, 2] = True  # steps 0-2, then 3-5: two episodes
+    data = steps(torch.arange(float(T)).view(1, T, 1), torch.arange(1.0, T + 1.0).view(1, T, 1))
+    data["next"].update(flags)
+    del data["next", "done"], data["next", "terminated"], data["next", "truncated"]
+    rb.extend(data)
+    first, count = rb.storage.index.complete_episodes()
+    assert count.tolist() == [1]  # the first episode ended at step 2; the second runs
+
+
 def test_custom_done_keys_without_their_terminated_key_are_an_error():
     with pytest.raises(ValueError, match=r"make_replay_buffer: terminated_key=\('next', "
                        r"'terminated'\) is not one of done_keys=\[\('next', 'term'\), "

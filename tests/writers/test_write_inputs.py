@@ -22,6 +22,17 @@ def test_any_tensordict_layout_stores_what_a_plain_one_does(kind):
     assert (plain.storage[:] == other.storage[:]).all()
 
 
+def test_a_lazy_stack_named_time_is_one_envs_steps():
+    # a lazy stack reports no names where a TensorDict does: it was read as 4 envs' steps
+    data = steps(torch.arange(4.0).view(4, 1), torch.arange(1.0, 5.0).view(4, 1))
+    data.names = ["time"]
+    stacked = LazyStackedTensorDict.lazy_stack(list(data.unbind(0)), 0)
+    stacked.names = ["time"]
+    plain, other = make_replay_buffer(64, seed=0), make_replay_buffer(64, seed=0)
+    assert plain.extend(data).tolist() == other.extend(stacked).tolist() == [0, 1, 2, 3]
+    assert (plain.storage[:] == other.storage[:]).all()
+
+
 def test_entries_numpy_lacks_and_strided_entries_round_trip_bit_exactly():
     """bfloat16 (no numpy dtype), a strided view and an action that requires grad."""
     rb = make_replay_buffer(64, batch_size=4, seed=0)

@@ -209,8 +209,10 @@ class TransitionWriter(Writer):
 
     def _layout_of(self, data: TensorDictBase, batch: tuple[int, ...]) -> _Layout:
         """The :class:`_Layout` of ``data`` (batch shape ``batch``), made once per shape and dim names."""
-        # (names only where the batch has some: the names property builds a list each call)
-        time_first = bool(batch) and data._has_names() and data.names[0] == "time"
+        # a plain TensorDict's names only where it has some (its names property builds a list
+        # each call); other kinds (lazy stacks...) report no names there: read them
+        time_first = bool(batch) and (type(data) is not TensorDict or data._has_names()) \
+            and data.names[0] == "time"
         layout = self._layouts.get((batch, time_first))
         if layout is None:
             layout = _Layout(batch, time_first)
@@ -549,9 +551,13 @@ class TransitionWriter(Writer):
         # the flags come to the host (rows stay where they are), kept in host for
         # the storage's write, and OR-ed in one compiled pass
         flags = [host.setdefault(key, host_array(leaves[key])) for key in self.done_keys
-                 if key in leaves]  # 1 to 3 (the first write checked), [K * T, 1] bool each
+                 if key in leaves]  # at least one (the first write checked), [K * T, 1] bool each
         done = np.empty(flags[0].shape[0], dtype=bool)
-        any_set(flags[0], flags[-1], flags[len(flags) // 2], done)  # each flag at least once
+        middle = flags[len(flags) // 2]
+        any_set(flags[0], middle, flags[-1], done)  # up to three flags (the usual ones) in one pass
+        for flag in flags[1:-1]:  # more done keys: the others too
+            if flag is not middle:
+                np.logical_or(done, flag[:, 0], out=done)
         return layout.grid(done)
 
     def _traj(self, leaves: dict, layout: _Layout) -> np.ndarray | None:
