@@ -310,8 +310,18 @@ def test_d10_masks_seeded_and_p_configurable():
 
 
 def test_d11_empty_buffer_sample_is_a_clear_error():
-    with pytest.raises(ValueError, match=r"the buffer holds no transition yet"):
+    with pytest.raises(ValueError, match=r"^BatchReplayBuffer\.sample: the buffer holds no transition "
+                       r"yet; append at least two steps"):
         buffer().sample(4)
+
+
+def test_a_batch_larger_than_the_buffer_is_drawn_with_replacement():
+    buf = buffer()
+    for t in range(4):  # three transitions
+        buf.append(np.full((1, 2), float(t), np.float32), np.array([0]), np.array([1.0]), np.array([False]))
+    batch = buf.sample(50)
+    assert batch.size() == 50
+    assert set(batch.observations[:, 0].tolist()) <= {0.0, 1.0, 2.0}
 
 
 def test_d12_gymnasium_env_gives_no_reset_to_reset_transition():

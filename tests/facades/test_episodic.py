@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from torchrl_ext import EpisodeReplayBuffer, IndividualFileDataset, RingBufferDataset
 from torchrl_ext.facades.episodic import (
@@ -829,6 +830,15 @@ def test_add_step_takes_field_names_of_str_subclasses():
     rb.add_step({np.str_("x"): np.ones((2, 1), np.float32)}, torch.zeros(2, dtype=torch.bool))
     rb.flush()
     assert rb.dataset.episode_lengths == [2, 2]
+
+
+@pytest.mark.parametrize("step", [{"x": {"y": torch.zeros(2)}}, {"x": TensorDict({}, [2])},
+                                  {1: torch.zeros(2)}], ids=["dict", "tensordict", "int key"])
+def test_add_step_refuses_nested_fields_and_keys_that_are_not_strings(step):
+    rb = EpisodeReplayBuffer(RingBufferDataset(30), batch_size=2, sequence_length=1, seed=5)
+    with pytest.raises(TypeError, match=r"add_step: field .*: expected string keys and tensor "
+                       r"values \(nested fields are not supported\)"):
+        rb.add_step(step, torch.zeros(2, dtype=torch.bool))
 
 
 def test_add_step_copies_numpy_fields_torch_cannot_view():

@@ -287,7 +287,7 @@ class EpisodeReplayBuffer:
     @staticmethod
     def _flags(name: str, flag: Any) -> np.ndarray:
         """A flag as a numpy bool array, 0-d (single env) or ``[num_envs]``."""
-        if type(flag) is torch.Tensor and flag.dtype is torch.bool and flag.ndim <= 1:
+        if isinstance(flag, torch.Tensor) and flag.dtype is torch.bool and flag.ndim <= 1:
             return flag.numpy() if flag.is_cpu else flag.cpu().numpy()  # the usual flag, as is
         if isinstance(flag, bool):
             return np.array(flag)
@@ -295,8 +295,6 @@ class EpisodeReplayBuffer:
             raise TypeError(
                 f"add_step: {name}={flag!r}, expected a bool, a 0-d or a [num_envs] bool tensor."
             )
-        if isinstance(flag, torch.Tensor) and flag.dtype == torch.bool and flag.ndim <= 1:
-            return flag.numpy() if flag.is_cpu else flag.cpu().numpy()  # the usual flag, as is
         if type(flag) is np.ndarray and flag.dtype == bool and flag.ndim <= 1:
             return flag
         flag = torch.as_tensor(flag)
@@ -339,19 +337,15 @@ class EpisodeReplayBuffer:
                 value = _as_tensor(key, value)
             if value.requires_grad:
                 value = value.detach()
-            fit = expected.get(key)  # (shape with the env dim, dtype); torch dtypes are singletons
-            if fit is None or value.shape != fit[0] or value.dtype is not fit[1]:
+            if not self._fits(key, value):
                 if not isinstance(key, str):  # a known field has a str name
-                    raise TypeError(
-                        f"add_step: field {key!r}: expected string keys and tensor values "
-                        "(nested fields are not supported)."
-                    )
+                    raise _nested_field(key)
                 if num_envs and (value.ndim == 0 or value.shape[0] != num_envs):
                     raise ValueError(
                         f"add_step: field {key!r} has shape {tuple(value.shape)}, expected a "
                         f"leading dim of {num_envs} (one entry per env, as done has)."
                     )
-                if refused is None and fit is not None:
+                if refused is None and key in expected:
                     refused = key
             values[key] = value
         if not values:  # else refused only when its episode is stored, by add_episode
@@ -571,6 +565,14 @@ def _warn_if_batched(values: dict[str, torch.Tensor]) -> None:
     )
 
 
+def _nested_field(key: Any) -> TypeError:
+    """The error for a field that is not a string key with a tensor value."""
+    return TypeError(
+        f"add_step: field {key!r}: expected string keys and tensor values "
+        "(nested fields are not supported)."
+    )
+
+
 def _as_tensor(key: str, value: Any) -> torch.Tensor:
     """Field ``key``'s value as a tensor: a numpy array viewed (not copied), a number converted.
 
@@ -580,10 +582,7 @@ def _as_tensor(key: str, value: Any) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, (Mapping, TensorDictBase)):
-        raise TypeError(
-            f"add_step: field {key!r}: expected string keys and tensor values "
-            "(nested fields are not supported)."
-        )
+        raise _nested_field(key)
     if type(value) is np.ndarray and (
             not value.flags.writeable or any(stride < 0 for stride in value.strides)):
         # torch views neither a read-only array (it warns) nor negative strides (a reversed array)
