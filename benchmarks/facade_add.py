@@ -144,7 +144,7 @@ def child() -> None:
 
 def report(argv: list[str]) -> None:
     """This tree's facades beside SB3 as a markdown table (``make bench``)."""
-    from measure import machine_line, put_lines, table, table_args
+    from measure import machine_line, table, table_args, write_tables
 
     a = table_args(__doc__, argv, "4 blocks instead of 12")
     times = measure(4 if a.quick else 12)
@@ -158,7 +158,8 @@ def report(argv: list[str]) -> None:
              "1,024 adds (each holds its share of the facades' chunk writes). Target (issue 15): "
              "at most 1.00x SB3's add.", "",
              table(["operation", "us/step (median)", "us/step (min)", "peer", "vs peer (cost)"], rows), ""]
-    put_lines(lines, a.out, a.append)
+    print("\n".join(lines))
+    write_tables("\n".join(lines), a.out, a.append)
 
 
 PEER = {"NStep add": "SB3 ReplayBuffer.add", "HER add": "SB3 DictReplayBuffer.add",

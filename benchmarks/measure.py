@@ -181,17 +181,6 @@ def probe(key: str, capacity: int) -> dict:
     return {"key": key, "capacity": capacity, **measured_fill(build_and_fill)}
 
 
-if __name__ == "__main__":
-    _here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:0] = [_here, os.path.dirname(_here)]  # benchmarks/, repo root
-    os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
-    try:
-        out = probe(sys.argv[1], int(sys.argv[2]))
-    except Exception as e:  # reported as a row, not a crash
-        out = {"key": sys.argv[1], "error": f"{type(e).__name__}: {e}"}
-    print("JSON:" + json.dumps(out))
-
-
 def table_args(doc: str, argv: list[str], quick_help: str):
     """``--out FILE [--append] [--quick]``: the arguments of a script that writes one table for ``run.py``."""
     import argparse
@@ -203,9 +192,12 @@ def table_args(doc: str, argv: list[str], quick_help: str):
     return ap.parse_args(argv)
 
 
-def put_lines(lines: list[str], out: str, append: bool) -> None:
-    """Write ``lines`` to ``out`` (appended with ``append``) and print them."""
-    with open(out, "a" if append else "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
+if __name__ == "__main__":
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [_here, os.path.dirname(_here)]  # benchmarks/, repo root
+    os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
+    try:
+        out = probe(sys.argv[1], int(sys.argv[2]))
+    except Exception as e:  # reported as a row, not a crash
+        out = {"key": sys.argv[1], "error": f"{type(e).__name__}: {e}"}
+    print("JSON:" + json.dumps(out))
