@@ -89,7 +89,18 @@ def test_each_write_kernel_has_one_compiled_signature():
     for t in range(3):  # one [N] step at a time, an episode ending at the second
         plain.extend(steps(torch.full((2, 1), float(t)), torch.full((2, 1), t + 1.0),
                            terminated=torch.full((2, 1), t == 1)))
+    # a facade's Discrete action range check (any_outside), int64 actions and numpy ints
+    import gymnasium as gym
+
+    from torchrl_ext import NStepReplayStorage
+
+    box = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    facade = NStepReplayStorage(box, gym.spaces.Discrete(3), storage_size=8, num_envs=2, num_workers=0)
+    obs, no = np.zeros((2, 1), np.float32), np.zeros(2, bool)
+    for action in (np.array([0, 2]), np.array([1, 1], np.int32), torch.tensor([2, 0])):
+        facade.add(obs, action, np.zeros(2), no, no, {}, obs)
     for name in writes.__all__:
         kernel = getattr(writes, name)
         if hasattr(kernel, "signatures"):
             assert len(kernel.signatures) <= 1, (name, kernel.signatures)
+    assert len(writes.any_outside.signatures) == 1  # exercised above, once compiled

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -218,7 +218,7 @@ class RowSchema:
             missing = sorted(key_str(k) for k in self.leaves if k not in leaves)
             raise EntryKeyError(f"{where}: missing entries {missing} (stored in every row).")
 
-    def _refuse(self, key: tuple[str, ...], value: torch.Tensor, batch: tuple[int, ...], where: str) -> None:
+    def _refuse(self, key: tuple[str, ...], value: torch.Tensor, batch: tuple[int, ...], where: str) -> NoReturn:
         """The error for entry ``key`` of a write, which :meth:`validate` found not to match."""
         spec = self.leaves.get(key)
         if spec is None:

@@ -552,9 +552,21 @@ class GymVectorAdapter:
     ) -> TensorDict:
         """A TensorDict of ``batch_size`` from :meth:`resolve`'s entries.
 
-        ``time_first``: the entries are ``[T, num_envs, ...]``, and the batch's
-        first dim is named ``"time"`` (the writer then reads the steps in place,
-        see :class:`~torchrl_ext.writers.TransitionWriter`).
+        Args:
+            entries: ``[*batch_size, ...]`` arrays by TensorDict key.
+            batch_size: ``[num_envs]``, ``[num_envs, T]``, or with ``time_first`` ``[T, num_envs]``.
+
+        Keyword Args:
+            time_first (bool): the entries are ``[T, num_envs, ...]``, and the
+                batch's first dim is named ``"time"`` (the writer then reads
+                the steps in place, see :class:`~torchrl_ext.writers.TransitionWriter`).
+
+        Examples:
+            >>> import numpy as np
+            >>> td = GymVectorAdapter.to_tensordict({("observation",): np.zeros((3, 2, 4))}, [3, 2],
+            ...                                     time_first=True)
+            >>> td.batch_size, td.names
+            (torch.Size([3, 2]), ['time', None])
         """
         # unchecked: every entry's leading dims were checked against the batch
         # by whoever built them (this adapter, the facades), and the writer

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, NoReturn
 
 import numpy as np
 import torch
@@ -269,7 +269,7 @@ class EpisodeReplayBuffer:
         # torch dtypes are singletons: ``is`` compares them
         return expected is not None and value.shape == expected[0] and value.dtype is expected[1]
 
-    def _refuse_spec(self, key: str, value: torch.Tensor, num_envs: int) -> None:
+    def _refuse_spec(self, key: str, value: torch.Tensor, num_envs: int) -> NoReturn:
         """Raise for field ``key``, which has not the first step's shape or dtype."""
         full, dtype = self._expected[key]
         skip = 1 if num_envs else 0
