@@ -616,6 +616,18 @@ def test_a_chunk_of_more_steps_than_the_ring_keeps_the_newest_in_order():
     assert len(buffer) == 5
 
 
+def test_large_observations_stage_at_most_slab_bytes_and_are_written_as_they_fill():
+    # 2 envs x 2 x 300,000 float32 observations: 4.8 MB a step, more than a slab
+    buffer = MBReplayBuffer(4, "cpu", make_actor(), None, None, seed=0)
+    for t in range(3):
+        buffer.insert_transition(step(t, n=2, obs_dim=300_000))
+    staged = sum(block.nbytes for block in buffer._steps._stage.values())
+    assert buffer._steps.chunk == 1 and staged < 5_000_000  # one step, not 1024 of them
+    assert buffer._steps.staged == 0  # each step was written when it filled the chunk
+    obs = buffer.get_all_buffer_data()["Observation"]
+    assert obs.shape == (3, 2, 300_000) and obs[:, :, -1].tolist() == [[0, 100], [1, 101], [2, 102]]
+
+
 def test_steps_inserted_while_batches_are_generated_never_pair_one_step_with_another():
     # a Dyna-style loop inserts while it trains: each epoch is drawn from the
     # steps held when it starts (rows captured at the call held other steps then)

@@ -17,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.envs._chunk import follow_on
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.facades._batching import SLAB_BYTES
 from torchrl_ext.facades._convert import to_numpy
 
 OBS, RHS, DONE, ACT, REW = "Observation", "RecurrentHiddenStates", "Done", "Action", "Reward"
@@ -109,10 +110,11 @@ class PytorchrlSteps:
         self.num_envs = 0
         self.specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None = None
         self.keys: frozenset[str] = frozenset()
-        # (name, shape, dtype, staging view of each step) of every entry of the first
+        # (name, shape, dtype, staging block [chunk, *shape]) of every entry of the first
         # insert, when each was one array: a step laid out the same is checked and
-        # staged in one pass
-        self._layout: tuple[tuple[str, tuple[int, ...], np.dtype, list[np.ndarray]], ...] | None = None
+        # staged in one pass (``block[i] = value``: no view object per step, which
+        # costs a cache miss per entry once other work has run between inserts)
+        self._layout: tuple[tuple[str, tuple[int, ...], np.dtype, np.ndarray], ...] | None = None
         self.warned = False
         # staging blocks [chunk, N, ...] by stored key: time-major, a step is one block per
         # entry, and the writer reads the time-first batch in place
@@ -182,8 +184,9 @@ class PytorchrlSteps:
         if layout is None or type(sample) is not dict or len(sample) - (INFO in sample) != len(layout):
             return None
         i = self.staged
-        for name, shape, dtype, views in layout:
-            value = sample.get(name)
+        get = sample.get
+        for name, shape, dtype, block in layout:
+            value = get(name)
             if type(value) is not np.ndarray:
                 if not isinstance(value, torch.Tensor):
                     return None
@@ -191,7 +194,7 @@ class PytorchrlSteps:
             # numpy's builtin dtypes are singletons: ``is`` settles the usual case
             if value.shape != shape or (value.dtype is not dtype and value.dtype != dtype):
                 return None
-            views[i][...] = value
+            block[i] = value
         stage = self._stage
         if self.num_actions is not None:
             self._check_actions(stage[STORED[ACT]][i], where)
@@ -204,12 +207,17 @@ class PytorchrlSteps:
                 boundary[:] = self._final_observations(sample, staged, done, where, in_place=True)
         else:
             self._derived[i] = 1
-        self.staged = i + 1
-        return self.staged == self.chunk
+        self.staged = i = i + 1
+        return i == self.chunk
 
     def _allocate(self, sample: Any, leaves: dict[tuple[str, ...], np.ndarray], present: set[str]) -> None:
-        """The staging blocks, and the fast layout when every entry of the first step was one array."""
-        n, chunk = self.num_envs, self.chunk
+        """The staging blocks, and the fast layout when every entry of the first step was one array.
+
+        At most ``SLAB_BYTES`` of steps are staged: large observations are written more often.
+        """
+        n = self.num_envs
+        step_bytes = sum(v.nbytes for v in leaves.values())
+        self.chunk = chunk = max(1, min(self.chunk, SLAB_BYTES // max(step_bytes, 1)))
         self._stage = {k: np.empty((chunk, n, *v.shape[1:]), v.dtype) for k, v in leaves.items()}
         if BOUNDARY in present or not all(
             isinstance(sample[name], (np.ndarray, torch.Tensor)) for name in present
@@ -218,19 +226,17 @@ class PytorchrlSteps:
         layout = []
         for name in present:
             shape = tuple(sample[name].shape)
-            layout.append((name, shape, to_numpy(sample[name]).dtype, self._step_views(name, shape)))
+            layout.append((name, shape, to_numpy(sample[name]).dtype, self._block(name, shape)))
         self._layout = tuple(layout)
 
-    def _step_views(self, name: str, shape: tuple[int, ...]) -> list[np.ndarray]:
-        """Views of ``name``'s staging block, one per step, each of the given ``shape``."""
+    def _block(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """``name``'s staging block as ``[chunk, *shape]`` (a view: a flag given as ``[N]`` is staged ``[chunk, N, 1]``)."""
         block = self._stage[STORED[name]]
-        if len(shape) == 1 and STORED[name] in _FLAGS:  # a flag given as [N]: staged [chunk, N, 1]
-            block = block[..., 0]
-        return [block[i] for i in range(self.chunk)]
+        return block[..., 0] if len(shape) == 1 and STORED[name] in _FLAGS else block
 
     def __getstate__(self) -> dict[str, Any]:
         # a copy (deepcopy, pickle) does not keep views as views: the layout's
-        # per-step views are made again over the copy's own staging blocks
+        # flag views are made again over the copy's own staging blocks
         layout = self._layout
         if layout is not None:
             return {**self.__dict__, "_layout": tuple(entry[:3] for entry in layout)}
@@ -241,7 +247,7 @@ class PytorchrlSteps:
         entries: tuple[tuple[str, tuple[int, ...], np.dtype], ...] | None = state["_layout"]
         if entries is not None:
             self._layout = tuple(
-                (name, shape, dtype, self._step_views(name, shape)) for name, shape, dtype in entries
+                (name, shape, dtype, self._block(name, shape)) for name, shape, dtype in entries
             )
 
     def _present(self, sample: Any, where: str) -> set[str]:
@@ -459,8 +465,11 @@ class PytorchrlSteps:
             value = leaves.get(key)
             if value is None or value.dtype == bool:
                 continue
-            steps = np.flatnonzero(((value != 0) & (value != 1)).any(axis=(0, 2)))
-            if steps.size and (first is None or steps[0] < first[0]):
+            bad = (value != 0) & (value != 1)
+            if not bad.any():  # the usual case stops here (a reduction per step is slow)
+                continue
+            steps = np.flatnonzero(bad.any(axis=(0, 2)))
+            if first is None or steps[0] < first[0]:
                 t = int(steps[0])
                 error = done_error(key, value[:, t], where)
                 assert error is not None  # step t holds a value other than 0 or 1

@@ -30,11 +30,11 @@ from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS
 
 __all__ = ["MBReplayBuffer"]
 
-# steps staged per buffer write: a write has a fixed cost (a few hundred us), and
-# staging blocks that stay in L2 (about 1.4 MB here for 16 HalfCheetah-sized
-# envs) make each step's copy cheaper; 512 measured best of 256 / 512 / 1024
-# (benchmarks/model_based.py insertion, interleaved with SB3)
-_CHUNK = 512
+# steps staged per buffer write (fewer when they pass SLAB_BYTES): a write has a
+# fixed cost (a few hundred us) and a per-step cost under half an insert's; 512 and
+# 1024 measured alike, 256 slower (2.8 MB of staging for 16 HalfCheetah-sized envs;
+# benchmarks/model_based.py insertion, interleaved with SB3 and mbrl)
+_CHUNK = 1024
 
 
 class MBReplayBuffer(ModelBatches):
@@ -297,15 +297,16 @@ class MBReplayBuffer(ModelBatches):
     def insert_transition(self, sample: dict[str, Any]) -> None:
         """Store one step of all ``N`` envs (numpy or torch values, ``[N, ...]``).
 
-        Steps are copied into a staging block and written 512 at a time (and
-        before any read), so an insert costs one copy per entry.
+        Steps are copied into a staging block and written 1024 at a time (fewer
+        for large observations: at most 4 MiB is staged) and before any read, so
+        an insert costs one copy per entry.
 
         Raises:
             KeyError: a required key is missing, a key is unknown, or the key set
                 differs from the first insert's.
             ValueError / TypeError: an entry's shape / dtype differs from the first insert's;
                 ``"Done"`` / ``"NextDone"`` hold a value other than 0 or 1 (0.5, NaN): raised
-                when the staged steps are written (every 512 inserts, and before any read),
+                when the staged steps are written (every 1024 inserts, and before any read),
                 then that step and the ones after it are not stored.
         """
         steps = self._steps
