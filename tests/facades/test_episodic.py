@@ -636,6 +636,25 @@ def test_buffer_sampling_is_reproducible_with_a_seed():
     assert all(torch.equal(a, b) for a, b in zip(run(), run()))
 
 
+def test_buffer_samples_are_the_batches_its_loader_serves_in_process():
+    # sample() draws a one-chunk batch directly; the loader's iteration is the reference
+    def filled():
+        rb = EpisodeReplayBuffer(RingBufferDataset(200), batch_size=6, sequence_length=2, seed=3)
+        for eid in range(4):
+            rb.dataset.add_episode(episode(eid, 5 + eid))
+        return rb
+
+    direct, reference = filled(), filled()
+    served = iter(reference.loader)
+    for _ in range(3):
+        assert torch.equal(direct.sample()["x"], next(served)["x"])
+    chunked = EpisodeReplayBuffer(RingBufferDataset(200), batch_size=6, sequence_length=2,
+                                  chunk_size=3, seed=3)  # two chunks a batch: the loader's path
+    for eid in range(4):
+        chunked.dataset.add_episode(episode(eid, 5 + eid))
+    assert chunked.sample().shape == (6, 2) and within_one_episode(chunked.sample())
+
+
 def test_padded_short_episodes_with_pad():
     dataset = RingBufferDataset(100)
     dataset.add_episode(episode(0, 2))

@@ -116,6 +116,12 @@ class EpisodeReplayBuffer:
         self._stream = stream
         # restarted after a failure (a worker killed): never a dead iterator
         self._iterator = RestartingIterator(_batches_of(self.loader), "EpisodeReplayBuffer")
+        # a batch is one chunk drawn here (no workers, no pinning): drawn directly, as
+        # the loader's in-process iteration would (concat_chunks of one chunk is the chunk)
+        self._in_process = (not self.loader.num_workers and not self.loader.pin_memory
+                            and self.loader.batch_size == 1)
+        # (fields, the pool's device, [(field, its device)] of the fields stored elsewhere)
+        self._moves: tuple[Any, torch.device | None, list[tuple[str, torch.device]]] | None = None
         self._num_envs: int | None = None  # 0: single env, fixed by the first call
         self._keys: tuple[str, ...] | None = None
         self._key_set: frozenset[str] = frozenset()  # the same, to compare a step's keys with
@@ -406,19 +412,28 @@ class EpisodeReplayBuffer:
                 f"{self.dataset.longest_episode}; wait for longer episodes, lower "
                 "sequence_length, or pass pad=True."
             )
-        try:
-            batch = next(self._iterator)
-        except ValueError:
-            if not self.loader.num_workers:
-                raise
-            # A worker drew its prefetched batch while no episode was long enough
-            # (evicted, the long one added since: checked above). Its error ended
-            # the loader's iterator; new workers draw from the episodes stored now.
-            batch = next(self._iterator)
-        device = batch.get(next(iter(fields))).device  # the pool's: every entry is there
-        for key, kind in fields.items():
-            if kind.device != device:
-                batch.set(key, batch.get(key).to(kind.device))
+        if self._in_process:
+            stream = self._stream
+            batch = stream.draw(stream.in_process_generator())
+        else:
+            try:
+                batch = next(self._iterator)
+            except ValueError:
+                if not self.loader.num_workers:
+                    raise
+                # A worker drew its prefetched batch while no episode was long enough
+                # (evicted, the long one added since: checked above). Its error ended
+                # the loader's iterator; new workers draw from the episodes stored now.
+                batch = next(self._iterator)
+        device = batch.device  # the pool's: every entry is there
+        moves = self._moves
+        if moves is None or moves[0] is not fields or moves[1] != device:
+            if device is None:
+                device = batch.get(next(iter(fields))).device
+            moves = self._moves = (fields, batch.device, [
+                (key, kind.device) for key, kind in fields.items() if kind.device != device])
+        for key, to in moves[2]:
+            batch.set(key, batch.get(key).to(to))
         return batch
 
     def __iter__(self) -> Iterator[TensorDictBase]:

@@ -125,8 +125,8 @@ class SequenceStream(SampleStream):
             self.generator = torch.Generator().manual_seed(seed)
         return self.generator
 
-    def batches(self, generator: torch.Generator | None) -> Iterator[TensorDictBase]:
-        """Endless chunks of ``chunk_size`` sequences drawn from the pool."""
+    def draw(self, generator: torch.Generator | None) -> TensorDictBase:
+        """One chunk of ``chunk_size`` sequences drawn from the pool with ``generator``."""
         pool = self._pool()
         if (self.sequence_length is None or self.pad) and self.mask_key in pool.rows.keys():
             raise ValueError(
@@ -135,12 +135,16 @@ class SequenceStream(SampleStream):
                 "pad=True add; pass mask_key='<another name>' to EpisodeReplayBuffer or "
                 "get_loader."
             )
+        return pool.sample(
+            self.chunk_size,
+            self.sequence_length,
+            pad=self.pad,
+            generator=generator,
+            max_rounds=self.max_rounds,
+            mask_key=self.mask_key,
+        )
+
+    def batches(self, generator: torch.Generator | None) -> Iterator[TensorDictBase]:
+        """Endless chunks of ``chunk_size`` sequences drawn from the pool."""
         while True:
-            yield pool.sample(
-                self.chunk_size,
-                self.sequence_length,
-                pad=self.pad,
-                generator=generator,
-                max_rounds=self.max_rounds,
-                mask_key=self.mask_key,
-            )
+            yield self.draw(generator)
