@@ -95,12 +95,14 @@ class StepBatcher:
         # time-first batches in place (no transposing copy)
         self._slabs: dict[tuple[str, ...], np.ndarray] = {}
         self._specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] = {}
-        # way 1: per input array (position, shape, dtype, its slab's view at each held step),
+        # way 1: per input array (position, shape, dtype, its slab as [held_max, *shape]),
         # per dict input (position, size, the same per entry) and per [num_envs] column
-        # (and the facade's check of values, or None)
+        # (and the facade's check of values, or None). A step is copied with
+        # ``slab[i] = value``: a view object per held step would cost a cache miss per
+        # entry once other work has run between adds
         self._arrays: list[tuple] | None = None
         self._dicts: list[tuple[int, int, list[tuple]]] = []
-        self._columns: list[tuple[int, np.dtype | None, list[np.ndarray]]] = []
+        self._columns: list[tuple[int, np.dtype | None, np.ndarray]] = []
         self._column_shape = (adapter.num_envs,)
         self._legacy = adapter.autoreset_mode is AutoresetMode.LEGACY
         # episode ends always need the infos in these modes (true final observations)
@@ -125,7 +127,7 @@ class StepBatcher:
             return False
         i = self._held
         ndarray = np.ndarray
-        for pos, shape, dtype, views, check in arrays:
+        for pos, shape, dtype, slab, check in arrays:
             value = step[pos]
             # numpy's builtin dtypes are singletons: ``is`` settles the usual case
             if type(value) is not ndarray or value.shape != shape or (
@@ -133,22 +135,22 @@ class StepBatcher:
                 return False
             if check is not None:
                 check(value)  # the facade's check of values (a Discrete range)
-            views[i][...] = value
+            slab[i] = value
         for pos, size, entries in self._dicts:
             value = step[pos]
             if type(value) is not dict or len(value) != size:
                 return False
-            for name, shape, dtype, views, check in entries:
+            for name, shape, dtype, slab, check in entries:
                 item = value.get(name)
                 if type(item) is not ndarray or item.shape != shape or (
                         item.dtype is not dtype and item.dtype != dtype):
                     return False
                 if check is not None:
                     check(item)
-                views[i][...] = item
+                slab[i] = item
         legacy = False
         column_shape = self._column_shape
-        for pos, dtype, views in self._columns:
+        for pos, dtype, slab in self._columns:
             value = step[pos]
             # rewards of any dtype: cast as GymVectorAdapter.convert's astype casts them;
             # flags other than bool arrays go through convert's 0 / 1 check
@@ -157,7 +159,7 @@ class StepBatcher:
                 if value is not None or pos != _TRUNCATED or not self._legacy:
                     return False
                 legacy, value = True, False  # LEGACY dones: truncation from the infos, below
-            views[i][...] = value  # cast as astype does (float32 rewards)
+            slab[i] = value  # cast as astype does (float32 rewards)
         if extra:
             for key, value in extra.items():
                 self._slabs[key][i] = value  # the facade builds them in the held specs
@@ -215,7 +217,7 @@ class StepBatcher:
     def _lay_out(
         self, step: tuple, args: list, raw: dict[tuple[str, ...], np.ndarray], extra: dict | None
     ) -> None:
-        """Slabs, and way 1's views, for steps laid out as ``step`` (as given), ``args`` (converted), ``raw``."""
+        """Slabs, and way 1's layout, for steps laid out as ``step`` (as given), ``args`` (converted), ``raw``."""
         n = self.adapter.num_envs
         # as many steps as SLAB_BYTES hold (pixels), at most chunk
         step_bytes = sum(v.nbytes for v in raw.values())
@@ -223,7 +225,7 @@ class StepBatcher:
         self._specs = {k: (v.shape, v.dtype) for k, v in raw.items()}
         self._slabs = {k: np.empty((self.held_max, n, *v.shape[1:]), v.dtype) for k, v in raw.items()}
         self._extra_keys = tuple(extra) if extra else ()
-        self._columns = [(pos, dtype, _steps(self._slabs[key])) for pos, key, dtype in _COLUMN_KEYS]
+        self._columns = [(pos, dtype, self._slabs[key]) for pos, key, dtype in _COLUMN_KEYS]
         arrays, dicts = [], []
         key_of = self.adapter.observation_key
         for pos, prefix in ((_OBS, ()), (_ACTION, None), (_NEXT, ("next",))):
@@ -244,18 +246,18 @@ class StepBatcher:
         self._arrays, self._dicts = arrays, dicts
 
     def _entry(self, value: np.ndarray, given: Any, key: tuple[str, ...], check: Any) -> tuple:
-        """``(shape, dtype, views, check)`` of one input entry of way 1.
+        """``(shape, dtype, slab, check)`` of one input entry of way 1 (the slab ``[held_max, *shape]``).
 
         Without a check of values, the input must be laid out as it was
         converted (the facade's check then returns it as is). A checked entry
         (a ``Discrete`` action) is taken as given when only its shape differs
         from the converted one (``[num_envs]`` for ``[num_envs, 1]``).
         """
-        views = _steps(self._slabs[key])
+        slab = self._slabs[key]
         if check is not None and isinstance(given, np.ndarray) and given.shape != value.shape and (
                 given.dtype == value.dtype and given.size == value.size):
-            return given.shape, given.dtype, [v.reshape(given.shape) for v in views], check
-        return value.shape, value.dtype, views, check
+            return given.shape, given.dtype, slab.reshape(slab.shape[0], *given.shape), check
+        return value.shape, value.dtype, slab, check
 
     # ---------------------------------------------------------------- writing
     def flush(self, pending: int = 0) -> None:
@@ -300,11 +302,6 @@ class StepBatcher:
 
     def __len__(self) -> int:
         return self._held
-
-
-def _steps(slab: np.ndarray) -> list[np.ndarray]:
-    """The slab's view at each held step: ``[num_envs, ...]`` (made once, reused each chunk)."""
-    return [slab[i] for i in range(slab.shape[0])]
 
 
 class HeldStepsFacade:
