@@ -20,9 +20,9 @@ from torchrl_ext.facades._convert import SpaceInput
 __all__ = ["ADD_CHUNK", "SLAB_BYTES", "HeldStepsFacade", "StepBatcher"]
 
 #: steps a facade holds before writing them: a write has a fixed cost of ~100 step copies
-#: (W1, 16 envs: ~140 us for [16, 1] rows, ~0.9 ms for [16, 512]); past ~512 steps the
-#: held steps outgrow the CPU caches and a step costs more again
-ADD_CHUNK = 512
+#: (W1, 16 envs: ~140 us for [16, 1] rows, ~0.9 ms for [16, 512]); 1024 measured 0.95x
+#: the add cost of 512 (benchmarks/facade_add.py A/B), SLAB_BYTES bounding the held bytes
+ADD_CHUNK = 1024
 #: at most this many bytes of held steps (per facade): large observations write more often
 SLAB_BYTES = 4 << 20
 
