@@ -648,11 +648,19 @@ def test_buffer_samples_are_the_batches_its_loader_serves_in_process():
     served = iter(reference.loader)
     for _ in range(3):
         assert torch.equal(direct.sample()["x"], next(served)["x"])
-    chunked = EpisodeReplayBuffer(RingBufferDataset(200), batch_size=6, sequence_length=2,
-                                  chunk_size=3, seed=3)  # two chunks a batch: the loader's path
-    for eid in range(4):
-        chunked.dataset.add_episode(episode(eid, 5 + eid))
-    assert chunked.sample().shape == (6, 2) and within_one_episode(chunked.sample())
+
+    def chunked():  # two chunks a batch, collated as the loader collates them
+        rb = EpisodeReplayBuffer(RingBufferDataset(200), batch_size=6, sequence_length=2,
+                                 chunk_size=3, seed=3)
+        for eid in range(4):
+            rb.dataset.add_episode(episode(eid, 5 + eid))
+        return rb
+
+    direct, served = chunked(), iter(chunked().loader)
+    for _ in range(3):
+        batch = direct.sample()
+        assert batch.shape == (6, 2) and within_one_episode(batch)
+        assert torch.equal(batch["x"], next(served)["x"])
 
 
 def test_padded_short_episodes_with_pad():

@@ -17,7 +17,7 @@ from torchrl_ext.envs.gym import (
 )
 from torchrl_ext.facades._convert import SpaceInput
 
-__all__ = ["ADD_CHUNK", "SLAB_BYTES", "HeldStepsFacade", "StepBatcher"]
+__all__ = ["ADD_CHUNK", "SLAB_BYTES", "HeldStepsFacade", "StepBatcher", "steps_held"]
 
 #: steps a facade holds before writing them: a write has a fixed cost of ~100 step copies
 #: (W1, 16 envs: ~140 us for [16, 1] rows, ~0.9 ms for [16, 512]); 1024 measured 0.95x
@@ -25,6 +25,16 @@ __all__ = ["ADD_CHUNK", "SLAB_BYTES", "HeldStepsFacade", "StepBatcher"]
 ADD_CHUNK = 1024
 #: at most this many bytes of held steps (per facade): large observations write more often
 SLAB_BYTES = 4 << 20
+
+
+def steps_held(chunk: int, step_bytes: int) -> int:
+    """Steps of ``step_bytes`` each held before a write: ``chunk``, fewer past :data:`SLAB_BYTES`, at least one.
+
+    Examples:
+        >>> steps_held(1024, 2_800), steps_held(1024, 700_000), steps_held(1024, 10 << 20)
+        (1024, 5, 1)
+    """
+    return max(1, min(chunk, SLAB_BYTES // max(1, step_bytes)))
 
 # positions of GymVectorAdapter.resolve's arguments
 _OBS, _ACTION, _REWARD, _TERMINATED, _TRUNCATED, _INFOS, _NEXT = range(7)
@@ -220,8 +230,7 @@ class StepBatcher:
         """Slabs, and way 1's layout, for steps laid out as ``step`` (as given), ``args`` (converted), ``raw``."""
         n = self.adapter.num_envs
         # as many steps as SLAB_BYTES hold (pixels), at most chunk
-        step_bytes = sum(v.nbytes for v in raw.values())
-        self.held_max = max(1, min(self.chunk, SLAB_BYTES // max(1, step_bytes)))
+        self.held_max = steps_held(self.chunk, sum(v.nbytes for v in raw.values()))
         self._specs = {k: (v.shape, v.dtype) for k, v in raw.items()}
         self._slabs = {k: np.empty((self.held_max, n, *v.shape[1:]), v.dtype) for k, v in raw.items()}
         self._extra_keys = tuple(extra) if extra else ()

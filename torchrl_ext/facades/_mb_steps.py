@@ -17,7 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.envs._chunk import follow_on
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
-from torchrl_ext.facades._batching import SLAB_BYTES
+from torchrl_ext.facades._batching import steps_held
 from torchrl_ext.facades._convert import to_numpy
 
 OBS, RHS, DONE, ACT, REW = "Observation", "RecurrentHiddenStates", "Done", "Action", "Reward"
@@ -216,8 +216,7 @@ class PytorchrlSteps:
         At most ``SLAB_BYTES`` of steps are staged: large observations are written more often.
         """
         n = self.num_envs
-        step_bytes = sum(v.nbytes for v in leaves.values())
-        self.chunk = chunk = max(1, min(self.chunk, SLAB_BYTES // max(step_bytes, 1)))
+        self.chunk = chunk = steps_held(self.chunk, sum(v.nbytes for v in leaves.values()))
         self._stage = {k: np.empty((chunk, n, *v.shape[1:]), v.dtype) for k, v in leaves.items()}
         if BOUNDARY in present or not all(
             isinstance(sample[name], (np.ndarray, torch.Tensor)) for name in present

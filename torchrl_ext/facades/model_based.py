@@ -306,8 +306,8 @@ class MBReplayBuffer(ModelBatches):
                 differs from the first insert's.
             ValueError / TypeError: an entry's shape / dtype differs from the first insert's;
                 ``"Done"`` / ``"NextDone"`` hold a value other than 0 or 1 (0.5, NaN): raised
-                when the staged steps are written (every 1024 inserts, and before any read),
-                then that step and the ones after it are not stored.
+                when the staged steps are written (every 1024 inserts or fewer, see above, and
+                before any read), then that step and the ones after it are not stored.
         """
         steps = self._steps
         if not steps.staged:

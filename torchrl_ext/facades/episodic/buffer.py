@@ -1,19 +1,18 @@
 """``EpisodeReplayBuffer``: steps in, episodes stored, sequences out."""
 from __future__ import annotations
 
-import itertools
 import warnings
-from typing import Any, Callable, Iterator, Mapping, NoReturn
+from typing import Any, Iterator, Mapping, NoReturn
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
-from torch.utils.data import DataLoader, IterableDataset
 
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError
 from torchrl_ext.facades.episodic.dataset import EpisodeDataset, SequenceStream
 from torchrl_ext.facades.episodic.running import RunningEpisodes
+from torchrl_ext.facades.episodic.sequences import concat_chunks
 from torchrl_ext.loader import RestartingIterator
 
 __all__ = ["EpisodeReplayBuffer"]
@@ -115,12 +114,14 @@ class EpisodeReplayBuffer:
             )
         self._stream = stream
         # restarted after a failure (a worker killed): never a dead iterator
-        self._iterator = RestartingIterator(_batches_of(self.loader), "EpisodeReplayBuffer")
-        # a batch is one chunk drawn here (no workers, no pinning): drawn directly, as
-        # the loader's in-process iteration would (concat_chunks of one chunk is the chunk)
-        self._in_process = (not self.loader.num_workers and not self.loader.pin_memory
-                            and self.loader.batch_size == 1)
-        # (fields, the pool's device, [(field, its device)] of the fields stored elsewhere)
+        self._iterator = RestartingIterator(self.loader.__iter__, "EpisodeReplayBuffer")
+        # without workers or pinning, a batch is drawn here: the loader's chunks per batch
+        # from its stream's in-process generator, concatenated as its collate_fn does (the
+        # same batches, without its per-batch machinery, a sizeable share of a sample);
+        # None: the loader serves the batches
+        in_process = not self.loader.num_workers and not self.loader.pin_memory
+        self._chunks: int | None = self.loader.batch_size if in_process else None
+        # (fields, the batches' device, [(field, its device)] of the fields stored elsewhere)
         self._moves: tuple[Any, torch.device | None, list[tuple[str, torch.device]]] | None = None
         self._num_envs: int | None = None  # 0: single env, fixed by the first call
         self._keys: tuple[str, ...] | None = None
@@ -412,9 +413,10 @@ class EpisodeReplayBuffer:
                 f"{self.dataset.longest_episode}; wait for longer episodes, lower "
                 "sequence_length, or pass pad=True."
             )
-        if self._in_process:
+        if self._chunks is not None:
             stream = self._stream
-            batch = stream.draw(stream.in_process_generator())
+            generator = stream.in_process_generator()
+            batch = concat_chunks([stream.draw(generator) for _ in range(self._chunks)], stream.mask_key)
         else:
             try:
                 batch = next(self._iterator)
@@ -425,13 +427,13 @@ class EpisodeReplayBuffer:
                 # (evicted, the long one added since: checked above). Its error ended
                 # the loader's iterator; new workers draw from the episodes stored now.
                 batch = next(self._iterator)
-        device = batch.device  # the pool's: every entry is there
+        device = batch.device  # None for the pool's batches: the key is then None
         moves = self._moves
         if moves is None or moves[0] is not fields or moves[1] != device:
-            if device is None:
-                device = batch.get(next(iter(fields))).device
-            moves = self._moves = (fields, batch.device, [
-                (key, kind.device) for key, kind in fields.items() if kind.device != device])
+            # every entry is on the pool's device: the first one tells it
+            pool = device if device is not None else batch.get(next(iter(fields))).device
+            moves = self._moves = (fields, device, [
+                (key, kind.device) for key, kind in fields.items() if kind.device != pool])
         for key, to in moves[2]:
             batch.set(key, batch.get(key).to(to))
         return batch
@@ -518,47 +520,6 @@ class EpisodeReplayBuffer:
             f"{type(self).__name__}(dataset={self.dataset!r}, batch_size={self.batch_size}, "
             f"sequence_length={self.sequence_length})"
         )
-
-
-def _batches_of(loader: DataLoader) -> Callable[[], Iterator[Any]]:
-    """What starts an iteration of ``loader``'s batches, for :class:`RestartingIterator`.
-
-    Without workers or pinning, a DataLoader over an iterable dataset takes
-    ``batch_size`` items from it in this process and collates them; its
-    per-batch machinery (sampler, fetcher, profiling hooks) costs a third of
-    a sample here. Such a loader is iterated as just that: the same items of
-    the same dataset (a :class:`SequenceStream`: its in-process generator),
-    the same ``collate_fn``, a last short batch as the loader's, so the same
-    batches. Any other loader is iterated as it is.
-
-    Examples:
-        >>> import torch
-        >>> from torch.utils.data import DataLoader, IterableDataset
-        >>> class Count(IterableDataset):
-        ...     def __iter__(self):
-        ...         return iter(range(7))
-        >>> loader = DataLoader(Count(), batch_size=3, collate_fn=torch.tensor)
-        >>> [b.tolist() for b in _batches_of(loader)()] == [b.tolist() for b in loader]
-        True
-    """
-    if (
-        loader.num_workers
-        or loader.pin_memory
-        or loader.batch_size is None
-        or not isinstance(loader.dataset, IterableDataset)
-    ):
-        return loader.__iter__
-    size, collate, drop_last = loader.batch_size, loader.collate_fn, loader.drop_last
-
-    def batches() -> Iterator[Any]:
-        items = iter(loader.dataset)
-        while True:
-            batch = list(itertools.islice(items, size))
-            if not batch or (drop_last and len(batch) < size):
-                return
-            yield collate(batch)
-
-    return batches
 
 
 def _warn_if_batched(values: dict[str, torch.Tensor]) -> None:
