@@ -126,7 +126,21 @@ class SequenceStream(SampleStream):
         return self.generator
 
     def draw(self, generator: torch.Generator | None) -> TensorDictBase:
-        """One chunk of ``chunk_size`` sequences drawn from the pool with ``generator``."""
+        """One chunk of ``chunk_size`` sequences drawn from the pool with ``generator``.
+
+        Raises:
+            ValueError: padded sequences (whole episodes, or ``pad=True``) of a
+                pool that stores a field named ``mask_key``.
+
+        Examples:
+            >>> import torch
+            >>> from torchrl_ext.facades.episodic import RingBufferDataset
+            >>> dataset = RingBufferDataset(capacity=100)
+            >>> dataset.add_episode({"obs": torch.arange(10.0)[:, None]})
+            >>> stream = dataset.get_loader(4, 5, num_workers=0).dataset
+            >>> stream.draw(torch.Generator().manual_seed(0)).shape
+            torch.Size([4, 5])
+        """
         pool = self._pool()
         if (self.sequence_length is None or self.pad) and self.mask_key in pool.rows.keys():
             raise ValueError(
