@@ -29,7 +29,7 @@ permutation ([5, B, ...] batches).
   ``index_select`` per batch: what any epoch must do at least.
 
 Insertion: one step of 16 envs (distinct pre-built steps, cycled) into a full buffer: ours
-``insert_transition`` (staged and written 512 steps at a time, writes included), ours
+``insert_transition`` (staged and written 1024 steps at a time, writes included), ours
 ``rb.extend`` of a ``[16]`` TensorDict (a collector's step, written at once), pytorchrl's
 ``insert_transition``, mbrl's ``add_batch`` and Stable-Baselines3's ``ReplayBuffer.add``.
 """
@@ -316,7 +316,7 @@ def main() -> None:
     ins = inserters(steps)
     failed = {k: v for k, v in ins.items() if isinstance(v, Exception)}
     ok = {k: v for k, v in ins.items() if not isinstance(v, Exception)}
-    # 1024 steps per round: ours writes every 512 staged steps, so each round holds two writes
+    # 1024 steps per round: ours writes every 1024 staged steps, so each round holds one write
     stats = interleaved(ok, reps=10 if a.quick else 40, inner=1024, warmup=1)
     sb3 = stats.get("sb3", {}).get("median")
     rows = []

@@ -102,6 +102,8 @@ class SampleIndex(torch.Tensor):
 
     Attributes:
         reader (WindowReader): how the storage turns the index into a batch.
+        plain (torch.Tensor): the same index as a plain tensor (the sample's
+            ``"index"`` entry), made once.
 
     Examples:
         >>> import torch
@@ -113,6 +115,7 @@ class SampleIndex(torch.Tensor):
     """
 
     reader: WindowReader
+    plain: torch.Tensor
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     @classmethod
@@ -122,6 +125,7 @@ class SampleIndex(torch.Tensor):
             raise TypeError(f"SampleIndex: index dtype {index.dtype}, expected torch.int64.")
         out = index.as_subclass(cls)  # the same tensor, seen as a SampleIndex
         out.reader = reader
+        out.plain = index if type(index) is torch.Tensor else index.as_subclass(torch.Tensor)
         return out
 
     def read(self, storage: Any) -> TensorDictBase:

@@ -16,8 +16,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 
 __all__ = [
-    "EntryKeyError", "RowSchema", "as_key", "key_str", "missing_entry", "put_leaf",
-    "set_unchecked", "unchecked_tensordict",
+    "EntryKeyError", "RowSchema", "as_key", "get_unchecked", "key_str", "missing_entry",
+    "pop_unchecked", "put_leaf", "set_unchecked", "unchecked_tensordict",
 ]
 
 
@@ -74,6 +74,46 @@ def set_unchecked(tensordict: TensorDictBase, key: NestedKey, value: torch.Tenso
         tensordict._set_str(key[0], value, inplace=False, validated=True)
     else:
         tensordict._set_tuple(key, value, inplace=False, validated=True)
+
+
+def get_unchecked(tensordict: TensorDictBase, key: NestedKey) -> Any:
+    """``tensordict.get(key, None)``, read from a plain TensorDict's entry dicts.
+
+    A sample-time transform reads a few entries of every batch; TensorDict's
+    ``get`` walks several layers of Python per key, which cost more than the
+    transform's arithmetic once a gather has cooled the caches. Other kinds
+    (lazy stacks, tensorclasses...) answer through their own ``get``.
+
+    Examples:
+        >>> td = TensorDict({"next": {"reward": torch.zeros(2, 1)}}, [2])
+        >>> get_unchecked(td, ("next", "reward")).shape, get_unchecked(td, ("next", "done"))
+        (torch.Size([2, 1]), None)
+    """
+    key = as_key(key)
+    node: Any = tensordict
+    for depth, part in enumerate(key):
+        if type(node) is not TensorDict:
+            return node.get(key[depth:], None) if isinstance(node, TensorDictBase) else None
+        node = node._tensordict.get(part)
+        if node is None:
+            return None
+    return node
+
+
+def pop_unchecked(tensordict: TensorDictBase, key: str) -> Any:
+    """``tensordict.pop(key, None)`` for a root key, from a plain TensorDict's entry dict.
+
+    See :func:`get_unchecked`; a locked TensorDict, or another kind, pops (or
+    refuses) as its own ``pop`` does.
+
+    Examples:
+        >>> td = TensorDict({"n_step": {"reward": torch.zeros(2, 3)}}, [2])
+        >>> pop_unchecked(td, "n_step").batch_size, "n_step" in td.keys()
+        (torch.Size([2]), False)
+    """
+    if type(tensordict) is TensorDict and not tensordict._is_locked:
+        return tensordict._tensordict.pop(key, None)
+    return tensordict.pop(key, None)
 
 
 def unchecked_tensordict(

@@ -12,7 +12,7 @@ from tensordict.utils import NestedKey
 
 from torchrl_ext.builders import make_her_replay_buffer
 from torchrl_ext.core.checks import check_count
-from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
+from torchrl_ext.core.schema import EntryKeyError, as_key, get_unchecked, key_str
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
 from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs, to_numpy
@@ -394,17 +394,17 @@ class HerReplayStorage(HeldStepsFacade):
             raise EmptyBufferError(
                 "HerReplayStorage: the storage is empty; add steps before sampling."
             ) from None
-        nxt = data.get("next")
+        nxt = get_unchecked(data, "next")  # (entries read without TensorDict's layers)
         if not self.native:
             def floats(td: TensorDictBase) -> dict[str, Any]:
-                return {key: as_float32(td.get(key), self.device) for key in self._obs_keys}
+                return {key: as_float32(get_unchecked(td, key), self.device) for key in self._obs_keys}
 
             return HerReplayTuple(
                 observations=floats(data),
-                actions=as_float32(data.get("action"), self.device),
-                rewards=as_float32(nxt.get("reward"), self.device),
-                terminateds=as_float32(nxt.get("terminated"), self.device),
-                truncateds=as_float32(nxt.get("truncated"), self.device),
+                actions=as_float32(get_unchecked(data, "action"), self.device),
+                rewards=as_float32(get_unchecked(nxt, "reward"), self.device),
+                terminateds=as_float32(get_unchecked(nxt, "terminated"), self.device),
+                truncateds=as_float32(get_unchecked(nxt, "truncated"), self.device),
                 next_observations=floats(nxt),
             )
         return HerReplayBatch(

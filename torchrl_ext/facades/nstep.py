@@ -15,6 +15,7 @@ from torchrl_ext.builders import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
 from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.schema import get_unchecked
 from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs
 from torchrl_ext.facades._tensorclass import (
     TensorclassBatch,
@@ -397,13 +398,14 @@ class NStepReplayStorage(HeldStepsFacade):
         Observations of a ``Dict`` space are a TensorDict of its entries (even
         a single ``"observation"`` entry), others the tensor itself.
         """
-        nxt = data.get("next")
+        nxt = get_unchecked(data, "next")  # (entries read without TensorDict's layers)
         if not isinstance(self.observation_space, gym.spaces.Dict):
-            obs, next_obs = data.get("observation"), nxt.get("observation")
+            obs, next_obs = get_unchecked(data, "observation"), get_unchecked(nxt, "observation")
         else:
             keys = list(self.observation_space.spaces)
             obs, next_obs = data.select(*keys), nxt.select(*keys)
-        return [obs, data.get("action"), nxt.get("reward"), data.get("discount"), next_obs]
+        return [obs, get_unchecked(data, "action"), get_unchecked(nxt, "reward"),
+                get_unchecked(data, "discount"), next_obs]
 
     def update(self, *args: Any) -> None:
         """No-op, as in the original (its training loop passes metrics here)."""

@@ -20,6 +20,8 @@ from torchrl_ext.storages.compressed import CompressedRows, check_compress
 
 __all__ = ["TransitionStorage"]
 
+_CPU = torch.device("cpu")  # (a device string is parsed again at each call)
+
 Backend = Literal["tensor", "memmap"]
 
 
@@ -270,15 +272,15 @@ class TransitionStorage(TensorStorage):
             if index != slice(None):
                 raise ValueError(f"TransitionStorage.get: slice {index} unsupported; use [:].")
             index = self.live_transition_rows()
-        rows = torch.as_tensor(index, dtype=torch.int64, device="cpu")  # index arithmetic: CPU
+        rows = torch.as_tensor(index, dtype=torch.int64, device=_CPU)  # index arithmetic: CPU
+        if rows.ndim == 1:  # drawn transitions (the usual case)
+            return self.packed.gather(rows)
         if rows.ndim == 2 and rows.shape[1] > 1:
             # runs of consecutive rows of one stream (unpadded sequences): one gather
             span = np.empty((rows.shape[0], rows.shape[1] + 1), dtype=np.int64)  # and the rows after
             if sequence_span(rows.numpy(), self.episode_index.stream_capacity, span):
                 return self.packed.gather_sequences(torch.from_numpy(span))
-        flat = rows if rows.ndim == 1 else rows.reshape(-1)
-        out = self.packed.gather(flat)
-        return out if rows.ndim == 1 else out.reshape(rows.shape)
+        return self.packed.gather(rows.reshape(-1)).reshape(rows.shape)
 
     def __getitem__(self, item: Any) -> TensorDictBase:
         """Live transitions by position ``0 .. len(self) - 1``, as TorchRL indexes a storage.

@@ -8,7 +8,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_ext.core.checks import check_count
-from torchrl_ext.core.schema import as_key, missing_entry
+from torchrl_ext.core.schema import as_key, get_unchecked, missing_entry
 
 __all__ = ["call_reward_fn", "discount_powers", "nstep_return", "stack_frames", "window_rewards"]
 
@@ -75,8 +75,8 @@ def nstep_return(
 
     Returns:
         ``(return, discount)``, both ``[B, 1]`` with the dtype of ``rewards``.
-        For one-step windows (``W = 1``) the return is ``rewards`` itself,
-        reshaped (a view of it, not a copy).
+        For one-step windows (``W = 1``) the return is ``rewards`` itself, as
+        ``[B, 1]`` (a view of it, not a copy).
 
     Examples:
         >>> r = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 7.0]])  # 7.0: past the window
@@ -92,19 +92,21 @@ def nstep_return(
     W = rewards.shape[-1]
     if powers is None:
         powers = discount_powers(gamma, W, dtype=rewards.dtype, device=rewards.device)  # [W + 1]
-    if W == 1:  # one-step windows (k = 1): the return is the reward
-        ret = rewards.reshape(-1, 1)
+    # few tensor operations, each costs ~10 µs in a training loop (the dispatcher's
+    # code and data are out of the caches by then), more than its arithmetic
+    if W == 1:  # one-step windows (k = 1): the return is the reward, [B, 1] as it is
+        ret = rewards
     elif mask is None:
         raise ValueError(f"nstep_return: mask=None is for one-step windows; these are {W} wide.")
-    else:  # [B, W] @ [W]: steps past the window weigh 0
-        ret = torch.where(mask, rewards, 0.0).matmul(powers[:W]).unsqueeze(-1)
+    else:  # [B, W] @ [W, 1]: steps past the window weigh 0
+        ret = torch.where(mask, rewards, 0.0).matmul(powers[:W, None])
     if steps is None:
         if mask is None:
             raise ValueError("nstep_return: mask=None needs steps= (the windows' lengths).")
         steps = mask.sum(-1, keepdim=True)  # [B, 1] k, the steps in each window
-    discount = powers.take(steps.reshape(-1, 1))  # [B, 1] gamma ** k
+    discount = powers.take(steps if steps.dim() == 2 else steps.reshape(-1, 1))  # [B, 1] gamma ** k
     # a terminated window does not bootstrap
-    return ret, discount.masked_fill_(terminated.reshape(-1, 1), 0.0)
+    return ret, discount.masked_fill_(terminated if terminated.dim() == 2 else terminated.reshape(-1, 1), 0.0)
 
 
 def call_reward_fn(
@@ -193,12 +195,12 @@ def window_rewards(
     """
     key = as_key(reward_key)
     if window is None:
-        rewards = batch.get(key, None)
+        rewards = get_unchecked(batch, key)
         if rewards is None:
             raise missing_entry(owner, "reward_key", key, list(batch.keys(True, True)),
                                 "sampled transitions")
         return rewards.unsqueeze(1)
-    rewards = window.get(key[1:], None)
+    rewards = get_unchecked(window, key[1:])
     if rewards is None:
         held = [("next", *as_key(k)) for k in window.keys(True, True) if k != "mask"]
         raise missing_entry(owner, "reward_key", key, held, "'n_step' windows")

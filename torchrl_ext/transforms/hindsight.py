@@ -8,7 +8,9 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
-from torchrl_ext.core.schema import EntryKeyError, as_key, missing_entry, set_unchecked
+from torchrl_ext.core.schema import (
+    EntryKeyError, as_key, get_unchecked, missing_entry, pop_unchecked, set_unchecked,
+)
 from torchrl_ext.transforms.functional import (
     call_reward_fn,
     stack_frames,
@@ -104,43 +106,43 @@ class HindsightTransform(Transform):
         self.info_key = None if info_key is None else as_key(info_key)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        her = tensordict.get("her", None)
+        # (entries read and dropped without TensorDict's layers: see get_unchecked)
+        her = pop_unchecked(tensordict, "her")
         if her is None:
             raise EntryKeyError(
                 "HindsightTransform: the batch has no 'her' goals; sample with "
                 "torchrl_ext.samplers.HindsightSampler (make_her_replay_buffer)."
             )
-        reached = her.get(self.achieved_goal_key, None)  # [B, *goal]: at the goal rows
-        for name, key, value in (("goal_key", self.goal_key, her.get(self.goal_key, None)),
+        reached = get_unchecked(her, self.achieved_goal_key)  # [B, *goal]: at the goal rows
+        for name, key, value in (("goal_key", self.goal_key, get_unchecked(her, self.goal_key)),
                                  ("achieved_goal_key", self.achieved_goal_key, reached)):
             if value is None:  # "her" holds every observation entry
                 held = [k for k in her.keys(True, True) if k != "relabel"]
                 raise missing_entry("HindsightTransform", name, key, held,
                                     "sampled observation entries")
-        relabel = her.get("relabel")  # [B] bool
+        relabel = get_unchecked(her, "relabel")  # [B] bool
         idx = relabel.nonzero().view(-1)  # [V] the relabelled rows
-        del tensordict["her"]
         if not idx.numel():
             return tensordict
         goal = reached.index_select(0, idx)  # [V, *goal]
         # the goal entries, root and next, written in place at the relabelled rows
         # only: the sampled batch owns its gathered rows (no second copy of them)
         for key in (self.goal_key, ("next", *self.goal_key)):
-            value = tensordict.get(key)
+            value = get_unchecked(tensordict, key)  # an observation entry: root and next
             # as the entry's dtype: e.g. int8 achieved, int64 desired goals
             value.index_copy_(0, idx, _in_every_frame(goal, value).to(value.dtype))
         # each window step's next entries: [B, W, ...] under "n_step"; a batch of one-step
         # windows comes as transitions, each step's own under "next" ([B, ...])
-        window = tensordict.get("n_step", None)
-        steps = tensordict.get("next") if window is None else window
-        achieved = steps.get(self.achieved_goal_key).index_select(0, idx)  # [V, (W,) *goal]
+        window = get_unchecked(tensordict, "n_step")
+        steps = get_unchecked(tensordict, "next") if window is None else window
+        achieved = get_unchecked(steps, self.achieved_goal_key).index_select(0, idx)  # [V, (W,) *goal]
         if window is None:
             achieved = achieved.unsqueeze(1)  # [V, 1, *goal]
         V, W = achieved.shape[:2]
         goals = goal.unsqueeze(1).expand(V, W, *goal.shape[1:]).reshape(V * W, *goal.shape[1:])
         flat_achieved = achieved.reshape(V * W, *goal.shape[1:])
         infos = None
-        stored = None if self.info_key is None else steps.get(self.info_key[1:], None)
+        stored = None if self.info_key is None else get_unchecked(steps, self.info_key[1:])
         if stored is not None:  # a buffer that stores no such entry passes infos=None
             infos = stored[idx].reshape(V * W)
         rewards = window_rewards(window, self.reward_key, "HindsightTransform", tensordict)  # [B, W, *reward]
