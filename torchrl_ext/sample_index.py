@@ -80,7 +80,7 @@ class RowReads:
     def read(
         self, storage: Any, index: torch.Tensor, *, observations: bool = True
     ) -> TensorDictBase:
-        rows = index.as_subclass(torch.Tensor)
+        rows = index.plain if isinstance(index, SampleIndex) else index.as_subclass(torch.Tensor)
         if observations:
             return storage.get(rows)
         return storage.packed.gather_steps(rows)
@@ -125,7 +125,10 @@ class SampleIndex(torch.Tensor):
             raise TypeError(f"SampleIndex: index dtype {index.dtype}, expected torch.int64.")
         out = index.as_subclass(cls)  # the same tensor, seen as a SampleIndex
         out.reader = reader
-        out.plain = index if type(index) is torch.Tensor else index.as_subclass(torch.Tensor)
+        if isinstance(index, SampleIndex):  # another reader's index, read through this one
+            out.plain = index.plain
+        else:
+            out.plain = index if type(index) is torch.Tensor else index.as_subclass(torch.Tensor)
         return out
 
     def read(self, storage: Any) -> TensorDictBase:
