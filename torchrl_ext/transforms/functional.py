@@ -10,7 +10,9 @@ from tensordict.utils import NestedKey
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import as_key, get_unchecked, missing_entry
 
-__all__ = ["call_reward_fn", "discount_powers", "nstep_return", "stack_frames", "window_rewards"]
+__all__ = [
+    "call_reward_fn", "discount_powers", "nstep_return", "stack_frames", "step_rewards", "window_rewards",
+]
 
 
 def discount_powers(
@@ -137,7 +139,8 @@ def call_reward_fn(
             f"reward_fn returned shape {tuple(out.shape)} for {n} goals; expected ({n},) "
             f"or ({n}, 1): one reward per (achieved_goal, desired_goal) pair."
         )
-    return out.reshape(n, 1).to(torch.float32)
+    out = out if out.dim() == 2 else out.reshape(n, 1)  # (each call counts: see nstep_return)
+    return out if out.dtype is torch.float32 else out.to(torch.float32)
 
 
 def stack_frames(frames: torch.Tensor, batch_dims: int) -> torch.Tensor:
@@ -164,6 +167,28 @@ def stack_frames(frames: torch.Tensor, batch_dims: int) -> torch.Tensor:
     if frames.ndim - batch_dims - 1 == 3:
         return frames.flatten(batch_dims, batch_dims + 1)
     return frames
+
+
+def step_rewards(batch: TensorDictBase, reward_key: NestedKey, owner: str) -> torch.Tensor:
+    """The ``[B, *reward]`` rewards at ``reward_key`` of a batch of transitions (one-step windows).
+
+    Raises:
+        KeyError: the batch holds no such entry; the error names ``owner``'s
+            ``reward_key=`` argument and the entries the batch holds.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> batch = TensorDict({"next": {"reward": torch.ones(2, 1)}}, [2])
+        >>> step_rewards(batch, ("next", "reward"), "T").shape
+        torch.Size([2, 1])
+    """
+    key = as_key(reward_key)
+    rewards = get_unchecked(batch, key)
+    if rewards is None:
+        raise missing_entry(owner, "reward_key", key, list(batch.keys(True, True)),
+                            "sampled transitions")
+    return rewards
 
 
 def window_rewards(
@@ -193,13 +218,9 @@ def window_rewards(
         ...
         torchrl_ext.core.schema.EntryKeyError: T: reward_key=('next', 'r') is not among the 'n_step' windows (held: ('next', 'reward')); pass reward_key= one of them.
     """
-    key = as_key(reward_key)
     if window is None:
-        rewards = get_unchecked(batch, key)
-        if rewards is None:
-            raise missing_entry(owner, "reward_key", key, list(batch.keys(True, True)),
-                                "sampled transitions")
-        return rewards.unsqueeze(1)
+        return step_rewards(batch, reward_key, owner).unsqueeze(1)
+    key = as_key(reward_key)
     rewards = get_unchecked(window, key[1:])
     if rewards is None:
         held = [("next", *as_key(k)) for k in window.keys(True, True) if k != "mask"]
