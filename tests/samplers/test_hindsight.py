@@ -274,3 +274,15 @@ def test_a_key_the_batch_does_not_hold_is_named(name, key, n, where):
     with pytest.raises(KeyError, match=rf"HindsightTransform: {name}={re.escape(repr(key))} is not "
                        rf"among the {where} \(held: .*'(achieved_goal|reward)'.*\); pass {name}="):
         rb.sample()
+
+
+@pytest.mark.parametrize("n_step, where", [(1, "the sampled transitions"), (3, "the 'n_step' windows")])
+def test_a_reward_key_the_batch_does_not_hold_is_named(n_step, where):
+    # one-step windows are relabelled as transitions ([B, ...] entries), wider ones as windows
+    sampler = HindsightSampler("future", num_goals=4, base=NStepSampler(n_step))
+    rb = make_replay_buffer(100, sampler=sampler, batch_size=5, seed=0,
+                            transform=HindsightTransform(reward, reward_key=("next", "score")))
+    rb.extend(episodes_td([[5]]))
+    with pytest.raises(KeyError, match=rf"HindsightTransform: reward_key=\('next', 'score'\) is not among "
+                       rf"{where} \(held: .*'reward'.*\); pass reward_key="):
+        rb.sample()

@@ -82,7 +82,11 @@ def get_unchecked(tensordict: TensorDictBase, key: NestedKey) -> Any:
     A sample-time transform reads a few entries of every batch; TensorDict's
     ``get`` walks several layers of Python per key, which cost more than the
     transform's arithmetic once a gather has cooled the caches. Other kinds
-    (lazy stacks, tensorclasses...) answer through their own ``get``.
+    (lazy stacks, tensorclasses...) answer through their own ``get``. A key
+    that runs through a tensor (``("reward", "x")``) holds nothing: ``None``.
+
+    Raises:
+        TypeError: ``tensordict`` is not a TensorDict.
 
     Examples:
         >>> td = TensorDict({"next": {"reward": torch.zeros(2, 1)}}, [2])
@@ -93,7 +97,11 @@ def get_unchecked(tensordict: TensorDictBase, key: NestedKey) -> Any:
     node: Any = tensordict
     for depth, part in enumerate(key):
         if type(node) is not TensorDict:
-            return node.get(key[depth:], None) if isinstance(node, TensorDictBase) else None
+            if isinstance(node, TensorDictBase):
+                return node.get(key[depth:], None)
+            if not depth:
+                raise _not_a_tensordict("get_unchecked", tensordict)
+            return None
         node = node._tensordict.get(part)
         if node is None:
             return None
@@ -106,6 +114,9 @@ def pop_unchecked(tensordict: TensorDictBase, key: str) -> Any:
     See :func:`get_unchecked`; a locked TensorDict, or another kind, pops (or
     refuses) as its own ``pop`` does.
 
+    Raises:
+        TypeError: ``tensordict`` is not a TensorDict.
+
     Examples:
         >>> td = TensorDict({"n_step": {"reward": torch.zeros(2, 3)}}, [2])
         >>> pop_unchecked(td, "n_step").batch_size, "n_step" in td.keys()
@@ -113,7 +124,13 @@ def pop_unchecked(tensordict: TensorDictBase, key: str) -> Any:
     """
     if type(tensordict) is TensorDict and not tensordict._is_locked:
         return tensordict._tensordict.pop(key, None)
+    if not isinstance(tensordict, TensorDictBase):
+        raise _not_a_tensordict("pop_unchecked", tensordict)
     return tensordict.pop(key, None)
+
+
+def _not_a_tensordict(where: str, value: Any) -> TypeError:
+    return TypeError(f"{where}: expected a TensorDict, got {type(value).__name__}.")
 
 
 def unchecked_tensordict(

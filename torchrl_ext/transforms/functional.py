@@ -108,7 +108,8 @@ def nstep_return(
         steps = mask.sum(-1, keepdim=True)  # [B, 1] k, the steps in each window
     discount = powers.take(steps if steps.dim() == 2 else steps.reshape(-1, 1))  # [B, 1] gamma ** k
     # a terminated window does not bootstrap
-    return ret, discount.masked_fill_(terminated if terminated.dim() == 2 else terminated.reshape(-1, 1), 0.0)
+    ended = terminated if terminated.dim() == 2 else terminated.reshape(-1, 1)
+    return ret, discount.masked_fill_(ended, 0.0)
 
 
 def call_reward_fn(
