@@ -109,6 +109,19 @@ def test_real_rows_first_and_untouched():
     assert bool((batch["next", "reward"][:2] == -1.0).all())
 
 
+def test_a_batch_without_virtual_goals_reads_its_goal_entries_from_its_own_rows():
+    rb = make_her_replay_buffer(200, reward, num_goals=0, batch_size=8, seed=0)
+    rb.extend(episodes_td([[4, 4], [5, 3]]))
+    index, _ = rb.sampler.sample(rb.storage, 8)
+    raw = rb.storage.get(index)
+    her = raw["her"]
+    assert not her["relabel"].any()
+    for key in ("observation", "achieved_goal", "desired_goal"):
+        assert torch.equal(her[key], raw[key])
+    batch = rb.sample()  # nothing relabelled: the rewards as stored
+    assert bool((batch["desired_goal"] == -5.0).all()) and bool((batch["next", "reward"] == -1.0).all())
+
+
 def test_random_strategy_draws_any_live_transition():
     rb = make_her_replay_buffer(200, reward, strategy="random", num_goals=4, batch_size=15, seed=0)
     rb.extend(episodes_td([[4, 4], [4, 4]]))

@@ -84,6 +84,7 @@ SAMPLERS = {
     "frames-sequence": lambda: dict(sampler=SequenceSampler(3), n_frames=2),
     "hindsight": lambda: dict(sampler=HindsightSampler("future", 2, base=NStepSampler(2))),
     "hindsight-one-step": lambda: dict(sampler=HindsightSampler("future", 2)),
+    "hindsight-no-goals": lambda: dict(sampler=HindsightSampler("future", 0)),
 }
 
 

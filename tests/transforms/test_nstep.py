@@ -180,6 +180,33 @@ def test_one_step_windows_are_read_as_transitions():
     assert batch["discount"].view(-1).tolist() == [0.5, 0.5, 0.5, 0.0]
 
 
+def test_n1_windows_are_read_without_looking_at_their_lengths_and_match_a_general_read():
+    rb = make_replay_buffer(64, n_step=1, gamma=0.5, seed=0)
+    ends = torch.tensor([False, True, False, False]).view(1, 4, 1)
+    rb.extend(steps(torch.arange(4.0).view(1, 4, 1), torch.arange(1.0, 5.0).view(1, 4, 1),
+                    reward=torch.arange(10.0, 14.0).view(1, 4, 1), terminated=ends))
+    index, _ = rb.sampler.sample(rb.storage, 16)
+    assert index.reader == StepWindows(one_step=True) and index[:, 1].tolist() == [1] * 16
+    fast = rb.storage.get(index)
+    general = rb.storage.get(SampleIndex.wrap(index.as_subclass(torch.Tensor), StepWindows()))
+    assert (fast == general).all()
+    batch = NStepTransform(0.5)(fast)
+    rows = fast["observation"].view(-1).long()
+    assert batch["next", "reward"].view(-1).tolist() == (rows + 10).float().tolist()
+    assert batch["discount"].view(-1).tolist() == [0.0 if r == 1 else 0.5 for r in rows.tolist()]
+
+
+def test_one_step_returns_keep_the_shape_of_a_reward_without_its_trailing_dim():
+    from tensordict import TensorDict
+
+    batch = TensorDict({"steps_to_next_obs": torch.ones(3, 1, dtype=torch.int64),
+                        "next": {"reward": torch.tensor([1.0, 2.0, 3.0]),
+                                 "terminated": torch.tensor([[False], [True], [False]])}}, [3])
+    out = NStepTransform(0.5)(batch)
+    assert out["next", "reward"].tolist() == [1.0, 2.0, 3.0]
+    assert out["discount"].tolist() == [[0.5], [0.0], [0.5]]
+
+
 def test_nstep_return_without_a_mask_is_for_one_step_windows_only():
     with pytest.raises(ValueError, match=r"nstep_return: mask=None is for one-step windows; "
                        r"these are 3 wide"):

@@ -125,17 +125,20 @@ class HindsightSampler(RefiningSampler):
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         index, info = self.base.sample(storage, batch_size)
         columns = np.empty((batch_size, 3), dtype=np.int64)  # [B, 3] (row, steps, goal row)
-        if isinstance(index, SampleIndex) and isinstance(index.reader, StepWindows):
+        windows = index.reader if isinstance(index, SampleIndex) else None
+        if isinstance(windows, StepWindows):
             columns[:, :2] = index.numpy()[:, :2]
+            one_step = windows.one_step
         else:
             columns[:, 0] = plain_rows(index, self).numpy()
             columns[:, 1] = 1
+            one_step = True
         columns[:, 2] = -1  # real rows keep their goal
         n_virtual = self.n_virtual(batch_size)
         if n_virtual:
             virtual = columns[batch_size - n_virtual :]
             virtual[:, 2] = self._goal_rows(storage, np.ascontiguousarray(virtual[:, 0]))
-        return SampleIndex.wrap(torch.from_numpy(columns), StepWindows()), info
+        return SampleIndex.wrap(torch.from_numpy(columns), StepWindows(one_step)), info
 
     def _goal_rows(self, storage: TransitionStorage, rows: np.ndarray) -> np.ndarray:
         """Row holding ``("next", achieved_goal)`` of the goal step, per row."""

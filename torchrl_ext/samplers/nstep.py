@@ -67,18 +67,24 @@ class StepWindows:
     under ``"next"``; without observations, which frame stacks read, one-step
     windows with goals are read as windows, with their next observations).
 
+    Args:
+        one_step (bool): every window is one step (``NStepSampler(n=1)``):
+            read as transitions without looking at ``k``. Defaults to ``False``.
+
     Examples:
         >>> import torch
         >>> StepWindows().spans(torch.tensor([[5, 3], [9, 1]]))
         (tensor([5, 9]), tensor([3, 1]))
     """
 
+    one_step: bool = False
+
     def read(
         self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
     ) -> TensorDictBase:
         columns = np.ascontiguousarray(index.numpy())  # [B, 2 or 3]: row, k, goal row
         rows, steps = columns[:, 0], columns[:, 1]
-        B, W = rows.shape[0], int(steps.max())
+        B, W = rows.shape[0], 1 if self.one_step else int(steps.max())
         hindsight = columns.shape[1] > 2
         relabel = goal_rows = None
         if hindsight:
@@ -88,10 +94,13 @@ class StepWindows:
         if W == 1 and (observations or not hindsight):  # one-step windows are transitions: read as such
             first = torch.from_numpy(np.ascontiguousarray(rows))
             out = storage.packed.gather(first) if observations else storage.packed.gather_steps(first)
-            set_unchecked(out, "steps_to_next_obs",
-                          torch.ones(B, 1, dtype=torch.int64, device=out.device))  # k = 1
-            if hindsight:  # a second gather: the goal rows' observation entries
-                her = storage.packed.gather_observations(torch.from_numpy(goal_rows))
+            k = torch.from_numpy(steps.reshape(B, 1).copy())  # [B, 1]: 1 each
+            set_unchecked(out, "steps_to_next_obs", k.to(out.device))
+            if relabel is not None:  # hindsight: the goal rows' observation entries
+                if relabel.any():  # a second gather
+                    her = storage.packed.gather_observations(torch.from_numpy(goal_rows))
+                else:  # every goal row is the row itself: the batch holds its observations
+                    her = storage.packed.observations_in(out)
                 set_unchecked(her, "relabel", torch.from_numpy(relabel).to(out.device))
                 set_unchecked(out, "her", her)
             return out
@@ -213,8 +222,9 @@ class NStepSampler(RefiningSampler):
         rows = plain_rows(rows, self).numpy()
         index = np.empty((rows.shape[0], 2), dtype=np.int64)  # [B, 2] (row, k)
         index[:, 0] = rows
-        index[:, 1] = storage_index(storage).window_lengths(rows, self.n)
-        return SampleIndex.wrap(torch.from_numpy(index), StepWindows()), info
+        # a window of one step is one transition: no episode end to look up
+        index[:, 1] = 1 if self.n == 1 else storage_index(storage).window_lengths(rows, self.n)
+        return SampleIndex.wrap(torch.from_numpy(index), StepWindows(self.n == 1)), info
 
     def settings(self) -> dict[str, Any]:
         return {"n": self.n}

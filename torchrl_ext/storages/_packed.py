@@ -23,7 +23,7 @@ from torchrl.data import LazyMemmapStorage
 from torchrl_ext.core.kernels.rows import any_ring_end
 from torchrl_ext.core.kernels.sequences import wrapped_runs
 from torchrl_ext.core.kernels.writes import PUT_GROUP, put_bytes
-from torchrl_ext.core.schema import RowSchema, put_leaf
+from torchrl_ext.core.schema import RowSchema, get_unchecked, put_leaf
 from torchrl_ext.storages._columns import ALIGN, Column, Layout, place, tensordict_of
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
 
@@ -345,6 +345,13 @@ class PackedRows:
         (at,) = self._on_device(rows.reshape(-1))
         span = gather_rows(self._obs_span, at).view(*batch, self._obs_bytes)
         return self._obs_layout([span], batch, self.device)
+
+    def observations_in(self, batch: TensorDictBase) -> TensorDictBase:
+        """The observation entries of ``batch`` (transitions from :meth:`gather`), laid out
+        as :meth:`gather_observations` of their rows: the batch's own tensors, no read."""
+        layout = self._obs_layout
+        values = [get_unchecked(batch, key) for key in layout.keys]
+        return tensordict_of(layout.tree(values), batch.batch_size, self.device)
 
     def gather_sequences(self, rows: torch.Tensor) -> TensorDictBase:
         """Sequences of consecutive rows: ``[B, L]`` transitions from ``[B, L + 1]`` rows.

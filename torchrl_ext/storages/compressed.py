@@ -553,6 +553,13 @@ class CompressedRows:
         self._put(out, (), rows)
         return out
 
+    def observations_in(self, batch: TensorDictBase) -> TensorDictBase:
+        """See :meth:`PackedRows.observations_in` (no frame is decoded)."""
+        out = self.packed.observations_in(batch)
+        for key in self.arenas:
+            out.set(key, batch.get(key))
+        return out
+
     def gather_sequences(self, rows: torch.Tensor) -> TensorDictBase:
         """See :meth:`PackedRows.gather_sequences`; each row of a sequence is decoded once."""
         out = self.packed.gather_sequences(rows)

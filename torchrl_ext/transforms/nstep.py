@@ -13,6 +13,7 @@ from torchrl_ext.core.schema import (
 from torchrl_ext.transforms.functional import (
     discount_powers,
     nstep_return,
+    step_rewards,
     window_rewards,
 )
 
@@ -126,13 +127,19 @@ class NStepTransform(Transform):
                 "Store it, or pass terminated_key= the entry that marks terminations "
                 "(make_replay_buffer(terminated_key=...))."
             )
-        # one-step windows are read as transitions (no window, no mask): each reward is its step's
-        mask = None if window is None else get_unchecked(window, "mask")
-        rewards = window_rewards(window, self.reward_key, "NStepTransform", tensordict)  # [B, W, *reward]
+        if window is None:  # one-step windows, read as transitions: each reward is its step's
+            mask, rewards = None, step_rewards(tensordict, self.reward_key, "NStepTransform")
+            shape = rewards.shape  # [B, *reward]: as [B, W = 1] (a [B, 1] reward is that already)
+            if rewards.dim() != 2:
+                rewards = rewards.reshape(shape[0], 1)
+        else:
+            mask = get_unchecked(window, "mask")
+            rewards = window_rewards(window, self.reward_key, "NStepTransform", tensordict)  # [B, W, *reward]
+            shape = rewards.shape[:1] + rewards.shape[2:]
         powers = self._discount_powers(rewards.shape[1], rewards)
         ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers, steps=steps)
         # [B, *reward_shape] and [B, 1], on the batch's device: set without TensorDict's checks
-        shape = rewards.shape[:1] + rewards.shape[2:]  # (each tensor op counts: ~10 µs a sample in a loop)
+        # (each tensor op counts: ~10 µs a sample in a loop)
         set_unchecked(tensordict, self.reward_key, ret if ret.shape == shape else ret.view(shape))
         if self.discount_key is not None:
             set_unchecked(tensordict, self.discount_key, discount)
