@@ -75,4 +75,6 @@ def as_float32(value: Any, device: torch.device) -> Any:
         return {key: as_float32(item, device) for key, item in value.items()}
     if value.dtype is torch.float32 and value.device == device:  # as stored (no call to make)
         return value
-    return value.to(device).to(torch.float32)
+    if value.device != device:
+        value = value.to(device)
+    return value.to(torch.float32)
