@@ -36,7 +36,7 @@ from torchrl_ext.samplers import (
     UniformTransitionSampler,
 )
 from torchrl_ext.storages import TransitionStorage
-from torchrl_ext.storages.compressed import FrameArena
+from torchrl_ext.storages.arena import FrameArena
 
 gym.register_envs(ale_py)
 NUM_ENVS = 2

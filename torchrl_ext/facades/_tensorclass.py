@@ -73,8 +73,6 @@ def as_float32(value: Any, device: torch.device) -> Any:
     """
     if isinstance(value, TensorDictBase):
         return {key: as_float32(item, device) for key, item in value.items()}
-    if value.dtype is torch.float32 and value.device == device:  # as stored (no call to make)
-        return value
     if value.device != device:
         value = value.to(device)
-    return value.to(torch.float32)
+    return value if value.dtype is torch.float32 else value.to(torch.float32)

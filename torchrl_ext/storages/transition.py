@@ -16,7 +16,8 @@ from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
 from torchrl_ext.core.kernels.sequences import sequence_span
 from torchrl_ext.sample_index import SampleIndex, reader_of
 from torchrl_ext.storages._packed import PackedRows
-from torchrl_ext.storages.compressed import CompressedRows, check_compress
+from torchrl_ext.storages.arena import check_compress
+from torchrl_ext.storages.compressed import CompressedRows
 
 __all__ = ["TransitionStorage"]
 
