@@ -31,7 +31,7 @@ class EpisodeDataset(IterableDataset):
     The seed's ``EpisodeDataset`` API over an
     :class:`~torchrl_ext.storages.pool.EpisodePool`. Differences from the
     original maltemosbach/buffers (the ids name the regression tests
-    ``test_b1_*`` .. ``test_b19_*`` in ``tests/facades/test_episodic.py``): eviction frees the evicted episode's
+    ``test_b1_*`` .. ``test_b19_*`` in ``tests/facades/test_episodic*.py``): eviction frees the evicted episode's
     storage (B1), the evictor is called with the dataset (B17), an episode
     longer than the capacity is a clear ``ValueError`` (B8), every window is
     sampled, the last included (B3), whole episodes of different lengths are
