@@ -1,4 +1,4 @@
-"""The checks of a writer's first batch: the entries that delimit episodes and their layout."""
+"""The checks of a writer's first batch: the entries that delimit episodes, their layout, the stream count."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -7,7 +7,7 @@ import torch
 
 from torchrl_ext.core.schema import EntryKeyError, key_str
 
-__all__ = ["check_first_batch"]
+__all__ = ["check_first_batch", "first_batch_streams"]
 
 # TorchRL's multi-agent layout keeps rewards and dones per agent, [batch, n_agents, 1];
 # episodes (and n-step windows) need one reward and one done per env step.
@@ -97,3 +97,52 @@ def check_first_batch(
             "with them: leave compact_obs=False (the default; this buffer stores each "
             "observation once anyway)."
         )
+
+
+def first_batch_streams(
+    num_streams: int | None,
+    envs: int | None,
+    batch: tuple[int, ...],
+    where: str,
+    traj_key: tuple[str, ...],
+) -> int:
+    """The number of streams the first write fixes: ``num_streams`` if given, else the batch's envs.
+
+    Args:
+        num_streams: the writer's ``num_streams`` (``None``: not given).
+        envs: the envs of a ``[num_envs, ...]`` batch; ``None`` for a flat batch
+            of trajectory fragments (``traj_key``), which cannot tell.
+        batch: the batch size, for the message.
+        where: the caller, for the message.
+        traj_key: the trajectory id entry, for the message.
+
+    Raises:
+        ValueError: a flat batch without ``num_streams``, or more envs than ``num_streams``.
+
+    Examples:
+        >>> first_batch_streams(None, 4, (4, 10), "extend", ("collector", "traj_ids"))
+        4
+        >>> first_batch_streams(8, 4, (4, 10), "extend", ("collector", "traj_ids"))
+        8
+        >>> first_batch_streams(2, 4, (4, 10), "extend", ("collector", "traj_ids"))
+        Traceback (most recent call last):
+        ...
+        ValueError: extend: data has 4 envs (batch (4, 10)), more than num_streams=2; raise num_streams to the env count of all writers.
+    """
+    if envs is None:
+        if num_streams is None:
+            raise ValueError(
+                f"{where}: a flat batch with {key_str(traj_key)} needs the number of "
+                "envs: build TransitionWriter(num_streams=...) (make_replay_buffer(..., "
+                "num_streams=1) for a collector over one env), or pass [num_envs, time] data."
+            )
+        return num_streams
+    if num_streams is None:
+        return envs
+    if num_streams < envs:
+        raise ValueError(
+            f"{where}: data has {envs} envs (batch {batch}), more than "
+            f"num_streams={num_streams}; raise num_streams to the env count of "
+            "all writers."
+        )
+    return num_streams

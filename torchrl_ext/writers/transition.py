@@ -16,7 +16,7 @@ from torchrl.data.replay_buffers.writers import Writer
 
 from torchrl_ext.core.kernels.writes import any_set
 from torchrl_ext.core.schema import RowSchema, as_key, key_str
-from torchrl_ext.writers._first import check_first_batch
+from torchrl_ext.writers._first import check_first_batch, first_batch_streams
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
 from torchrl_ext.storages._packed import host_array
 from torchrl_ext.storages.transition import TransitionStorage
@@ -518,26 +518,10 @@ class TransitionWriter(Writer):
         layout: _Layout | None,
     ) -> None:
         check_first_batch(leaves, batch, where, self.done_keys, self.reward_key)
-        nb = len(batch)
-        schema = RowSchema.infer(leaves, nb)
-        if layout is None:
-            if self.num_streams is None:
-                raise ValueError(
-                    f"{where}: a flat batch with {key_str(self.traj_key)} needs the number of "
-                    "envs: build TransitionWriter(num_streams=...) (make_replay_buffer(..., "
-                    "num_streams=1) for a collector over one env), or pass [num_envs, time] data."
-                )
-            num_streams = self.num_streams
-        elif self.num_streams is None:
-            num_streams = layout.streams
-        elif self.num_streams < layout.streams:
-            raise ValueError(
-                f"{where}: data has {layout.streams} envs (batch {batch}), more than "
-                f"num_streams={self.num_streams}; raise num_streams to the env count of "
-                "all writers."
-            )
-        else:
-            num_streams = self.num_streams
+        schema = RowSchema.infer(leaves, len(batch))
+        num_streams = first_batch_streams(
+            self.num_streams, None if layout is None else layout.streams, batch, where, self.traj_key
+        )
         self._storage.initialize(schema, num_streams)
         rows = self._storage.max_size
         logger.info(
