@@ -192,35 +192,28 @@ def step_rewards(batch: TensorDictBase, reward_key: NestedKey, owner: str) -> to
     return rewards
 
 
-def window_rewards(
-    window: TensorDictBase | None, reward_key: NestedKey, owner: str, batch: TensorDictBase
-) -> torch.Tensor:
+def window_rewards(window: TensorDictBase, reward_key: NestedKey, owner: str) -> torch.Tensor:
     """The ``[B, W, *reward]`` rewards of ``"n_step"`` windows at ``reward_key`` (under ``"next"``).
 
-    ``window`` is the batch's ``"n_step"`` TensorDict; ``None`` for a batch of
-    one-step windows read as transitions, whose rewards are the batch's own
-    ``reward_key`` entries, returned as ``[B, 1, *reward]`` (a view).
+    ``window`` is the batch's ``"n_step"`` TensorDict. A batch of one-step
+    windows, read as transitions, has none: its rewards are its own
+    (:func:`step_rewards`).
 
     Raises:
-        KeyError: the windows (or transitions) hold no such entry; the error
-            names ``owner``'s ``reward_key=`` argument and the per-step entries they hold.
+        KeyError: the windows hold no such entry; the error names ``owner``'s
+            ``reward_key=`` argument and the per-step entries they hold.
 
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
         >>> window = TensorDict({"reward": torch.ones(2, 3, 1), "mask": torch.ones(2, 3, dtype=torch.bool)}, [2, 3])
-        >>> batch = TensorDict({"next": {"reward": torch.ones(2, 1)}}, [2])
-        >>> window_rewards(window, ("next", "reward"), "T", batch).shape
+        >>> window_rewards(window, ("next", "reward"), "T").shape
         torch.Size([2, 3, 1])
-        >>> window_rewards(None, ("next", "reward"), "T", batch).shape  # one-step windows
-        torch.Size([2, 1, 1])
-        >>> window_rewards(window, ("next", "r"), "T", batch)
+        >>> window_rewards(window, ("next", "r"), "T")
         Traceback (most recent call last):
         ...
         torchrl_ext.core.schema.EntryKeyError: T: reward_key=('next', 'r') is not among the 'n_step' windows (held: ('next', 'reward')); pass reward_key= one of them.
     """
-    if window is None:
-        return step_rewards(batch, reward_key, owner).unsqueeze(1)
     key = as_key(reward_key)
     rewards = get_unchecked(window, key[1:])
     if rewards is None:

@@ -151,7 +151,7 @@ class HindsightTransform(Transform):
         if window is None:  # [B, *reward]
             rewards = step_rewards(tensordict, self.reward_key, "HindsightTransform")
         else:  # [B, W, *reward]
-            rewards = window_rewards(window, self.reward_key, "HindsightTransform", tensordict)
+            rewards = window_rewards(window, self.reward_key, "HindsightTransform")
         new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos).view(V, *rewards.shape[1:])
         # a new tensor: a window's rewards share their bytes with its last step's ("next", reward)
         rewards = rewards.index_copy(0, idx, new if new.dtype == rewards.dtype else new.to(rewards.dtype))

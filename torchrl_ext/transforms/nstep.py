@@ -134,7 +134,7 @@ class NStepTransform(Transform):
                 rewards = rewards.reshape(shape[0], 1)
         else:
             mask = get_unchecked(window, "mask")
-            rewards = window_rewards(window, self.reward_key, "NStepTransform", tensordict)  # [B, W, *reward]
+            rewards = window_rewards(window, self.reward_key, "NStepTransform")  # [B, W, *reward]
             shape = rewards.shape[:1] + rewards.shape[2:]
         powers = self._discount_powers(rewards.shape[1], rewards)
         ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers, steps=steps)
