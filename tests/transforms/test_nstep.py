@@ -15,7 +15,7 @@ from torchrl_ext import make_replay_buffer
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers import NStepSampler
 from torchrl_ext.samplers.nstep import StepWindows, window_steps
-from torchrl_ext.transforms import NStepTransform, discount_powers, nstep_return
+from torchrl_ext.transforms import NStepTransform, discount_powers, nstep_return, return_weights
 
 
 def windows(rb, n, gamma):
@@ -282,13 +282,22 @@ def test_update_tensordict_priority_without_entry_or_priorities_is_a_no_op():
 def test_discount_powers_match_nstep_return_and_refuse_bad_widths():
     powers = discount_powers(0.9, 3, dtype=torch.float64)
     assert powers.tolist() == [1.0, 0.9, 0.9**2, 0.9**3]
+    weights = return_weights(0.9, 3, dtype=torch.float64)
+    assert weights.powers.tolist() == powers.tolist()
+    assert weights.column.view(-1).tolist() == powers[:3].tolist()
+    assert (weights.zero.item(), weights.gamma.item()) == (0.0, 0.9)
     r = torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64)
     mask = torch.tensor([[True, True, False]])
     term = torch.tensor([False])
-    assert [t.tolist() for t in nstep_return(r, mask, term, 0.9, powers=powers)] == [
-        t.tolist() for t in nstep_return(r, mask, term, 0.9)]
+    assert [t.tolist() for t in nstep_return(r, mask, term, 0.9, weights=weights)] == [
+        t.tolist() for t in nstep_return(r, mask, term, 0.9)] == [[[1.0 + 0.9 * 2.0]], [[0.9**2]]]
+    # weights for wider windows than the batch's: the first W weights
+    assert [t.tolist() for t in nstep_return(r[:, :2], mask[:, :2], term, 0.9, weights=weights)] == [
+        [[1.0 + 0.9 * 2.0]], [[0.9**2]]]
     with pytest.raises(ValueError, match=r"discount_powers: n=-1, expected an int >= 0\."):
         discount_powers(0.9, -1)
     with pytest.raises(TypeError, match=r"discount_powers: n=2.0 \(float\), expected an int >= 0\."):
         discount_powers(0.9, 2.0)
+    with pytest.raises(ValueError, match=r"return_weights: n=0, expected an int >= 1\."):
+        return_weights(0.9, 0)
 

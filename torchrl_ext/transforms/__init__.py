@@ -1,8 +1,10 @@
 """Transforms: pure math on sampled batches (the formulas in :mod:`.functional`)."""
 from torchrl_ext.transforms.functional import (
+    ReturnWeights,
     call_reward_fn,
     discount_powers,
     nstep_return,
+    return_weights,
     stack_frames,
 )
 from torchrl_ext.transforms.hindsight import HindsightTransform
@@ -14,11 +16,13 @@ __all__ = [
     "HindsightTransform",
     "ModelPairTransform",
     "NStepTransform",
+    "ReturnWeights",
     "StandardScaler",
     "call_reward_fn",
     "discount_powers",
     "encode_actions",
     "model_pairs",
     "nstep_return",
+    "return_weights",
     "stack_frames",
 ]

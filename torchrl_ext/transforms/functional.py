@@ -1,7 +1,7 @@
 """Pure tensor functions for sample-time return computations."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 from tensordict import TensorDictBase
@@ -11,7 +11,8 @@ from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import as_key, get_unchecked, missing_entry
 
 __all__ = [
-    "call_reward_fn", "discount_powers", "nstep_return", "stack_frames", "step_rewards", "window_rewards",
+    "ReturnWeights", "call_reward_fn", "discount_powers", "nstep_return", "return_weights", "stack_frames",
+    "step_rewards", "window_rewards",
 ]
 
 
@@ -33,13 +34,62 @@ def discount_powers(
     return torch.tensor([gamma**i for i in range(n + 1)], dtype=dtype, device=device)
 
 
+class ReturnWeights(NamedTuple):
+    """The tensors :func:`nstep_return` reads for windows of up to ``n`` steps of one ``gamma``.
+
+    Made once by :func:`return_weights` for a caller that samples again and
+    again: in a training loop each tensor operation costs ~10 µs (the
+    dispatcher's code and data are out of the caches by then), a view or a
+    Python scalar taken into an operation included.
+
+    Attributes:
+        powers (torch.Tensor): ``[n + 1]`` :func:`discount_powers`, the
+            bootstrap discounts ``gamma**k``.
+        column (torch.Tensor): ``[n, 1]``, the weights ``gamma**i`` of the
+            window steps' rewards.
+        zero (torch.Tensor): a 0-d zero: the weight of steps past a window,
+            the discount of a terminated one.
+        gamma (torch.Tensor): a 0-d ``gamma``: the discount of a one-step window.
+
+    Examples:
+        >>> weights = return_weights(0.9, 3)
+        >>> r, mask = torch.ones(2, 3), torch.tensor([[True, True, True], [True, False, False]])
+        >>> ret, _ = nstep_return(r, mask, torch.tensor([False, False]), 0.9, weights=weights)
+        >>> [round(x, 2) for x in ret.view(-1).tolist()]
+        [2.71, 1.0]
+    """
+
+    powers: torch.Tensor
+    column: torch.Tensor
+    zero: torch.Tensor
+    gamma: torch.Tensor
+
+
+def return_weights(
+    gamma: float, n: int, *, dtype: torch.dtype = torch.float32, device: torch.device | None = None
+) -> ReturnWeights:
+    """The :class:`ReturnWeights` of ``gamma`` for windows of up to ``n >= 1`` steps.
+
+    Raises:
+        TypeError / ValueError: ``n`` is not an int >= 1.
+
+    Examples:
+        >>> weights = return_weights(0.5, 3)
+        >>> weights.column.view(-1).tolist(), weights.powers.tolist()
+        ([1.0, 0.5, 0.25], [1.0, 0.5, 0.25, 0.125])
+    """
+    n = check_count("return_weights", "n", n, minimum=1)
+    powers = discount_powers(gamma, n, dtype=dtype, device=device)
+    return ReturnWeights(powers, powers[:n, None], powers.new_zeros(()), powers[1])
+
+
 def nstep_return(
     rewards: torch.Tensor,
     mask: torch.Tensor | None,
     terminated: torch.Tensor,
     gamma: float,
     *,
-    powers: torch.Tensor | None = None,
+    weights: ReturnWeights | None = None,
     steps: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """n-step return and bootstrap discount of windows cut at episode ends.
@@ -67,9 +117,9 @@ def nstep_return(
         gamma (float): discount factor.
 
     Keyword Args:
-        powers (torch.Tensor, optional): :func:`discount_powers` of ``gamma``
-            with at least ``W + 1`` entries, in the dtype of the returns and on
-            their device; for a caller that samples again and again (built
+        weights (ReturnWeights, optional): :func:`return_weights` of ``gamma``
+            for windows of at least ``W`` steps, in the dtype of the returns and
+            on their device; for a caller that samples again and again (built
             here if ``None``).
         steps (torch.Tensor, optional): ``[B, 1]`` (or ``[B]``) int64, each
             window's ``k`` (the set entries of its ``mask`` row), for a caller
@@ -92,24 +142,24 @@ def nstep_return(
     if not rewards.is_floating_point():  # integer rewards: returns in the default dtype
         rewards = rewards.to(torch.get_default_dtype())
     W = rewards.shape[-1]
-    if powers is None:
-        powers = discount_powers(gamma, W, dtype=rewards.dtype, device=rewards.device)  # [W + 1]
+    if weights is None:
+        weights = return_weights(gamma, W, dtype=rewards.dtype, device=rewards.device)
     # few tensor operations, each costs ~10 µs in a training loop (the dispatcher's
     # code and data are out of the caches by then), more than its arithmetic
-    if W == 1:  # one-step windows (k = 1): the return is the reward, [B, 1] as it is
-        ret = rewards
-    elif mask is None:
-        raise ValueError(f"nstep_return: mask=None is for one-step windows; these are {W} wide.")
-    else:  # [B, W] @ [W, 1]: steps past the window weigh 0
-        ret = torch.where(mask, rewards, 0.0).matmul(powers[:W, None])
-    if steps is None:
-        if mask is None:
-            raise ValueError("nstep_return: mask=None needs steps= (the windows' lengths).")
-        steps = mask.sum(-1, keepdim=True)  # [B, 1] k, the steps in each window
-    discount = powers.take(steps if steps.dim() == 2 else steps.reshape(-1, 1))  # [B, 1] gamma ** k
     # a terminated window does not bootstrap
     ended = terminated if terminated.dim() == 2 else terminated.reshape(-1, 1)
-    return ret, discount.masked_fill_(ended, 0.0)
+    if W == 1:  # one-step windows (k = 1): the return is the reward, [B, 1] as it is
+        if mask is None and steps is None:
+            raise ValueError("nstep_return: mask=None needs steps= (the windows' lengths).")
+        return rewards, torch.where(ended, weights.zero, weights.gamma)
+    if mask is None:
+        raise ValueError(f"nstep_return: mask=None is for one-step windows; these are {W} wide.")
+    column = weights.column if weights.column.shape[0] == W else weights.powers[:W, None]
+    ret = torch.where(mask, rewards, weights.zero).matmul(column)  # [B, W] @ [W, 1]: steps past the window weigh 0
+    if steps is None:
+        steps = mask.sum(-1, keepdim=True)  # [B, 1] k, the steps in each window
+    discount = weights.powers.take(steps if steps.dim() == 2 else steps.reshape(-1, 1))  # [B, 1] gamma ** k
+    return ret, torch.where(ended, weights.zero, discount)
 
 
 def call_reward_fn(

@@ -11,8 +11,9 @@ from torchrl_ext.core.schema import (
     EntryKeyError, as_key, get_unchecked, key_str, pop_unchecked, set_unchecked,
 )
 from torchrl_ext.transforms.functional import (
-    discount_powers,
+    ReturnWeights,
     nstep_return,
+    return_weights,
     step_rewards,
     window_rewards,
 )
@@ -93,9 +94,9 @@ class NStepTransform(Transform):
         self.reward_key = as_key(reward_key)
         self.terminated_key = as_key(terminated_key)
         self.discount_key = None if discount_key is None else as_key(discount_key)
-        # discount_powers of the last batch's gamma, dtype and device (rebuilt when one changes)
-        self._powers: torch.Tensor | None = None
-        self._powers_gamma = self.gamma
+        # return_weights of the last batch's gamma, dtype and device (rebuilt when one changes)
+        self._weights: ReturnWeights | None = None
+        self._weights_gamma = self.gamma
 
     @property
     def gamma(self) -> float:
@@ -136,34 +137,36 @@ class NStepTransform(Transform):
             mask = get_unchecked(window, "mask")
             rewards = window_rewards(window, self.reward_key, "NStepTransform")  # [B, W, *reward]
             shape = rewards.shape[:1] + rewards.shape[2:]
-        powers = self._discount_powers(rewards.shape[1], rewards)
-        ret, discount = nstep_return(rewards, mask, terminated, self.gamma, powers=powers, steps=steps)
+        weights = self._return_weights(rewards.shape[1], rewards)
+        ret, discount = nstep_return(rewards, mask, terminated, self.gamma, weights=weights, steps=steps)
         # [B, *reward_shape] and [B, 1], on the batch's device: set without TensorDict's checks
-        # (each tensor op counts: ~10 µs a sample in a loop)
-        set_unchecked(tensordict, self.reward_key, ret if ret.shape == shape else ret.view(shape))
+        # (each tensor op counts: ~10 µs a sample in a loop); a one-step window's
+        # return is its reward, already in the batch
+        if ret is not rewards:
+            set_unchecked(tensordict, self.reward_key, ret if ret.shape == shape else ret.view(shape))
         if self.discount_key is not None:
             set_unchecked(tensordict, self.discount_key, discount)
         return tensordict
 
-    def _discount_powers(self, width: int, rewards: torch.Tensor) -> torch.Tensor:
-        """:func:`discount_powers` for windows of ``width`` steps, kept between samples.
+    def _return_weights(self, width: int, rewards: torch.Tensor) -> ReturnWeights:
+        """:func:`return_weights` for windows of ``width`` steps, kept between samples.
 
         Building them costs as much as the rest of the return (a tensor from a
         Python list); they change only with ``gamma``, the returns' dtype and
         device, or a wider window.
         """
         dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
-        powers = self._powers
+        weights = self._weights
         if (
-            powers is None
-            or powers.numel() < width + 1
-            or powers.dtype != dtype
-            or powers.device != rewards.device
-            or self._powers_gamma != self.gamma
+            weights is None
+            or weights.column.shape[0] < width
+            or weights.powers.dtype != dtype
+            or weights.powers.device != rewards.device
+            or self._weights_gamma != self.gamma
         ):
-            powers = discount_powers(self.gamma, width, dtype=dtype, device=rewards.device)
-            self._powers, self._powers_gamma = powers, self.gamma
-        return powers
+            weights = return_weights(self.gamma, width, dtype=dtype, device=rewards.device)
+            self._weights, self._weights_gamma = weights, self.gamma
+        return weights
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         return tensordict
