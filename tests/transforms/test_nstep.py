@@ -207,6 +207,19 @@ def test_one_step_returns_keep_the_shape_of_a_reward_without_its_trailing_dim():
     assert out["discount"].tolist() == [[0.5], [0.0], [0.5]]
 
 
+def test_one_step_integer_rewards_become_float_returns_in_the_batch():
+    # the one-step return is the reward itself: set again only when it changed (here its dtype)
+    from tensordict import TensorDict
+
+    batch = TensorDict({"steps_to_next_obs": torch.ones(2, 1, dtype=torch.int64),
+                        "next": {"reward": torch.tensor([[1], [2]]),
+                                 "terminated": torch.tensor([[False], [True]])}}, [2])
+    out = NStepTransform(0.5)(batch)
+    assert out["next", "reward"].dtype == torch.get_default_dtype()
+    assert out["next", "reward"].tolist() == [[1.0], [2.0]]
+    assert out["discount"].tolist() == [[0.5], [0.0]]
+
+
 def test_nstep_return_without_a_mask_is_for_one_step_windows_only():
     with pytest.raises(ValueError, match=r"nstep_return: mask=None is for one-step windows; "
                        r"these are 3 wide"):
