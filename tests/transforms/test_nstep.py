@@ -313,4 +313,10 @@ def test_discount_powers_match_nstep_return_and_refuse_bad_widths():
         discount_powers(0.9, 2.0)
     with pytest.raises(ValueError, match=r"return_weights: n=0, expected an int >= 1\."):
         return_weights(0.9, 0)
+    with pytest.raises(ValueError, match=r"nstep_return: weights for windows of up to 2 steps; these are "
+                       r"3 wide \(return_weights\(gamma, n\) with n >= 3\)\."):
+        nstep_return(r, mask, term, 0.9, weights=return_weights(0.9, 2, dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"nstep_return: weights is Tensor, expected ReturnWeights "
+                       r"\(made by return_weights\(gamma, n\)\)\."):
+        nstep_return(r, mask, term, 0.9, weights=powers)
 

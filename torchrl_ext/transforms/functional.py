@@ -125,6 +125,11 @@ def nstep_return(
             window's ``k`` (the set entries of its ``mask`` row), for a caller
             that has them (``"steps_to_next_obs"``); counted from ``mask`` if ``None``.
 
+    Raises:
+        ValueError: ``mask=None`` for windows wider than one step, or without
+            ``steps``; ``weights`` for narrower windows than these.
+        TypeError: ``weights`` is not a :class:`ReturnWeights`.
+
     Returns:
         ``(return, discount)``, both ``[B, 1]`` with the dtype of ``rewards``.
         For one-step windows (``W = 1``) the return is ``rewards`` itself, as
@@ -144,6 +149,11 @@ def nstep_return(
     W = rewards.shape[-1]
     if weights is None:
         weights = return_weights(gamma, W, dtype=rewards.dtype, device=rewards.device)
+    elif not isinstance(weights, ReturnWeights):
+        raise TypeError(
+            f"nstep_return: weights is {type(weights).__name__}, expected ReturnWeights "
+            "(made by return_weights(gamma, n))."
+        )
     # few tensor operations, each costs ~10 µs in a training loop (the dispatcher's
     # code and data are out of the caches by then), more than its arithmetic
     # a terminated window does not bootstrap
@@ -154,7 +164,14 @@ def nstep_return(
         return rewards, torch.where(ended, weights.zero, weights.gamma)
     if mask is None:
         raise ValueError(f"nstep_return: mask=None is for one-step windows; these are {W} wide.")
-    column = weights.column if weights.column.shape[0] == W else weights.powers[:W, None]
+    column = weights.column
+    if column.shape[0] != W:  # weights for wider windows: their first W
+        if column.shape[0] < W:
+            raise ValueError(
+                f"nstep_return: weights for windows of up to {column.shape[0]} steps; these are "
+                f"{W} wide (return_weights(gamma, n) with n >= {W})."
+            )
+        column = weights.powers[:W, None]
     ret = torch.where(mask, rewards, weights.zero).matmul(column)  # [B, W] @ [W, 1]: steps past the window weigh 0
     if steps is None:
         steps = mask.sum(-1, keepdim=True)  # [B, 1] k, the steps in each window
