@@ -14,6 +14,7 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext._checkpoint import check_saved_components, write_components
 from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.process import current_pid
 from torchrl_ext.core.schema import key_str, set_unchecked
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
@@ -211,7 +212,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
 
     def _check_writes_here(self) -> None:
         built_in = self._built_in_pid
-        if built_in == os.getpid():
+        if built_in == current_pid():  # no system call: this runs on every write
             return
         if getattr(self._storage, "schema", True) is None:
             raise ValueError(

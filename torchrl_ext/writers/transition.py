@@ -15,6 +15,7 @@ from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.writers import Writer
 
 from torchrl_ext.core.kernels.writes import any_set
+from torchrl_ext.core.process import current_pid
 from torchrl_ext.core.schema import RowSchema, as_key, key_str
 from torchrl_ext.writers._first import check_first_batch, first_batch_streams
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
@@ -295,8 +296,9 @@ class TransitionWriter(Writer):
         is a writer of its own: its id comes from its process, as no other
         writer of this buffer runs there.
         """
-        if self._home_pid != os.getpid():
-            self._home_pid = os.getpid()
+        pid = current_pid()  # no system call: this runs on every write
+        if self._home_pid != pid:
+            self._home_pid = pid
             self._default_writer = _PROCESS_IDS + self._home_pid
         return self._default_writer
 
