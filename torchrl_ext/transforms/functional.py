@@ -164,14 +164,13 @@ def nstep_return(
         return rewards, torch.where(ended, weights.zero, weights.gamma)
     if mask is None:
         raise ValueError(f"nstep_return: mask=None is for one-step windows; these are {W} wide.")
-    column = weights.column
-    if column.shape[0] != W:  # weights for wider windows: their first W
-        if column.shape[0] < W:
-            raise ValueError(
-                f"nstep_return: weights for windows of up to {column.shape[0]} steps; these are "
-                f"{W} wide (return_weights(gamma, n) with n >= {W})."
-            )
-        column = weights.powers[:W, None]
+    n = weights.column.shape[0]
+    if n < W:
+        raise ValueError(
+            f"nstep_return: weights for windows of up to {n} steps; these are "
+            f"{W} wide (return_weights(gamma, n) with n >= {W})."
+        )
+    column = weights.column if n == W else weights.powers[:W, None]  # wider weights: their first W
     ret = torch.where(mask, rewards, weights.zero).matmul(column)  # [B, W] @ [W, 1]: steps past the window weigh 0
     if steps is None:
         steps = mask.sum(-1, keepdim=True)  # [B, 1] k, the steps in each window
