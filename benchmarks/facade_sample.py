@@ -15,7 +15,10 @@ transitions; ``--quick``: 100,000). Timed in interleaved blocks of 20 batches of
   ``storage.rb.sample()`` (the TensorDict before the facade's conversion);
 - ``HerReplayStorage(num_goals=0).sample()`` over ``Dict(observation=f32[17],
   achieved_goal=f32[3], desired_goal=f32[3])``: W1 through the HER facade (no
-  relabelling: W3 measures that); component ``storage.rb.sample()``;
+  relabelling: W3 measures that); component ``storage.rb.sample()``. The achieved
+  goal is ``obs[:3]``; the desired goal is the one of a goal env, held for the
+  whole episode (the first observation's ``[:3]``), so each next observation is
+  the next step's observation and no episode is cut;
 - ``EpisodeReplayBuffer(RingBufferDataset, sequence_length=1).sample()``, filled by
   ``add_step``: 256 steps (no next observation: the original's batch has none);
   component: the episode pool's ``sample(256, 1)`` under it.
@@ -77,6 +80,7 @@ def build(rows: int) -> tuple[dict, dict, object]:
     left = rows // N_ENVS
     infos: dict = {}
     ended = torch.zeros(N_ENVS, dtype=torch.bool)  # each env's previous step ended its episode
+    desired = None  # each env's episode goal (HER facade)
     while left:
         T = min(EP_LEN, left)
         c = stream.chunk(T)
@@ -91,8 +95,11 @@ def build(rows: int) -> tuple[dict, dict, object]:
             rew, term, trunc = npc["rew"][:, t, 0], npc["terminated"][:, t, 0], npc["truncated"][:, t, 0]
             for f in facades.values():
                 f.add(obs, npc["act"][:, t], rew, term, trunc, infos, nxt)
-            goals = {"observation": obs, "achieved_goal": obs[:, :GOAL], "desired_goal": nxt[:, :GOAL]}
-            next_goals = {"observation": nxt, "achieved_goal": nxt[:, :GOAL], "desired_goal": nxt[:, :GOAL]}
+            # a goal env's desired goal: set at each episode's first step, then held
+            first = ended.numpy()[:, None] if desired is not None else True
+            desired = np.where(first, obs[:, :GOAL], desired)
+            goals = {"observation": obs, "achieved_goal": obs[:, :GOAL], "desired_goal": desired}
+            next_goals = {"observation": nxt, "achieved_goal": nxt[:, :GOAL], "desired_goal": desired}
             her.add(goals, npc["act"][:, t], rew, term, trunc, infos, next_goals)
             # the original's done flag: set on the first step of a new episode
             episodic.add_step({"obs": c["obs"][:, t], "action": c["act"][:, t], "reward": c["rew"][:, t]},
@@ -159,7 +166,8 @@ def report(argv: list[str]) -> None:
              f"`add_step` per 16-env step; fill of all buffers {fill_s:.0f} s). Interleaved blocks of 20 "
              f"batches, median over {reps} blocks per call. Facades return their original's batch: NStep "
              "five float32 tensors, HER a tuple of float32 dicts and tensors (W1 fields, `num_goals=0`: "
-             "no relabelling, W3 measures that), Episode a `[256, 1]` TensorDict of obs, action, reward; "
+             "no relabelling, W3 measures that; achieved goal `obs[:3]`, desired goal held for the "
+             "episode, as a goal env gives them), Episode a `[256, 1]` TensorDict of obs, action, reward; "
              "cpprb returns numpy arrays (obs, act, rew, next_obs, done). The num_workers=4 row is timed "
              "after the others, interleaved with cpprb only (its 4 workers prefetch in the background on "
              "this machine's cores), and its rate is against cpprb in that phase. "

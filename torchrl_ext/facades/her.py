@@ -396,16 +396,14 @@ class HerReplayStorage(HeldStepsFacade):
             ) from None
         nxt = get_unchecked(data, "next")  # (entries read without TensorDict's layers)
         if not self.native:
-            def floats(td: TensorDictBase) -> dict[str, Any]:
-                return {key: as_float32(get_unchecked(td, key), self.device) for key in self._obs_keys}
-
+            device, keys = self.device, self._obs_keys
             return HerReplayTuple(
-                observations=floats(data),
-                actions=as_float32(get_unchecked(data, "action"), self.device),
-                rewards=as_float32(get_unchecked(nxt, "reward"), self.device),
-                terminateds=as_float32(get_unchecked(nxt, "terminated"), self.device),
-                truncateds=as_float32(get_unchecked(nxt, "truncated"), self.device),
-                next_observations=floats(nxt),
+                observations={key: as_float32(get_unchecked(data, key), device) for key in keys},
+                actions=as_float32(get_unchecked(data, "action"), device),
+                rewards=as_float32(get_unchecked(nxt, "reward"), device),
+                terminateds=as_float32(get_unchecked(nxt, "terminated"), device),
+                truncateds=as_float32(get_unchecked(nxt, "truncated"), device),
+                next_observations={key: as_float32(get_unchecked(nxt, key), device) for key in keys},
             )
         return HerReplayBatch(
             observations=data.select(*self._obs_keys),
