@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
 from torchrl_ext.builders import make_her_replay_buffer

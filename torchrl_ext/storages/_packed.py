@@ -24,7 +24,7 @@ from torchrl_ext.core.kernels.rows import any_ring_end
 from torchrl_ext.core.kernels.sequences import wrapped_runs
 from torchrl_ext.core.kernels.writes import PUT_GROUP, put_bytes
 from torchrl_ext.core.schema import RowSchema, get_unchecked, put_leaf
-from torchrl_ext.storages._columns import ALIGN, Column, Layout, place, tensordict_of
+from torchrl_ext.storages._columns import Column, Layout, place, tensordict_of
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
 
 __all__ = ["PackedRows", "host_array"]
