@@ -7,7 +7,7 @@ blocks back into typed views of those entries, nested by key.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
 from typing import Any
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl_ext.core.schema import RowSchema
+from torchrl_ext.core.schema import LeafSpec
 
 __all__ = ["ALIGN", "Column", "Layout", "place"]
 
@@ -49,20 +49,21 @@ class Column:
     host_dtype: torch.dtype | None = None
 
 
-def place(keys: Iterable[tuple[str, ...]], schema: RowSchema, offset: int) -> tuple[list[Column], int]:
-    """Columns of ``keys`` from byte ``offset`` on, widest dtype first; and the padded end.
+def place(
+    keys: Iterable[tuple[str, ...]], leaves: Mapping[tuple[str, ...], LeafSpec], offset: int
+) -> tuple[list[Column], int]:
+    """Columns of ``keys`` (their specs in ``leaves``) from byte ``offset`` on, widest dtype first; and the padded end.
 
     Ordered by itemsize, every column starts at a multiple of its own itemsize.
 
     Examples:
-        >>> from torchrl_ext.core.schema import RowSchema
-        >>> schema = RowSchema.infer({("a",): torch.zeros(1, dtype=torch.bool),
-        ...                           ("b",): torch.zeros(2)}, batch_dims=0)
-        >>> columns, end = place([("a",), ("b",)], schema, 0)
+        >>> from torchrl_ext.core.schema import LeafSpec
+        >>> leaves = {("a",): LeafSpec(torch.Size([1]), torch.bool), ("b",): LeafSpec(torch.Size([2]), torch.float32)}
+        >>> columns, end = place([("a",), ("b",)], leaves, 0)
         >>> [(c.key, c.lo, c.hi) for c in columns], end
         ([(('b',), 0, 8), (('a',), 8, 9)], 16)
     """
-    specs = sorted(((k, schema.leaves[k]) for k in keys), key=lambda kv: -kv[1].dtype.itemsize)
+    specs = sorted(((k, leaves[k]) for k in keys), key=lambda kv: -kv[1].dtype.itemsize)
     columns = []
     for key, spec in specs:
         nbytes = prod(spec.shape) * spec.dtype.itemsize
@@ -100,7 +101,7 @@ class Layout:
         >>> from torchrl_ext.core.schema import RowSchema
         >>> schema = RowSchema.infer({("x",): torch.zeros(2), ("done",): torch.zeros(1, dtype=torch.bool)},
         ...                          batch_dims=0)
-        >>> columns, width = place([("x",), ("done",)], schema, 0)
+        >>> columns, width = place([("x",), ("done",)], schema.leaves, 0)
         >>> layout = Layout([(0, ("next", *c.key), c, c.lo) for c in columns], [width])
         >>> block = torch.zeros(3, width, dtype=torch.uint8)
         >>> td = layout([block], torch.Size([3]))

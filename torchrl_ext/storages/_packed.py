@@ -78,10 +78,10 @@ class PackedRows:
         grow = device.type != "cpu" if grow is None else grow
         growing = grow and backend == "tensor"
         self.allocated = min(stream_capacity, _FIRST_ROWS) if growing else stream_capacity
-        self.obs, obs_end = place(schema.shared, schema, 0)
+        self.obs, obs_end = place(schema.shared, schema.leaves, 0)
         self._obs_bytes = obs_end  # the observation span, padded to 8 bytes
         step_keys = schema.root_only + tuple(("next", *k) for k in schema.next_only)
-        self.step, self.row_bytes = place(step_keys, schema, obs_end)
+        self.step, self.row_bytes = place(step_keys, schema.leaves, obs_end)
         # what a write to host rows copies (put_bytes), by whether a step opens an episode:
         # per call, (key, column) of each entry and its [byte, target] (0: the step's row,
         # 1: its next row, 2: its row if it opens an episode)

@@ -13,11 +13,11 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl_ext.core.kernels.sequences import pool_steps, table_runs
-from torchrl_ext.core.schema import put_leaf
+from torchrl_ext.core.schema import LeafSpec
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.windows import draw_windows
-from torchrl_ext.storages._columns import tensordict_of
-from torchrl_ext.storages._memory import reserve
+from torchrl_ext.storages._columns import Layout, place, tensordict_of
+from torchrl_ext.storages._memory import gather_rows, reserve
 
 __all__ = ["EpisodePool"]
 
@@ -44,8 +44,11 @@ class EpisodePool(NumpyViews):
     steps uses exactly ``L`` rows; entries are whatever the steps hold (no
     observation / next-observation convention).
 
-    * Rows: a ``[capacity]`` TensorDict of the step entries. Free rows are a
-      stack; an episode takes any ``L`` of them.
+    * Rows: ``packed``, ``[capacity, row bytes]``, every entry of a step in
+      one row (each at a byte offset of its dtype's size), so a sample reads
+      each row once whatever the entries; ``rows`` is a ``[capacity]``
+      TensorDict of typed views of it, one per entry. Free rows are a stack;
+      an episode takes any ``L`` of them.
     * ``table``: the rows of each episode in step order, one contiguous run
       per episode in a ``[2 * capacity]`` array, so step ``t`` of episode
       ``e`` is ``table[offset[e] + t]`` (O(1), no search). Runs of evicted
@@ -105,10 +108,16 @@ class EpisodePool(NumpyViews):
             key for key, x in spec.items(include_nested=True, leaves_only=True)
             if self.half_precision and x.dtype == torch.float32
         ]
-        # committed as written (rows are taken from 0 up, freed ones first)
-        self.rows = spec.apply(
-            lambda x: reserve((C, *x.shape), self._stored(x.dtype), self.device), batch_size=[C]
-        )
+        # every entry of a step in one packed row (see _bind): a gather of any number
+        # of entries is one read per row. Committed as written (rows are taken from 0
+        # up, freed ones first)
+        leaves = {
+            key if isinstance(key, tuple) else (key,): LeafSpec(x.shape, self._stored(x.dtype))
+            for key, x in spec.items(include_nested=True, leaves_only=True)
+        }
+        columns, width = place(leaves, leaves, 0)
+        self._layout = Layout([(0, c.key, c, c.lo) for c in columns], [width])
+        self.packed = reserve((C, width), torch.uint8, self.device)
         self.row_slot = torch.full((C,), -1, dtype=torch.int64)
         self.row_step = torch.zeros(C, dtype=torch.int64)
         self.free = torch.arange(C - 1, -1, -1, dtype=torch.int64)  # pop from the end: 0 first
@@ -126,15 +135,16 @@ class EpisodePool(NumpyViews):
 
     _INDEX = ("row_slot", "row_step", "free", "slot_free", "offset", "length", "table", "counters")
     _VIEWED = (*_INDEX, "version")
-    _PER_PROCESS = ("_np", "_leaves")
+    _PER_PROCESS = ("_np", "rows", "_halved_at")
 
     def _bind(self) -> None:
         super()._bind()
-        # (key, rows, stored as float16) of every entry: what a gather reads
-        self._leaves = [
-            (key if isinstance(key, tuple) else (key,), rows, key in self._halved)
-            for key, rows in self.rows.items(include_nested=True, leaves_only=True)
-        ]
+        # each entry as a [capacity, *shape] typed view of the packed rows: what
+        # appends write (and checkpoints read) entry by entry
+        self.rows = self._layout([self.packed], torch.Size([self.capacity]), self.device)
+        # where the float16-stored entries come in a gather's pieces
+        halved = {key if isinstance(key, tuple) else (key,) for key in self._halved}
+        self._halved_at = [i for i, key in enumerate(self._layout.keys) if key in halved]
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
@@ -429,13 +439,13 @@ class EpisodePool(NumpyViews):
         return tensordict_of(self._entries(rows), torch.Size(rows.shape), self.rows.device)
 
     def _entries(self, rows: np.ndarray) -> dict[str, Any]:
-        """The nested dict of every entry at ``rows`` (one gather per entry), shaped as ``rows``."""
+        """The nested dict of every entry at ``rows`` (one gather of whole rows), shaped as ``rows``."""
         flat = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)).to(self.device)
-        tree: dict[str, Any] = {}
-        for key, source, halved in self._leaves:
-            value = source.index_select(0, flat).view(*rows.shape, *source.shape[1:])
-            put_leaf(tree, key, value.float() if halved else value)
-        return tree
+        block = gather_rows(self.packed, flat)
+        values = self._layout.pieces([block.view(*rows.shape, block.shape[-1])])
+        for i in self._halved_at:
+            values[i] = values[i].float()
+        return self._layout.tree(values)
 
     def sample(
         self,
