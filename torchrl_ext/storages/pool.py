@@ -13,7 +13,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl_ext.core.kernels.sequences import pool_steps, table_runs
-from torchrl_ext.core.schema import LeafSpec
+from torchrl_ext.core.schema import LeafSpec, as_key
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.windows import draw_windows
 from torchrl_ext.storages._columns import Layout, place, tensordict_of
@@ -112,11 +112,14 @@ class EpisodePool(NumpyViews):
         # of entries is one read per row. Committed as written (rows are taken from 0
         # up, freed ones first)
         leaves = {
-            key if isinstance(key, tuple) else (key,): LeafSpec(x.shape, self._stored(x.dtype))
+            as_key(key): LeafSpec(x.shape, self._stored(x.dtype))
             for key, x in spec.items(include_nested=True, leaves_only=True)
         }
         columns, width = place(leaves, leaves, 0)
         self._layout = Layout([(0, c.key, c, c.lo) for c in columns], [width])
+        # where the float16-stored entries come in a gather's pieces
+        halved = {as_key(key) for key in self._halved}
+        self._halved_at = [i for i, key in enumerate(self._layout.keys) if key in halved]
         self.packed = reserve((C, width), torch.uint8, self.device)
         self.row_slot = torch.full((C,), -1, dtype=torch.int64)
         self.row_step = torch.zeros(C, dtype=torch.int64)
@@ -135,16 +138,13 @@ class EpisodePool(NumpyViews):
 
     _INDEX = ("row_slot", "row_step", "free", "slot_free", "offset", "length", "table", "counters")
     _VIEWED = (*_INDEX, "version")
-    _PER_PROCESS = ("_np", "rows", "_halved_at")
+    _PER_PROCESS = ("_np", "rows")
 
     def _bind(self) -> None:
         super()._bind()
         # each entry as a [capacity, *shape] typed view of the packed rows: what
         # appends write (and checkpoints read) entry by entry
         self.rows = self._layout([self.packed], torch.Size([self.capacity]), self.device)
-        # where the float16-stored entries come in a gather's pieces
-        halved = {key if isinstance(key, tuple) else (key,) for key in self._halved}
-        self._halved_at = [i for i, key in enumerate(self._layout.keys) if key in halved]
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
