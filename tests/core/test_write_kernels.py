@@ -14,14 +14,51 @@ from hypothesis import strategies as st
 from conftest import steps
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.core.kernels.writes import any_outside, any_set, owned_streams
+from torchrl_ext.storages._packed import byte_table
 
 
-@given(st.lists(st.lists(st.booleans(), min_size=5, max_size=5), min_size=1, max_size=3))
+@given(st.lists(st.lists(st.booleans(), min_size=5, max_size=5), min_size=1, max_size=4))
 def test_any_set_is_the_or_of_the_flags(flags):
-    arrays = [np.array(f, bool)[:, None] for f in flags]
+    tensors = [torch.tensor(f)[:, None] for f in flags]
     out = np.empty(5, bool)
-    any_set(arrays[0], arrays[-1], arrays[len(arrays) // 2], out)  # as the writer passes 1 to 3 flags
-    assert np.array_equal(out, np.logical_or.reduce([a[:, 0] for a in arrays]))
+    table, kept = byte_table([(t, 1) for t in tensors])
+    any_set(table, out)
+    assert np.array_equal(out, np.logical_or.reduce([t[:, 0].numpy() for t in tensors]))
+
+
+def test_byte_table_reads_host_rows_in_place_and_copies_the_others():
+    x = torch.arange(24, dtype=torch.float32).view(4, 6)
+    step = x[:, 2:5]  # rows apart, each row's elements contiguous: in place
+    grad = x.clone().requires_grad_()  # its bytes are its values: in place
+    spread = x[:, ::2]  # a row's elements apart: copied
+    half = x.to(torch.bfloat16).T.contiguous().T  # a dtype numpy lacks, a row's elements apart: copied
+    table, kept = byte_table([(x, 24), (step, 12), (grad, 24), (spread, 12), (half, 12)])
+    assert table.dtype == np.int64 and table.shape == (5, 4)
+    assert table[:3].tolist() == [[x.data_ptr(), 4, 24, 24], [step.data_ptr(), 4, 12, 24],
+                                  [grad.data_ptr(), 4, 24, 24]]
+    assert kept[0] is x and kept[1] is step and kept[2] is grad
+    for value, copy, (address, rows, width, stride) in zip((spread, half), kept[3:], table[3:].tolist()):
+        assert copy.is_contiguous() and address == copy.data_ptr() and (rows, stride) == (4, width)
+        assert torch.equal(copy, value) and copy.dtype == value.dtype
+
+
+def test_steps_are_stored_as_their_values_strided_conjugate_or_bfloat16():
+    """Entries are read by address: a step of a [envs, T] batch (strided), a conjugate view
+    (its bytes are not its values) and a dtype numpy lacks must all be stored as their values."""
+    batch = torch.arange(2 * 5 * 3, dtype=torch.float32).view(2, 5, 3)
+    cplx = torch.complex(batch, -batch)
+    rb = make_replay_buffer(64, num_streams=2)
+    for t in range(4):
+        step = steps(batch[:, t], batch[:, t + 1], action=batch[:, t, :1].to(torch.bfloat16))
+        step["z"] = cplx[:, t].conj()
+        rb.extend(step)
+    stored = rb.storage.get(rb.storage.live_transition_rows())
+    first = stored["observation"][:, 0]
+    assert sorted(first.tolist()) == sorted(batch[:, :4, 0].reshape(-1).tolist())  # every step, once
+    assert torch.equal(stored["observation"], first[:, None] + torch.arange(3.0))
+    assert torch.equal(stored["z"], torch.complex(stored["observation"], stored["observation"]))  # conj resolved
+    assert torch.equal(stored["action"].float(), stored["observation"][:, :1])
+    assert torch.equal(stored["next", "observation"], stored["observation"] + 3)
 
 
 @given(st.lists(st.integers(-1, 3), min_size=1, max_size=10), st.integers(-1, 3))

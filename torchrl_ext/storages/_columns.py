@@ -21,13 +21,6 @@ __all__ = ["ALIGN", "Column", "Layout", "place"]
 
 ALIGN = 8  # spans and rows are padded to 8 bytes, so every typed view is aligned
 
-# dtypes a CPU tensor's .numpy() keeps; others (bfloat16, float8...) are reinterpreted
-_NUMPY_DTYPES = frozenset({
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-    torch.float32, torch.float64, torch.complex64, torch.complex128,
-})
-
-
 @dataclass(frozen=True)
 class Column:
     """An entry's place in a row: bytes ``[lo, hi)``, ``width`` elements of ``dtype``.
@@ -44,9 +37,6 @@ class Column:
     lo: int  # byte range in the row
     hi: int
     width: int  # elements per row
-    # a same-size integer dtype to see the entry as on the host, where numpy has
-    # no such dtype (bfloat16...); None: numpy has it
-    host_dtype: torch.dtype | None = None
 
 
 def place(
@@ -67,17 +57,9 @@ def place(
     columns = []
     for key, spec in specs:
         nbytes = prod(spec.shape) * spec.dtype.itemsize
-        columns.append(Column(key, spec.dtype, spec.shape, offset, offset + nbytes,
-                              prod(spec.shape), _host_dtype(spec.dtype)))
+        columns.append(Column(key, spec.dtype, spec.shape, offset, offset + nbytes, prod(spec.shape)))
         offset += nbytes
     return columns, -(-offset // ALIGN) * ALIGN
-
-
-def _host_dtype(dtype: torch.dtype) -> torch.dtype | None:
-    """``None`` if numpy has ``dtype``, else the same-size integer dtype to reinterpret it as."""
-    if dtype in _NUMPY_DTYPES:
-        return None
-    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
 
 
 class Layout:

@@ -22,17 +22,21 @@ from torchrl.data import LazyMemmapStorage
 
 from torchrl_ext.core.kernels.rows import any_ring_end
 from torchrl_ext.core.kernels.sequences import wrapped_runs
-from torchrl_ext.core.kernels.writes import PUT_GROUP, put_bytes
+from torchrl_ext.core.kernels.writes import put_bytes
 from torchrl_ext.core.schema import RowSchema, get_unchecked, put_leaf
 from torchrl_ext.storages._columns import Column, Layout, place, tensordict_of
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
 
-__all__ = ["PackedRows", "host_array"]
+__all__ = ["PackedRows", "byte_table", "host_array"]
 
 _FIRST_ROWS = 1024  # rows per stream first allocated on an accelerator, then doubled
 _NO_START = np.empty(0, dtype=bool)  # a write opening no episode
 _IN_ORDER = np.empty(0, dtype=np.int64)  # a write's steps are its entries' rows, in order
-_NONE = [np.empty((0, 0), dtype=np.uint8)] * PUT_GROUP  # put_bytes' unused sources
+# dtypes a CPU tensor's .numpy() keeps (others: bfloat16, float8...)
+_NUMPY_DTYPES = frozenset({
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+    torch.float32, torch.float64, torch.complex64, torch.complex128,
+})
 
 
 class PackedRows:
@@ -83,10 +87,10 @@ class PackedRows:
         step_keys = schema.root_only + tuple(("next", *k) for k in schema.next_only)
         self.step, self.row_bytes = place(step_keys, schema.leaves, obs_end)
         # what a write to host rows copies (put_bytes), by whether a step opens an episode:
-        # per call, (key, column) of each entry and its [byte, target] (0: the step's row,
+        # the (key, bytes per row) of each entry and its [byte, target] (0: the step's row,
         # 1: its next row, 2: its row if it opens an episode)
         copies = [(c.key, c, 0) for c in self.step] + [(("next", *c.key), c, 1) for c in self.obs]
-        self._copies = (_groups(copies), _groups(copies + [(c.key, c, 2) for c in self.obs]))
+        self._copies = (_copy_plan(copies), _copy_plan(copies + [(c.key, c, 2) for c in self.obs]))
         self.device = device
         if backend == "tensor":
             rows = reserve((num_streams * self.allocated, self.row_bytes), torch.uint8, device)
@@ -186,7 +190,6 @@ class PackedRows:
         rows: np.ndarray,
         next_rows: np.ndarray,
         start: np.ndarray | None,
-        host: dict[tuple[str, ...], np.ndarray] | None = None,
         at: np.ndarray | None = None,
     ) -> None:
         """Write ``n`` steps.
@@ -202,7 +205,6 @@ class PackedRows:
             rows: ``[n]`` row of each step (step entries; observation if it starts).
             next_rows: ``[n]`` row of each step's next observation.
             start: ``[n]`` bool, the step opens an episode; ``None`` if none does.
-            host: entries of ``leaves`` already as :func:`host_array` (not made again).
             at: ``[n]`` where each step lies in ``leaves``; ``None``: step ``j``
                 at ``j`` (``m == n``).
         """
@@ -220,9 +222,12 @@ class PackedRows:
             rows, next_rows = self._slots(rows), self._slots(next_rows)
         opens = _NO_START if start is None else start
         steps = _IN_ORDER if at is None else at
-        for group, count, columns in self._copies[start is not None]:
-            sources = [_host_bytes(key, c, leaves, host) for key, c in group]
-            put_bytes(dst, rows, next_rows, opens, tuple(sources + _NONE[count:]), count, columns, steps)
+        entries, columns, complex_keys = self._copies[start is not None]
+        if complex_keys:  # a conjugate (or negative) view's bytes are not its values: resolved first
+            leaves = {**leaves, **{k: leaves[k].resolve_conj().resolve_neg() for k in complex_keys}}
+        sources, kept = byte_table([(leaves[key], width) for key, width in entries])
+        put_bytes(dst, rows, next_rows, opens, sources, columns, steps)
+        del kept  # the host tensors the table points into: alive until the copy is done
 
     def _write_on_device(
         self,
@@ -536,38 +541,66 @@ def host_array(value: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(value.numpy())
 
 
-def _host_bytes(
-    key: tuple[str, ...],
-    column: Column,
-    leaves: dict[tuple[str, ...], torch.Tensor],
-    host: dict[tuple[str, ...], np.ndarray] | None,
-) -> np.ndarray:
-    """``[n, column bytes]`` uint8, C order: the bytes of entry ``key`` (``[n, *shape]``).
+def byte_table(
+    entries: list[tuple[torch.Tensor, int]],
+) -> tuple[np.ndarray, list[torch.Tensor]]:
+    """The byte table of ``entries`` (``(tensor [m, ...], bytes per row)``) for the write kernels.
 
-    ``host`` may hold the entry's :func:`host_array` already (the writer's done flags).
+    int64 ``[k, 4]``: each tensor's (address, rows, bytes per row, bytes from
+    one row to the next) in host memory (see :mod:`torchrl_ext.core.kernels.writes`).
+    A tensor there whose rows are each contiguous and apart is read in place,
+    strided along its first dim or not (a step ``td[:, t]`` of a ``[envs, T]``
+    batch); any other (on an accelerator, with a row's elements apart, or
+    rows that overlap) is copied there first. Returns the table and the tensors it points into: keep them
+    until the kernel returns.
+
+    Examples:
+        >>> x = torch.arange(12, dtype=torch.int16).view(3, 4)
+        >>> table, kept = byte_table([(x, 8), (x[:, :2], 4), (x[:, ::2], 4)])
+        >>> table[:2].tolist() == [[x.data_ptr(), 3, 8, 8], [x.data_ptr(), 3, 4, 8]]  # in place
+        True
+        >>> table[2, 2:].tolist(), kept[2].tolist()  # every other element of a row: copied
+        ([4, 4], [[0, 2], [4, 6], [8, 10]])
     """
-    array = None if host is None else host.get(key)
-    if array is None:
-        value = leaves[key]
-        if column.host_dtype is not None:  # a dtype numpy lacks (bfloat16...): its bits
-            value = value.view(column.host_dtype)
-        array = host_array(value)
-    if array.ndim != 2:
-        array = array.reshape(array.shape[0], column.width)
-    return array.view(np.uint8)
+    kept = []
+    flat: list[int] = []
+    for value, width in entries:
+        stride = width if value.is_contiguous() else _row_stride(value)
+        if stride is None or stride < width or not value.is_cpu:  # (< width: rows overlap, expanded)
+            value, stride = _host_copy(value), width
+        kept.append(value)
+        flat += (value.data_ptr(), value.shape[0], width, stride)
+    return np.array(flat, dtype=np.int64).reshape(-1, 4), kept
 
 
-def _groups(
+def _row_stride(value: torch.Tensor) -> int | None:
+    """Bytes from one row (first dim) of ``value`` to the next if each row's elements are contiguous, else ``None``."""
+    strides, shape = value.stride(), value.shape
+    step = 1  # a C-ordered row's stride at dim d, from the last
+    for d in range(len(strides) - 1, 0, -1):
+        if strides[d] != step and shape[d] != 1:
+            return None
+        step *= shape[d]
+    return strides[0] * value.element_size()
+
+
+def _host_copy(value: torch.Tensor) -> torch.Tensor:
+    """A C-ordered copy of ``value`` in host memory."""
+    if value.dtype in _NUMPY_DTYPES:  # numpy's copy of a strided view costs a third of torch's
+        return torch.from_numpy(host_array(value))
+    return value.detach().cpu().contiguous()
+
+
+def _copy_plan(
     copies: list[tuple[tuple[str, ...], Column, int]],
-) -> list[tuple[list[tuple[tuple[str, ...], Column]], int, np.ndarray]]:
-    """``copies`` (key, column, target) as put_bytes calls: ``(entries, count, [PUT_GROUP, 2] [byte, target])``."""
-    out = []
-    for i in range(0, len(copies), PUT_GROUP):
-        group = copies[i : i + PUT_GROUP]
-        columns = np.zeros((PUT_GROUP, 2), dtype=np.int64)
-        columns[: len(group)] = [[c.lo, target] for _, c, target in group]
-        out.append(([(key, c) for key, c, _ in group], len(group), columns))
-    return out
+) -> tuple[list[tuple[tuple[str, ...], int]], np.ndarray, list[tuple[str, ...]]]:
+    """``copies`` (key, column, target) as a put_bytes call.
+
+    ``([(key, bytes per row)], [k, 2] [byte, target], keys of complex entries)``.
+    """
+    entries = [(key, c.hi - c.lo) for key, c, _ in copies]
+    columns = np.array([[c.lo, target] for _, c, target in copies], dtype=np.int64).reshape(-1, 2)
+    return entries, columns, sorted({key for key, c, _ in copies if c.dtype.is_complex})
 
 
 def _select(leaves: dict[tuple[str, ...], torch.Tensor], at: np.ndarray) -> dict[tuple[str, ...], torch.Tensor]:

@@ -122,11 +122,10 @@ class CompressedRows:
         rows: np.ndarray,
         next_rows: np.ndarray,
         start: np.ndarray | None,
-        host: dict[tuple[str, ...], np.ndarray] | None = None,
         at: np.ndarray | None = None,
     ) -> None:
         """See :meth:`PackedRows.write`; each frame is compressed once."""
-        self.packed.write(leaves, rows, next_rows, start, host, at)
+        self.packed.write(leaves, rows, next_rows, start, at)
         steps = torch.from_numpy(np.arange(rows.size) if at is None else at)  # each step's place in leaves
         for key, arena in self.arenas.items():
             if start is not None:  # the first observation of an episode, at its row

@@ -178,7 +178,6 @@ class TransitionStorage(TensorStorage):
         self,
         plan: WritePlan,
         leaves: dict[tuple[str, ...], torch.Tensor],
-        host: dict[tuple[str, ...], np.ndarray] | None = None,
         *,
         positions: np.ndarray | None = None,
         time_major: bool = False,
@@ -188,8 +187,6 @@ class TransitionStorage(TensorStorage):
         Args:
             plan: rows from :meth:`EpisodeIndex.plan`.
             leaves: every entry of the steps, ``[m, *shape]``.
-            host: entries of ``leaves`` the caller already holds as host arrays
-                (:func:`~torchrl_ext.storages._packed.host_array`), not made again.
             positions: ``[K, T]`` where each step of the plan lies in ``leaves``
                 (steps are read in place); ``None``: ``leaves`` hold the plan's
                 steps in order, step ``t`` of stream ``k`` at ``k * T + t``
@@ -203,7 +200,7 @@ class TransitionStorage(TensorStorage):
         order: Literal["C", "F"] = "F" if time_major else "C"  # [K, T] -> [K * T] in the copy order
         self.packed.write(
             leaves, plan.rows.reshape(-1, order=order), plan.next_rows.reshape(-1, order=order),
-            plan.start.reshape(-1, order=order) if plan.opened else None, host,
+            plan.start.reshape(-1, order=order) if plan.opened else None,
             # (a [K, 1] slice of positions flattens to a strided view: the kernels take C order)
             None if positions is None else np.ascontiguousarray(positions.reshape(-1, order=order)),
         )

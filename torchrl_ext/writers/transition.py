@@ -19,7 +19,7 @@ from torchrl_ext.core.process import current_pid
 from torchrl_ext.core.schema import RowSchema, as_key, key_str
 from torchrl_ext.writers._first import check_first_batch, first_batch_streams
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
-from torchrl_ext.storages._packed import host_array
+from torchrl_ext.storages._packed import byte_table, host_array
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
@@ -351,11 +351,10 @@ class TransitionWriter(Writer):
         # to streams[k]; steps where mask ([K, T]) is False are skipped. Steps are
         # read where they lie (positions), never gathered into a copy first.
         K, T = layout.shape
-        host: dict[tuple[str, ...], np.ndarray] = {}  # the done flags' host arrays, made once
-        done, traj = self._done(leaves, layout, host), self._traj(leaves, layout)
+        done, traj = self._done(leaves, layout), self._traj(leaves, layout)
         time_major = layout.time_major
         if mask is None or mask.all():
-            return self._write_block(streams, done, traj, leaves, where, host, None, time_major)
+            return self._write_block(streams, done, traj, leaves, where, None, time_major)
         rows = np.full((K, T), -1, dtype=np.int64)
         # envs with the same number of kept steps share one write: each env's kept
         # steps, in time order, become a row of a [k, n] block (a gymnasium reset
@@ -367,7 +366,7 @@ class TransitionWriter(Writer):
             at = layout.positions(envs[:, None], np.arange(T))[keep].reshape(-1, n)  # [k, n]
             sub_traj = None if traj is None else traj[envs][keep].reshape(-1, n)
             sub_done = done[envs][keep].reshape(-1, n)
-            placed = self._write_block(streams[envs], sub_done, sub_traj, leaves, where, host, at,
+            placed = self._write_block(streams[envs], sub_done, sub_traj, leaves, where, at,
                                        time_major)
             block = np.full(keep.shape, -1, dtype=np.int64)
             block[keep] = placed.reshape(-1)  # row-major, as at was taken
@@ -397,7 +396,7 @@ class TransitionWriter(Writer):
         if not n:
             return rows
         traj = leaves[self.traj_key].reshape(n).long().cpu().numpy()  # fragments carry ids
-        done = self._done(leaves, _Layout((n,), time_first=True), {})[0]
+        done = self._done(leaves, _Layout((n,), time_first=True))[0]
         cuts = np.flatnonzero(traj[1:] != traj[:-1]) + 1
         bounds = [0, *cuts.tolist(), n]
         for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -433,7 +432,6 @@ class TransitionWriter(Writer):
         traj: np.ndarray | None,
         leaves: dict[tuple[str, ...], torch.Tensor],
         where: str,
-        host: dict[tuple[str, ...], np.ndarray] | None = None,
         positions: np.ndarray | None = None,
         time_major: bool = False,
     ) -> np.ndarray:
@@ -441,7 +439,7 @@ class TransitionWriter(Writer):
 
         ``positions`` (``[K, T]``): where each step lies in ``leaves``; ``None``:
         leaves are ``[K * T, ...]``, step ``t`` of stream ``k`` at ``k * T + t``
-        (``t * K + k`` with ``time_major``). ``host``, ``time_major``: see
+        (``t * K + k`` with ``time_major``). ``time_major``: see
         :meth:`TransitionStorage.write`.
 
         A stream's ring holds ``stream_capacity`` rows and ``c`` steps need at most
@@ -458,7 +456,7 @@ class TransitionWriter(Writer):
             plan = index.plan(streams, done, traj)
             if traj is not None and self.check_continuation:
                 self._check_continuation(plan, leaves, positions, where, time_major)
-            storage.write(plan, leaves, host, positions=positions, time_major=time_major)
+            storage.write(plan, leaves, positions=positions, time_major=time_major)
             return plan.rows
         if positions is None:
             positions = np.arange(K * T).reshape(T, K).T if time_major else np.arange(K * T).reshape(K, T)
@@ -470,7 +468,7 @@ class TransitionWriter(Writer):
             )
             if traj is not None and self.check_continuation and not lo:
                 self._check_continuation(plan, leaves, positions[:, lo:hi], where, time_major)
-            storage.write(plan, leaves, host, positions=positions[:, lo:hi], time_major=time_major)
+            storage.write(plan, leaves, positions=positions[:, lo:hi], time_major=time_major)
             rows[:, lo:hi] = plan.rows
         return rows
 
@@ -533,17 +531,12 @@ class TransitionWriter(Writer):
             f" ({rows % num_streams} left unused)" if rows % num_streams else "",
         )
 
-    def _done(self, leaves: dict, layout: _Layout, host: dict) -> np.ndarray:
-        # the flags come to the host (rows stay where they are), kept in host for
-        # the storage's write, and OR-ed in one compiled pass
-        flags = [host.setdefault(key, host_array(leaves[key])) for key in self.done_keys
-                 if key in leaves]  # at least one (the first write checked), [K * T, 1] bool each
-        done = np.empty(flags[0].shape[0], dtype=bool)
-        middle = flags[len(flags) // 2]
-        any_set(flags[0], middle, flags[-1], done)  # up to three flags (the usual ones) in one pass
-        for flag in flags[1:-1]:  # more done keys: the others too
-            if flag is not middle:
-                np.logical_or(done, flag[:, 0], out=done)
+    def _done(self, leaves: dict, layout: _Layout) -> np.ndarray:
+        # the flags (rows stay where they are) OR-ed in one compiled pass, read in place
+        flags, kept = byte_table([(leaves[key], 1) for key in self.done_keys if key in leaves])  # bool [K * T, 1]
+        done = np.empty(flags[0, 1], dtype=bool)
+        any_set(flags, done)
+        del kept  # the host tensors the table points into: alive until the pass is done
         return layout.grid(done)
 
     def _traj(self, leaves: dict, layout: _Layout) -> np.ndarray | None:

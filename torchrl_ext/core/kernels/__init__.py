@@ -13,10 +13,12 @@ torch operations, which run wherever the rows are.
 Kernels are compiled by numba at their first call and cached on disk, so a
 new process (a spawned DataLoader worker, a Ray actor) loads them instead of
 compiling them again. Callers give each kernel C-contiguous arrays of one
-dtype per argument, so a kernel has one compiled signature (two processes
-compiling two signatures of one kernel at once could leave numba's cache
-index and files disagreeing). Each kernel's docstring states its contract; the
-modules here are private to the package (no kernel is public API).
+dtype per argument (a write's entries: a byte table of their addresses, see
+:mod:`~torchrl_ext.core.kernels.writes`), so a kernel has one compiled
+signature (two processes compiling two signatures of one kernel at once
+could leave numba's cache index and files disagreeing). Each kernel's
+docstring states its contract; the modules here are private to the package
+(no kernel is public API).
 """
 from __future__ import annotations
 

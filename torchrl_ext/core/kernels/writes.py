@@ -5,19 +5,42 @@ ring of ``C`` slots is rows ``s * C .. s * C + C - 1``, and its logical time
 ``tau`` (rows ever written to the stream) lies at row ``s * C + tau % C``. A
 write is ``T`` steps of each of ``K`` streams (``[K, T]`` arrays, time last).
 The index state comes as the numpy views of its tensors (``EpisodeIndex._np``).
+
+The entries a write copies (:func:`put_bytes`) and the done flags it reads
+(:func:`any_set`) are the caller's tensors, read where they lie: a kernel gets
+them as a *byte table*, int64 ``[k, 4]`` of (address, rows, bytes per row,
+bytes from a row to the next) in host memory that the caller keeps alive
+until the call returns (:func:`~torchrl_ext.storages._packed.byte_table` makes
+one). A row's bytes are contiguous, rows may lie apart (a step ``td[:, t]``
+of a ``[envs, T]`` batch is read in place). A table costs a ``data_ptr`` per
+tensor where a numpy view costs a ``Tensor.numpy`` call, and any number of
+entries fit in one call of one signature.
 """
 from __future__ import annotations
 
+from typing import Any, Callable, cast
+
+import numba
 import numpy as np
+from numba.core import types
+from numba.core.extending import intrinsic
 
 from torchrl_ext.core.kernels import jit
 
 __all__ = [
-    "PUT_GROUP", "any_outside", "any_set", "commit_steps", "mark_rows", "owned_streams", "plan_steps",
-    "put_bytes",
+    "any_outside", "any_set", "commit_steps", "mark_rows", "owned_streams", "plan_steps", "put_bytes",
 ]
 
-PUT_GROUP = 8  # the sources a put_bytes call takes (its one signature: a tuple of 8 arrays)
+
+def _pointer_to_bytes(typingctx, address):  # type: ignore[no-untyped-def]
+    """The int64 ``address`` of a byte table as a pointer to bytes, for ``numba.carray`` to view."""
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.uint8)))
+    return types.CPointer(types.uint8)(types.int64), codegen
+
+
+# called in a kernel with the address alone (numba passes the typing context)
+_bytes_at = cast(Callable[[Any], Any], intrinsic(_pointer_to_bytes))
 
 
 @jit
@@ -35,21 +58,32 @@ def any_outside(values: np.ndarray, lo: int, hi: int) -> bool:
 
 
 @jit
-def any_set(first: np.ndarray, second: np.ndarray, third: np.ndarray, out: np.ndarray) -> None:
-    """``out[j]``: step ``j``'s flag is set in ``first``, ``second`` or ``third`` (bool ``[n, 1]`` each).
+def any_set(flags: np.ndarray, out: np.ndarray) -> None:
+    """``out[j]``: step ``j``'s flag is set in any of ``flags``, the byte table of bool ``[n, 1]`` entries.
 
-    A write's done entries (done, terminated, truncated); where fewer are
-    held, the caller gives one of them twice.
+    A write's done entries (done, terminated, truncated), OR-ed in one pass.
 
     Examples:
         >>> out = np.empty(3, bool)
         >>> done, trunc = np.array([[True], [False], [False]]), np.array([[False], [False], [True]])
-        >>> any_set(done, trunc, trunc, out)
+        >>> any_set(np.array([[done.ctypes.data, 3, 1, 1], [trunc.ctypes.data, 3, 1, 1]]), out)
         >>> out.tolist()
         [True, False, True]
     """
-    for j in range(out.shape[0]):
-        out[j] = first[j, 0] or second[j, 0] or third[j, 0]
+    out[:] = False
+    for i in range(flags.shape[0]):
+        flag = _table_rows(flags, i)
+        for j in range(out.shape[0]):
+            out[j] |= flag[j, 0] != 0
+
+
+@jit
+def _table_rows(table: np.ndarray, i: int) -> np.ndarray:
+    """Entry ``i`` of a byte table as uint8 ``[rows, row stride]``: each row's bytes first, then the gap.
+
+    (The last row's gap lies past the entry and is never read.)
+    """
+    return numba.carray(_bytes_at(table[i, 0]), (table[i, 1], table[i, 3]))
 
 
 @jit
@@ -230,56 +264,58 @@ def commit_steps(
 @jit
 def put_bytes(
     dst: np.ndarray, rows: np.ndarray, next_rows: np.ndarray, start: np.ndarray,
-    sources: tuple, count: int, columns: np.ndarray, at: np.ndarray,
+    sources: np.ndarray, columns: np.ndarray, at: np.ndarray,
 ) -> None:
-    """Copy the bytes of a write's entries into its rows: the first ``count`` of ``sources``.
+    """Copy the bytes of a write's entries (the byte table ``sources``) into its rows.
 
     Index arithmetic and a byte copy, no math on the values (host memory
     only; rows on an accelerator are written by torch). Step ``j``'s bytes
     are row ``at[j]`` of every source (``at`` empty: row ``j``). Source
-    ``i`` (uint8 ``[m, width]``) goes to bytes ``columns[i, 0]`` on of the
-    ``dst`` rows (uint8 ``[rows, row bytes]``) given by ``columns[i, 1]``:
+    ``i`` (``sources[i]``: ``m`` rows of ``width`` bytes) goes to bytes ``columns[i, 0]``
+    on of the ``dst`` rows (uint8 ``[rows, row bytes]``) given by ``columns[i, 1]``:
     ``0`` each step's row, ``1`` its next row, ``2`` its row where the step
     opens an episode (``start``). Copied 8, 4 or 2 bytes at a time where the
-    entry's width and place allow. ``sources`` always holds 8 arrays (the
-    rest: any), so the kernel has one compiled signature; a write with more
-    entries calls it again.
+    entry's width, place, address and row stride allow.
 
     Examples:
-        >>> dst, none = np.zeros((4, 3), np.uint8), np.empty((0, 0), np.uint8)
+        >>> dst = np.zeros((4, 3), np.uint8)
         >>> obs, reward = np.array([[7], [8]], np.uint8), np.array([[1], [2]], np.uint8)
-        >>> columns = np.array([[0, 2], [0, 1], [2, 0]] + [[0, 0]] * 5)  # obs at starts, next obs, reward
+        >>> next_obs = obs + 10
+        >>> sources = np.array([[a.ctypes.data, 2, 1, 1] for a in (obs, next_obs, reward)])
+        >>> columns = np.array([[0, 2], [0, 1], [2, 0]])  # obs at starts, next obs, reward
         >>> put_bytes(dst, np.array([0, 1]), np.array([1, 2]), np.array([True, False]),
-        ...           (obs, obs + 10, reward) + (none,) * 5, 3, columns, np.empty(0, np.int64))
+        ...           sources, columns, np.empty(0, np.int64))
         >>> dst.tolist()
         [[7, 0, 1], [17, 0, 2], [18, 0, 0], [0, 0, 0]]
     """
 
-    def put(d: np.ndarray, s: np.ndarray, lo: int, into: np.ndarray, only_starts: bool) -> None:
-        # d[into[j], lo:lo + width] = s[at[j]] (s[j] without at), in words of d's dtype
+    def put(d: np.ndarray, s: np.ndarray, width: int, lo: int, into: np.ndarray, only_starts: bool) -> None:
+        # d[into[j], lo:lo + width] = s[at[j], :width] (s[j] without at), in words of d's dtype
         gather = at.shape[0] > 0
         for j in range(into.shape[0]):
             if only_starts and not start[j]:
                 continue
             row = into[j]
             p = at[j] if gather else j
-            for b in range(s.shape[1]):
+            for b in range(width):
                 d[row, lo + b] = s[p, b]
 
-    for i in range(count):
-        src = sources[i]
+    for i in range(sources.shape[0]):
+        src = _table_rows(sources, i)
+        width, stride = sources[i, 2], sources[i, 3]
         lo = columns[i, 0]
         into = next_rows if columns[i, 1] == 1 else rows
         only_starts = columns[i, 1] == 2
-        # the widest unit dividing the entry's width, its place and the row
+        # the widest unit dividing the entry's width, its place, the row and the source's
+        # address and row stride
         unit = 8
-        while src.shape[1] % unit or lo % unit or dst.shape[1] % unit:
+        while width % unit or lo % unit or dst.shape[1] % unit or stride % unit or sources[i, 0] % unit:
             unit //= 2
         if unit == 8:
-            put(dst.view(np.uint64), src.view(np.uint64), lo // 8, into, only_starts)
+            put(dst.view(np.uint64), src.view(np.uint64), width // 8, lo // 8, into, only_starts)
         elif unit == 4:
-            put(dst.view(np.uint32), src.view(np.uint32), lo // 4, into, only_starts)
+            put(dst.view(np.uint32), src.view(np.uint32), width // 4, lo // 4, into, only_starts)
         elif unit == 2:
-            put(dst.view(np.uint16), src.view(np.uint16), lo // 2, into, only_starts)
+            put(dst.view(np.uint16), src.view(np.uint16), width // 2, lo // 2, into, only_starts)
         else:
-            put(dst, src, lo, into, only_starts)
+            put(dst, src, width, lo, into, only_starts)
