@@ -42,21 +42,23 @@ def test_byte_table_reads_host_rows_in_place_and_copies_the_others():
         assert torch.equal(copy, value) and copy.dtype == value.dtype
 
 
-def test_steps_are_stored_as_their_values_strided_conjugate_or_bfloat16():
-    """Entries are read by address: a step of a [envs, T] batch (strided), a conjugate view
-    (its bytes are not its values) and a dtype numpy lacks must all be stored as their values."""
+def test_steps_are_stored_as_their_values_strided_conjugate_negative_or_bfloat16():
+    """Entries are read by address: a step of a [envs, T] batch (strided), conjugate and negative
+    views (their bytes are not their values) and a dtype numpy lacks must all be stored as their values."""
     batch = torch.arange(2 * 5 * 3, dtype=torch.float32).view(2, 5, 3)
     cplx = torch.complex(batch, -batch)
     rb = make_replay_buffer(64, num_streams=2)
     for t in range(4):
         step = steps(batch[:, t], batch[:, t + 1], action=batch[:, t, :1].to(torch.bfloat16))
         step["z"] = cplx[:, t].conj()
+        step["y"] = cplx[:, t, :1].conj().imag  # float, with torch's negative bit: its bytes are -y
         rb.extend(step)
     stored = rb.storage.get(rb.storage.live_transition_rows())
     first = stored["observation"][:, 0]
     assert sorted(first.tolist()) == sorted(batch[:, :4, 0].reshape(-1).tolist())  # every step, once
     assert torch.equal(stored["observation"], first[:, None] + torch.arange(3.0))
     assert torch.equal(stored["z"], torch.complex(stored["observation"], stored["observation"]))  # conj resolved
+    assert torch.equal(stored["y"], stored["observation"][:, :1])  # the negative view's values
     assert torch.equal(stored["action"].float(), stored["observation"][:, :1])
     assert torch.equal(stored["next", "observation"], stored["observation"] + 3)
 

@@ -91,6 +91,10 @@ class PackedRows:
         # 1: its next row, 2: its row if it opens an episode)
         copies = [(c.key, c, 0) for c in self.step] + [(("next", *c.key), c, 1) for c in self.obs]
         self._copies = (_copy_plan(copies), _copy_plan(copies + [(c.key, c, 2) for c in self.obs]))
+        # the entries whose view may hold other bytes than its values: a negative view (the .imag
+        # of a conj()) of any number, a conjugate view of a complex one (is_complex)
+        self._signed = [(key, c.dtype.is_complex) for key, c, _ in copies if c.dtype is not torch.bool]
+        self._signed += [(c.key, c.dtype.is_complex) for c in self.obs if c.dtype is not torch.bool]
         self.device = device
         if backend == "tensor":
             rows = reserve((num_streams * self.allocated, self.row_bytes), torch.uint8, device)
@@ -222,9 +226,11 @@ class PackedRows:
             rows, next_rows = self._slots(rows), self._slots(next_rows)
         opens = _NO_START if start is None else start
         steps = _IN_ORDER if at is None else at
-        entries, columns, complex_keys = self._copies[start is not None]
-        if complex_keys:  # a conjugate (or negative) view's bytes are not its values: resolved first
-            leaves = {**leaves, **{k: leaves[k].resolve_conj().resolve_neg() for k in complex_keys}}
+        for key, is_complex in self._signed:  # a view whose bytes are not its values: resolved
+            value = leaves[key]
+            if value.is_neg() or is_complex and value.is_conj():
+                leaves = {**leaves, key: value.resolve_neg().resolve_conj()}
+        entries, columns = self._copies[start is not None]
         sources, kept = byte_table([(leaves[key], width) for key, width in entries])
         put_bytes(dst, rows, next_rows, opens, sources, columns, steps)
         del kept  # the host tensors the table points into: alive until the copy is done
@@ -551,8 +557,10 @@ def byte_table(
     A tensor there whose rows are each contiguous and apart is read in place,
     strided along its first dim or not (a step ``td[:, t]`` of a ``[envs, T]``
     batch); any other (on an accelerator, with a row's elements apart, or
-    rows that overlap) is copied there first. Returns the table and the tensors it points into: keep them
-    until the kernel returns.
+    rows that overlap) is copied there first. Conjugate and negative views
+    must be resolved before (their bytes are not their values; see
+    :meth:`PackedRows.write`). Returns the table and the tensors it points
+    into: keep them until the kernel returns.
 
     Examples:
         >>> x = torch.arange(12, dtype=torch.int16).view(3, 4)
@@ -593,14 +601,10 @@ def _host_copy(value: torch.Tensor) -> torch.Tensor:
 
 def _copy_plan(
     copies: list[tuple[tuple[str, ...], Column, int]],
-) -> tuple[list[tuple[tuple[str, ...], int]], np.ndarray, list[tuple[str, ...]]]:
-    """``copies`` (key, column, target) as a put_bytes call.
-
-    ``([(key, bytes per row)], [k, 2] [byte, target], keys of complex entries)``.
-    """
+) -> tuple[list[tuple[tuple[str, ...], int]], np.ndarray]:
+    """``copies`` (key, column, target) as a put_bytes call: ``([(key, bytes per row)], [k, 2] [byte, target])``."""
     entries = [(key, c.hi - c.lo) for key, c, _ in copies]
-    columns = np.array([[c.lo, target] for _, c, target in copies], dtype=np.int64).reshape(-1, 2)
-    return entries, columns, sorted({key for key, c, _ in copies if c.dtype.is_complex})
+    return entries, np.array([[c.lo, target] for _, c, target in copies], dtype=np.int64).reshape(-1, 2)
 
 
 def _select(leaves: dict[tuple[str, ...], torch.Tensor], at: np.ndarray) -> dict[tuple[str, ...], torch.Tensor]:
