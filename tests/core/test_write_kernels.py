@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from conftest import steps
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.core.kernels.writes import any_outside, any_set, owned_streams
-from torchrl_ext.storages._packed import byte_table
+from torchrl_ext.storages._host import byte_table
 
 
 @given(st.lists(st.lists(st.booleans(), min_size=5, max_size=5), min_size=1, max_size=4))

@@ -25,18 +25,14 @@ from torchrl_ext.core.kernels.sequences import wrapped_runs
 from torchrl_ext.core.kernels.writes import put_bytes
 from torchrl_ext.core.schema import RowSchema, get_unchecked, put_leaf
 from torchrl_ext.storages._columns import Column, Layout, place, tensordict_of
+from torchrl_ext.storages._host import byte_table
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve
 
-__all__ = ["PackedRows", "byte_table", "host_array"]
+__all__ = ["PackedRows"]
 
 _FIRST_ROWS = 1024  # rows per stream first allocated on an accelerator, then doubled
 _NO_START = np.empty(0, dtype=bool)  # a write opening no episode
 _IN_ORDER = np.empty(0, dtype=np.int64)  # a write's steps are its entries' rows, in order
-# dtypes a CPU tensor's .numpy() keeps (others: bfloat16, float8...)
-_NUMPY_DTYPES = frozenset({
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-    torch.float32, torch.float64, torch.complex64, torch.complex128,
-})
 
 
 class PackedRows:
@@ -90,11 +86,11 @@ class PackedRows:
         # the (key, bytes per row) of each entry and its [byte, target] (0: the step's row,
         # 1: its next row, 2: its row if it opens an episode)
         copies = [(c.key, c, 0) for c in self.step] + [(("next", *c.key), c, 1) for c in self.obs]
-        self._copies = (_copy_plan(copies), _copy_plan(copies + [(c.key, c, 2) for c in self.obs]))
+        every = copies + [(c.key, c, 2) for c in self.obs]
+        self._copies = (_copy_plan(copies), _copy_plan(every))
         # the entries whose view may hold other bytes than its values: a negative view (the .imag
         # of a conj()) of any number, a conjugate view of a complex one (is_complex)
-        self._signed = [(key, c.dtype.is_complex) for key, c, _ in copies if c.dtype is not torch.bool]
-        self._signed += [(c.key, c.dtype.is_complex) for c in self.obs if c.dtype is not torch.bool]
+        self._signed = [(key, c.dtype.is_complex) for key, c, _ in every if c.dtype is not torch.bool]
         self.device = device
         if backend == "tensor":
             rows = reserve((num_streams * self.allocated, self.row_bytes), torch.uint8, device)
@@ -530,73 +526,6 @@ def _bytes(
     if pad:
         tensors.append(torch.zeros(n, pad, dtype=torch.uint8, device=tensors[0].device))
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors, 1)
-
-
-def host_array(value: torch.Tensor) -> np.ndarray:
-    """``value`` as a C-ordered numpy array in host memory: a view of a CPU tensor in C order.
-
-    Examples:
-        >>> host_array(torch.arange(6).view(2, 3).T).tolist()  # a transposed view: copied
-        [[0, 3], [1, 4], [2, 5]]
-    """
-    if value.requires_grad or not value.is_cpu:
-        value = value.detach().cpu()  # an action straight from a policy, an accelerator's tensor
-    if value.is_contiguous():
-        return value.numpy()
-    # another layout (a step of a [envs, T] batch): numpy's copy costs a third of torch's
-    return np.ascontiguousarray(value.numpy())
-
-
-def byte_table(
-    entries: list[tuple[torch.Tensor, int]],
-) -> tuple[np.ndarray, list[torch.Tensor]]:
-    """The byte table of ``entries`` (``(tensor [m, ...], bytes per row)``) for the write kernels.
-
-    int64 ``[k, 4]``: each tensor's (address, rows, bytes per row, bytes from
-    one row to the next) in host memory (see :mod:`torchrl_ext.core.kernels.writes`).
-    A tensor there whose rows are each contiguous and apart is read in place,
-    strided along its first dim or not (a step ``td[:, t]`` of a ``[envs, T]``
-    batch); any other (on an accelerator, with a row's elements apart, or
-    rows that overlap) is copied there first. Conjugate and negative views
-    must be resolved before (their bytes are not their values; see
-    :meth:`PackedRows.write`). Returns the table and the tensors it points
-    into: keep them until the kernel returns.
-
-    Examples:
-        >>> x = torch.arange(12, dtype=torch.int16).view(3, 4)
-        >>> table, kept = byte_table([(x, 8), (x[:, :2], 4), (x[:, ::2], 4)])
-        >>> table[:2].tolist() == [[x.data_ptr(), 3, 8, 8], [x.data_ptr(), 3, 4, 8]]  # in place
-        True
-        >>> table[2, 2:].tolist(), kept[2].tolist()  # every other element of a row: copied
-        ([4, 4], [[0, 2], [4, 6], [8, 10]])
-    """
-    kept = []
-    flat: list[int] = []
-    for value, width in entries:
-        stride = width if value.is_contiguous() else _row_stride(value)
-        if stride is None or stride < width or not value.is_cpu:  # (< width: rows overlap, expanded)
-            value, stride = _host_copy(value), width
-        kept.append(value)
-        flat += (value.data_ptr(), value.shape[0], width, stride)
-    return np.array(flat, dtype=np.int64).reshape(-1, 4), kept
-
-
-def _row_stride(value: torch.Tensor) -> int | None:
-    """Bytes from one row (first dim) of ``value`` to the next if each row's elements are contiguous, else ``None``."""
-    strides, shape = value.stride(), value.shape
-    step = 1  # a C-ordered row's stride at dim d, from the last
-    for d in range(len(strides) - 1, 0, -1):
-        if strides[d] != step and shape[d] != 1:
-            return None
-        step *= shape[d]
-    return strides[0] * value.element_size()
-
-
-def _host_copy(value: torch.Tensor) -> torch.Tensor:
-    """A C-ordered copy of ``value`` in host memory."""
-    if value.dtype in _NUMPY_DTYPES:  # numpy's copy of a strided view costs a third of torch's
-        return torch.from_numpy(host_array(value))
-    return value.detach().cpu().contiguous()
 
 
 def _copy_plan(

@@ -5,7 +5,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from torchrl_ext.core.schema import RowSchema, as_key, key_str
 from torchrl_ext.writers._first import check_first_batch, first_batch_streams
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
 from torchrl_ext.storages._memory import move_together
-from torchrl_ext.storages._packed import byte_table, host_array
+from torchrl_ext.storages._host import byte_table, host_array
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
@@ -194,8 +194,8 @@ class TransitionWriter(Writer):
             writer = self._writer_here()
         if storage.device.type == "cpu" and not next(iter(leaves.values())).is_cpu:
             # entries on an accelerator into host rows: one transfer for them all, not one per entry
-            moved = move_together(tuple(leaves.values()), storage.device)
-            leaves = {key: value for key, value in zip(leaves, moved) if value is not None}
+            moved = cast(tuple[torch.Tensor, ...], move_together(tuple(leaves.values()), storage.device))
+            leaves = dict(zip(leaves, moved))
         if layout is None:
             placed = self._write_fragments(leaves, mask, writer, where)
             rows = torch.from_numpy(placed)

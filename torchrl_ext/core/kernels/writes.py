@@ -10,7 +10,7 @@ The entries a write copies (:func:`put_bytes`) and the done flags it reads
 (:func:`any_set`) are the caller's tensors, read where they lie: a kernel gets
 them as a *byte table*, int64 ``[k, 4]`` of (address, rows, bytes per row,
 bytes from a row to the next) in host memory that the caller keeps alive
-until the call returns (:func:`~torchrl_ext.storages._packed.byte_table` makes
+until the call returns (:func:`~torchrl_ext.storages._host.byte_table` makes
 one). A row's bytes are contiguous, rows may lie apart (a step ``td[:, t]``
 of a ``[envs, T]`` batch is read in place). A table costs a ``data_ptr`` per
 tensor where a numpy view costs a ``Tensor.numpy`` call, and any number of
