@@ -261,7 +261,10 @@ def make_her_replay_buffer(
     :class:`~torchrl_ext.samplers.HindsightSampler` picks goals, then
     :class:`~torchrl_ext.transforms.HindsightTransform` relabels and
     :class:`~torchrl_ext.transforms.NStepTransform` sums the rewards.
-    Batches hold real rows first, relabelled rows last.
+    Batches hold real rows first, relabelled rows last. With ``n_step=1`` and
+    ``discount_key=None`` the n-step layer has nothing to do and is left out
+    (``rb.sampler.base`` is ``sampler``): batches are one-step transitions,
+    with ``"steps_to_next_obs"`` (all 1) and no discount.
 
     Args:
         capacity (int): rows of the storage.
@@ -306,11 +309,10 @@ def make_her_replay_buffer(
     """
     _check_counts("make_her_replay_buffer", capacity=capacity, n_step=n_step)
     _check_counts("make_her_replay_buffer", minimum=0, num_goals=num_goals)
-    sampler = HindsightSampler(
-        strategy,
-        num_goals,
-        base=NStepSampler(n_step, base=sampler if sampler is not None else UniformTransitionSampler()),
-    )
+    base = sampler if sampler is not None else UniformTransitionSampler()
+    # one-step transitions with no discount wanted leave the n-step layer nothing to do
+    windows = n_step > 1 or discount_key is not None
+    sampler = HindsightSampler(strategy, num_goals, base=NStepSampler(n_step, base=base) if windows else base)
     _check_terminated_key(
         "make_her_replay_buffer", terminated_key, kwargs.get("done_keys", DEFAULT_DONE_KEYS)
     )
@@ -319,7 +321,8 @@ def make_her_replay_buffer(
         reward_key=reward_key, terminated_key=terminated_key, terminated_fn=terminated_fn,
         info_key=info_key,
     )
+    # built either way: it checks gamma and the keys
     nstep = NStepTransform(gamma, reward_key=reward_key, terminated_key=terminated_key,
                            discount_key=discount_key)
-    return make_replay_buffer(capacity, sampler=sampler, transform=Compose(her, nstep),
+    return make_replay_buffer(capacity, sampler=sampler, transform=Compose(her, nstep) if windows else her,
                               reward_key=reward_key, terminated_key=terminated_key, **kwargs)

@@ -109,6 +109,26 @@ def test_real_rows_first_and_untouched():
     assert bool((batch["next", "reward"][:2] == -1.0).all())
 
 
+@pytest.mark.parametrize("strategy", ["future", "episode", "random"])
+def test_one_step_without_discount_has_no_nstep_layer_and_samples_the_same_batches(strategy):
+    # n_step=1 and discount_key=None: the n-step layer would change nothing, so it is left out
+    # (the HER facade builds it so); its batches are those of the layered buffer, minus "discount"
+    lean = make_her_replay_buffer(200, reward, strategy=strategy, num_goals=3, discount_key=None,
+                                  batch_size=16, seed=3)
+    layered = make_her_replay_buffer(200, reward, strategy=strategy, num_goals=3, batch_size=16, seed=3)
+    assert type(lean.sampler.base).__name__ == "UniformTransitionSampler"
+    assert [type(t).__name__ for t in lean.transform.transforms] == ["HindsightTransform"]
+    assert type(layered.sampler.base).__name__ == "NStepSampler"
+    for rb in (lean, layered):
+        rb.extend(episodes_td([[4, 6], [7, 3]]))
+    for _ in range(5):
+        a, b = lean.sample(), layered.sample()
+        assert "discount" not in a.keys() and "discount" in b.keys()
+        assert (a == b.exclude("discount")).all()
+    with pytest.raises(ValueError, match="gamma"):  # still checked, though unused
+        make_her_replay_buffer(200, reward, gamma=2.0, discount_key=None)
+
+
 def test_a_batch_without_virtual_goals_reads_its_goal_entries_from_its_own_rows():
     rb = make_her_replay_buffer(200, reward, num_goals=0, batch_size=8, seed=0)
     rb.extend(episodes_td([[4, 4], [5, 3]]))

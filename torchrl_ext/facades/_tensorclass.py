@@ -71,7 +71,8 @@ def as_float32(value: Any, device: torch.device) -> Any:
         >>> as_float32(goals, torch.device("cpu"))["goal"].dtype
         torch.float32
     """
-    if isinstance(value, TensorDictBase):
+    # (a plain tensor, the usual case, is told by its type: a fraction of the isinstance)
+    if type(value) is not torch.Tensor and isinstance(value, TensorDictBase):
         return {key: as_float32(item, device) for key, item in value.items()}
     if value.device != device:
         value = value.to(device)

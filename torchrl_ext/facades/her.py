@@ -306,7 +306,7 @@ class HerReplayStorage(HeldStepsFacade):
             self.reward_fn,
             strategy=goal_selection_strategy,
             num_goals=num_goals,
-            gamma=1.0,
+            discount_key=None,  # the original's batch has no discount: no n-step layer
             goal_key=goal_key,
             achieved_goal_key=achieved_goal_key,
             terminated_fn=terminated_fn,
