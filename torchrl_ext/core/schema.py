@@ -93,6 +93,8 @@ def get_unchecked(tensordict: TensorDictBase, key: NestedKey) -> Any:
         >>> get_unchecked(td, ("next", "reward")).shape, get_unchecked(td, ("next", "done"))
         (torch.Size([2, 1]), None)
     """
+    if type(key) is str and type(tensordict) is TensorDict:  # a root key: one dict lookup
+        return tensordict._tensordict.get(key)
     key = as_key(key)
     node: Any = tensordict
     for depth, part in enumerate(key):
