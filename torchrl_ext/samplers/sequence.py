@@ -12,11 +12,8 @@ from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, check_batch_size, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
-from torchrl_ext.sample_index import RowReads, SampleIndex
 
 __all__ = ["SequenceSampler", "draw_episodes", "draw_windows"]
-
-_ROW_READS = RowReads()  # an immutable value: one for every sample
 
 
 def draw_windows(
@@ -241,8 +238,8 @@ class SequenceSampler(UniformTransitionSampler):
             )
         # [B, L] rows: each sequence's consecutive rows of its stream, padding repeating its last step
         rows_np = index.window_rows(slot, step, width, length)
-        # read through the same plug point as every window (RowReads: plain rows)
-        rows = SampleIndex.wrap(torch.from_numpy(rows_np), _ROW_READS)
+        # plain rows, as a uniform draw's: read by the storage as they are (RowReads)
+        rows = torch.from_numpy(rows_np)
         is_init = np.zeros((batch_size, length, 1), dtype=bool)
         is_init[:, 0] = True
         info: dict[Any, torch.Tensor] = {_entry(self.init_key): torch.from_numpy(is_init)}
