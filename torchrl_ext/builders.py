@@ -263,7 +263,7 @@ def make_her_replay_buffer(
     :class:`~torchrl_ext.transforms.NStepTransform` sums the rewards.
     Batches hold real rows first, relabelled rows last. With ``n_step=1`` and
     ``discount_key=None`` the n-step layer has nothing to do and is left out
-    (``rb.sampler.base`` is ``sampler``): batches are one-step transitions,
+    (``rb.sampler.base`` is the transition sampler itself): batches are one-step transitions,
     with ``"steps_to_next_obs"`` (all 1) and no discount.
 
     Args:
