@@ -17,8 +17,11 @@ processes then stay alive and are timed interleaved: in each round every live
 buffer samples ``ROUND`` batches in turn (the order rotating), so drift of the
 machine falls on all of them alike; samples/s is the median over all timed
 batches. SB3's stacked layout (about 11 GB at 200k transitions) does not fit
-beside the others in 24 GB: it is built, filled and timed alone first, so its
-rate is not interleaved (it is far from the lead either way).
+beside the others in 24 GB: it is built, filled and timed first, interleaved the
+same way with a second ``ours`` process, and its ratio is against that one. (A
+buffer timed alone never waits while others sample, so it would be timed warm and
+the others cold: on this machine a batch of ours taken after a 50 ms wait costs
+about 4x one taken right after another; a bare torch gather, about 2x.)
 
 - ``ours``: ``make_replay_buffer(rows, n_frames=4, n_step=3)``: frames stored
   once, stacks gathered by index at sample time;
@@ -374,7 +377,7 @@ ADAPTERS = {"ours": Ours, "ours-d3rlpy": OursD3rlpy, "torchrl": TorchRLCatFrames
 
 # ----------------------------------------------------------------------- probes
 ROUND = 5  # batches a buffer samples in turn per round of the interleaved timing
-ALONE = ("sb3",)  # timed alone: too large to live beside the others
+ALONE = ("sb3",)  # timed in a phase of their own (beside ours): too large to live beside all the others
 
 
 def serve(key: str, rows: int) -> None:
@@ -494,7 +497,9 @@ def report(results: list[dict], rows: int) -> str:
             lines.append([r["key"]] + [r["error"]] + [""] * (len(header) - 2))
             continue
         rates = [f"{r[f'rate{b}']:,.0f}" for b in BATCHES]
-        ratios = [f"{r[f'rate{b}'] / ours[f'rate{b}']:.2f}x" if ours else "n/a" for b in BATCHES]
+        # a buffer timed in a phase of its own is compared with the ours timed beside it
+        mine = r.get("ours_beside") or ({b: ours[f"rate{b}"] for b in BATCHES} if ours else None)
+        ratios = [f"{r[f'rate{b}'] / mine[b]:.2f}x" if mine else "n/a" for b in BATCHES]
         es, s = (sum(r[f"starts{b}"][i] for b in BATCHES) for i in (0, 1))
         lines.append([r["key"], *rates, *ratios, f"{r['mem'] / 2**20:,.0f} MiB",
                       f"{r['mem'] / stacked_bytes:.2f}x",
@@ -521,10 +526,18 @@ def main() -> None:
         return
     results = {}
     for key in [k for k in a.only if k in ALONE]:
-        log(f"{key}: {rows:,} transitions, timed alone")
-        probe = Probe(key, rows, a.d3rlpy1_path)
-        time_interleaved([probe], reps)
-        results[key] = probe.close()
+        # interleaved with a second ours (when ours runs): timed alone, it would never wait
+        # while others sample, so it would be timed warm and the others cold
+        pair = [Probe(key, rows, a.d3rlpy1_path)]
+        if "ours" in a.only:
+            pair.append(Probe("ours", rows, a.d3rlpy1_path))
+        log(f"{key}: {rows:,} transitions, timed interleaved with {[p.key for p in pair[1:]]}")
+        time_interleaved(pair, reps)
+        results[key] = pair[0].close()
+        if len(pair) > 1:
+            beside = pair[1].close()
+            if "error" not in beside:
+                results[key]["ours_beside"] = {b: beside[f"rate{b}"] for b in BATCHES}
         log(f"{key}: {results[key]}")
     probes = []
     for key in [k for k in a.only if k not in ALONE]:
@@ -535,12 +548,16 @@ def main() -> None:
     time_interleaved(probes, reps)
     results.update((p.key, p.close()) for p in probes)
     results = [results[k] for k in a.only]
+    beside = next((r["ours_beside"] for r in results if "ours_beside" in r), None)
+    phase = "" if beside is None else (
+        "; sb3's stacked layout does not fit beside them all: it is timed before them, interleaved "
+        "the same way with a second ours process, and its 'vs ours' ratios are against that ours ("
+        + ", ".join(f"B={b}: {beside[b]:,.0f} samples/s" for b in BATCHES) + ")")
     out = (f"\n## W5 frame stacks: u8{list(FRAME)}, {ENVS} envs, {EPISODE}-step episodes, "
            f"{rows:,} transitions, n_frames={N_FRAMES}, n_steps={N_STEPS}\n\n{machine_line()}\n\n"
            + report(results, rows)
            + "\n\nEach buffer in its own process (torch.set_num_threads(1)), timed interleaved "
-             f"with the others ({ROUND} batches each in turn; sb3 alone, before them: its stacked "
-             f"layout does not fit beside them); samples/s: median of {reps} timed batches; "
+             f"with the others ({ROUND} batches each in turn){phase}; samples/s: median of {reps} timed batches; "
              "memory: RSS held by the filled buffer; stacked "
              "layout: observation and next observation stored as 4-frame stacks; torchrl: no "
              "n-step (slices of 4 frames, CatFrames); sb3: VecFrameStack's zero padding at starts; "
