@@ -535,9 +535,9 @@ def main() -> None:
         time_interleaved(pair, reps)
         results[key] = pair[0].close()
         if len(pair) > 1:
-            beside = pair[1].close()
-            if "error" not in beside:
-                results[key]["ours_beside"] = {b: beside[f"rate{b}"] for b in BATCHES}
+            partner = pair[1].close()
+            if "error" not in partner:
+                results[key]["ours_beside"] = {b: partner[f"rate{b}"] for b in BATCHES}
         log(f"{key}: {results[key]}")
     probes = []
     for key in [k for k in a.only if k not in ALONE]:
