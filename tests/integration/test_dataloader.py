@@ -155,6 +155,68 @@ def test_worker_batches_keep_every_entry_dtype_and_shape(tmp_path):
         assert torch.allclose(batch["next", "reward"].view(-1).double(), (1 - 0.99**k) / 0.01, atol=1e-5)
 
 
+def _through_pipe(batch: TensorDict):
+    """``batch`` as a worker sends it (packed, pickled) and the main process receives it."""
+    import pickle
+
+    from torchrl_ext.loader import _Packed
+
+    packed = _Packed.of(batch)
+    assert packed is not None
+    return packed, pickle.loads(pickle.dumps(packed))
+
+
+def test_packed_batches_keep_values_dtypes_shapes_and_nested_batch_sizes():
+    """Every leaf crosses bit for bit, whatever its dtype, layout or view kind.
+
+    Leaves of mixed item sizes (1 to 16 bytes, listed narrow first), a strided
+    column, a zero-stride expansion, a zero-size entry, negative and conjugate
+    views (whose bytes are not their values), and a nested TensorDict with
+    more batch dims than its parent.
+    """
+    window = torch.arange(24.0).view(4, 3, 2)
+    batch = TensorDict({
+        "flag": torch.tensor([True, False, True, True]).unsqueeze(-1),
+        "half": torch.arange(4, dtype=torch.float16),
+        "column": torch.arange(8).view(4, 2)[:, 1],  # stride 2
+        "expanded": torch.tensor(3.0).expand(4),  # stride 0
+        "empty": torch.zeros(4, 0),
+        "negated": torch._neg_view(torch.arange(4.0)),
+        "conjugate": torch.arange(4.0, dtype=torch.float64).mul(1 + 2j).conj(),
+        "n_step": TensorDict({"reward": window, "mask": window > 5}, [4, 3]),
+        "next": {"observation": torch.randn(4, 5)},
+    }, [4])
+    packed, back = _through_pipe(batch)
+    assert packed.reduced[1][2].__class__.__name__ == "ndarray"  # small: by value, no shared memory
+    assert back.batch_size == (4,) and back["n_step"].batch_size == (4, 3) and back.device == batch.device
+    assert set(back.keys(True, True)) == set(batch.keys(True, True))
+    for key in batch.keys(True, True):
+        sent, got = batch[key], back[key]
+        assert (got.dtype, got.shape) == (sent.dtype, sent.shape), key
+        assert not got.is_neg() and not got.is_conj(), key
+        assert torch.equal(got.resolve_neg().resolve_conj(), sent.resolve_neg().resolve_conj()), key
+
+
+def test_packed_batches_above_one_mib_cross_in_shared_memory():
+    batch = TensorDict({"pixels": torch.arange(2**21, dtype=torch.uint8).view(8, -1),
+                        "reward": torch.ones(8, 1)}, [8])
+    packed, back = _through_pipe(batch)
+    assert packed.reduced[1][2].is_shared()
+    assert torch.equal(back["pixels"], batch["pixels"]) and torch.equal(back["reward"], batch["reward"])
+
+
+def test_batches_with_other_entries_are_sent_as_they_are():
+    """A non-tensor entry (or a lazy stack): not packed, DataLoader sends the TensorDict itself."""
+    from tensordict import LazyStackedTensorDict, NonTensorData
+
+    from torchrl_ext.loader import _Packed
+
+    tagged = TensorDict({"x": torch.zeros(2, 1), "tag": NonTensorData("run-1", batch_size=[2])}, [2])
+    stacked = TensorDict({"x": torch.zeros(2, 1), "sub": LazyStackedTensorDict(
+        TensorDict({"y": torch.zeros(1)}, []), TensorDict({"y": torch.ones(1)}, []), stack_dim=0)}, [2])
+    assert _Packed.of(tagged) is None and _Packed.of(stacked) is None
+
+
 def test_large_worker_batches_arrive_whole(tmp_path):
     """A batch above 1 MiB crosses as one shared-memory block; its values are intact."""
     rb = make_replay_buffer(1000, batch_size=32, seed=0)
