@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import select
 from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 import torch
@@ -374,10 +375,19 @@ def _dead_workers(iterator: Any) -> list[int]:
     which raises wherever the main thread then is: often outside the iterator,
     which then still holds the dead workers (and the batches they had sent) and
     would report them only after waiting for a batch that never comes.
+
+    Asked before every batch, so in one ``poll`` of the workers' sentinels (a
+    process's sentinel hangs up when it ends), not a ``waitpid`` per worker.
     """
     workers = getattr(iterator, "_workers", None) or ()
     running = getattr(iterator, "_workers_status", None) or [True] * len(workers)
-    return [w.pid for w, on in zip(workers, running) if on and not w.is_alive()]
+    watched = {w.sentinel: w.pid for w, on in zip(workers, running) if on}
+    if not watched:
+        return []
+    poller = select.poll()
+    for sentinel in watched:
+        poller.register(sentinel, select.POLLIN)
+    return [watched[fd] for fd, _ in poller.poll(0)]
 
 
 def _identity(batch: TensorDictBase) -> TensorDictBase:

@@ -278,3 +278,26 @@ def test_pin_memory_without_cuda_is_refused_not_warned(tmp_path):
     rb = filled("tensor", 20, tmp_path)
     with pytest.raises(ValueError, match=r"make_loader: pin_memory=True needs CUDA, which is not available"):
         make_loader(rb, num_workers=2, pin_memory=True)
+
+
+def test_a_killed_worker_is_found_before_the_next_batch(tmp_path):
+    """``kill -9`` of one worker: the check made before each batch names it, and only it."""
+    import os
+    import signal
+
+    from torchrl_ext.loader import _dead_workers
+
+    rb = filled("tensor", 20, tmp_path)
+    it = iter(make_loader(rb, num_workers=2, multiprocessing_context="fork", seed=0, prefetch_factor=1))
+    try:
+        next(it)
+        assert _dead_workers(it) == []
+        victim = it._workers[0]
+        try:
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.join(10)
+        except RuntimeError:  # DataLoader's SIGCHLD handler may report it first, wherever we are
+            victim.join(10)
+        assert _dead_workers(it) == [victim.pid]
+    finally:
+        it._shutdown_workers()
