@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import select
+import multiprocessing.connection
 from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 import torch
@@ -376,18 +376,16 @@ def _dead_workers(iterator: Any) -> list[int]:
     which then still holds the dead workers (and the batches they had sent) and
     would report them only after waiting for a batch that never comes.
 
-    Asked before every batch, so in one ``poll`` of the workers' sentinels (a
-    process's sentinel hangs up when it ends), not a ``waitpid`` per worker.
+    Asked before every batch, so in one wait on the workers' sentinels (a
+    process's sentinel is ready once it has ended, whoever reaped it), not a
+    ``waitpid`` per worker.
     """
     workers = getattr(iterator, "_workers", None) or ()
     running = getattr(iterator, "_workers_status", None) or [True] * len(workers)
     watched = {w.sentinel: w.pid for w, on in zip(workers, running) if on}
     if not watched:
         return []
-    poller = select.poll()
-    for sentinel in watched:
-        poller.register(sentinel, select.POLLIN)
-    return [watched[fd] for fd, _ in poller.poll(0)]
+    return [watched[sentinel] for sentinel in multiprocessing.connection.wait(list(watched), timeout=0)]
 
 
 def _identity(batch: TensorDictBase) -> TensorDictBase:
@@ -428,7 +426,9 @@ class _Packed:
     that each leaf starts at a multiple of its item size: it is packed and
     unpacked as a strided view of the buffer seen in its dtype (one tensor
     call each way, the copy aside). TensorDict's ``consolidate`` took about
-    five times as long, and a worker packs every batch it serves.
+    five times as long, and a worker packs every batch it serves. The batch
+    received is a plain TensorDict, as a batch sampled in the main process:
+    ``.to(device)`` moves it leaf by leaf (a consolidated one moved in one copy).
 
     Packed when built, in the worker's fetch (where DataLoader forwards an error
     to the main process), not when pickled (in the queue's feeder thread, where
@@ -464,16 +464,19 @@ class _Packed:
             spans[i] = (leaf.dtype, tuple(leaf.shape), _strides(leaf.shape), end // size)
             end += leaf.numel() * size
         widest = leaves[order[0]].element_size() if leaves else 1
-        data = torch.empty(-(-end // widest) * widest, dtype=torch.uint8)  # seen in every leaf's dtype
-        if data.numel() > _BY_VALUE_BYTES:
-            data.share_memory_()
+        size = -(-end // widest) * widest  # the buffer is seen in every leaf's dtype
+        if size > _BY_VALUE_BYTES:  # made in shared memory (share_memory_ would copy it there)
+            data = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
+        else:
+            data = torch.empty(size, dtype=torch.uint8)
         typed: dict[torch.dtype, torch.Tensor] = {}
-        for leaf, (dtype, shape, stride, offset) in zip(leaves, spans):
-            view = typed.get(dtype)
-            if view is None:
-                view = typed[dtype] = data.view(dtype)
-            view.as_strided(shape, stride, offset).copy_(leaf)  # copy_ resolves neg / conj views
-        return cls(tree, spans, data if data.is_shared() else data.numpy())
+        with torch.no_grad():  # a leaf that requires grad is sent as data
+            for leaf, (dtype, shape, stride, offset) in zip(leaves, spans):
+                view = typed.get(dtype)
+                if view is None:
+                    view = typed[dtype] = data.view(dtype)
+                view.as_strided(shape, stride, offset).copy_(leaf)  # copy_ resolves neg / conj views
+        return cls(tree, spans, data if size > _BY_VALUE_BYTES else data.numpy())
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return self.reduced
@@ -494,12 +497,16 @@ def _strides(shape: torch.Size) -> tuple[int, ...]:
 
 
 def _leaves_of(td: TensorDict, leaves: list[torch.Tensor]) -> _Tree | None:
-    """The tree of ``td``, its tensors appended to ``leaves``; ``None`` if it holds other values."""
+    """The tree of ``td``, its tensors appended to ``leaves``.
+
+    ``None`` if ``td`` is not on the CPU or holds anything but dense CPU
+    tensors and TensorDicts.
+    """
     if td.device is not None and td.device.type != "cpu":
         return None
     entries: list[tuple[str, Any]] = []
     for name, value in td.items():
-        if type(value) is torch.Tensor and value.device.type == "cpu":
+        if type(value) is torch.Tensor and value.device.type == "cpu" and value.layout is torch.strided:
             entries.append((name, len(leaves)))
             leaves.append(value)
         elif type(value) is TensorDict:
@@ -507,7 +514,7 @@ def _leaves_of(td: TensorDict, leaves: list[torch.Tensor]) -> _Tree | None:
             if sub is None:
                 return None
             entries.append((name, sub))
-        else:  # a non-tensor entry, a lazy stack, a tensor elsewhere: sent as it is
+        else:  # a non-tensor entry, a lazy stack, a sparse tensor, a tensor elsewhere: sent as it is
             return None
     return tuple(td.batch_size), td.device, tuple(entries)
 

@@ -156,14 +156,15 @@ def test_worker_batches_keep_every_entry_dtype_and_shape(tmp_path):
 
 
 def _through_pipe(batch: TensorDict):
-    """``batch`` as a worker sends it (packed, pickled) and the main process receives it."""
+    """``batch`` as a worker sends it (packed, pickled as DataLoader's queues do) and the main process receives it."""
     import pickle
+    from multiprocessing.reduction import ForkingPickler
 
     from torchrl_ext.loader import _Packed
 
     packed = _Packed.of(batch)
     assert packed is not None
-    return packed, pickle.loads(pickle.dumps(packed))
+    return packed, pickle.loads(ForkingPickler.dumps(packed))
 
 
 def test_packed_batches_keep_values_dtypes_shapes_and_nested_batch_sizes():
@@ -201,8 +202,40 @@ def test_packed_batches_above_one_mib_cross_in_shared_memory():
     batch = TensorDict({"pixels": torch.arange(2**21, dtype=torch.uint8).view(8, -1),
                         "reward": torch.ones(8, 1)}, [8])
     packed, back = _through_pipe(batch)
-    assert packed.reduced[1][2].is_shared()
+    assert packed.reduced[1][2].is_shared() and back["pixels"].is_shared()
     assert torch.equal(back["pixels"], batch["pixels"]) and torch.equal(back["reward"], batch["reward"])
+
+
+def test_packed_batches_of_a_leaf_that_requires_grad_arrive_as_data():
+    batch = TensorDict({"w": torch.ones(2, 3, requires_grad=True)}, [2])
+    _, back = _through_pipe(batch)
+    assert not back["w"].requires_grad and torch.equal(back["w"], torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("kind", ["one-step", "n-step", "hindsight", "frames", "sequences"])
+def test_every_sampled_batch_kind_is_packed(kind):
+    """What the buffers serve holds only tensors and TensorDicts: workers pack it (no slow per-tensor path)."""
+    from torchrl_ext import make_her_replay_buffer
+    from torchrl_ext.loader import _Packed
+    from torchrl_ext.samplers import SequenceSampler
+
+    if kind == "hindsight":
+        rb = make_her_replay_buffer(1000, lambda a, d, info: -(a - d).abs().sum(-1), batch_size=8, seed=0,
+                                    terminated_key=("next", "done"))
+        for v in range(12):
+            data = step(v)
+            for where in ((), ("next",)):
+                obs = data[(*where, "observation")]
+                data[(*where, "achieved_goal")], data[(*where, "desired_goal")] = obs[:, :1], obs[:, 1:2]
+            rb.extend(data)
+    else:
+        done = {"terminated_key": ("next", "done"), "done_keys": [("next", "done")]}
+        options = {"one-step": {}, "n-step": {"n_step": 3, **done}, "frames": {"n_frames": 3, "n_step": 2, **done},
+                   "sequences": {"sampler": SequenceSampler(4)}}[kind]
+        rb = make_replay_buffer(1000, batch_size=8, seed=0, **options)
+        for v in range(12):
+            rb.extend(step(v))
+    assert _Packed.of(rb.sample()) is not None
 
 
 def test_batches_with_other_entries_are_sent_as_they_are():
