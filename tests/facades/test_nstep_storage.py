@@ -170,6 +170,33 @@ def test_n12_new_steps_are_seen_within_fetch_every():
     assert max(seen) >= t + 100
 
 
+def test_n12_workers_drawing_two_batches_at_a_time_keep_the_staleness_bound():
+    """``fetch_every`` of 3 batches: each worker draws 2 batches at a time, and still
+    at most 2 workers x 1 item x 2 batches + 1 held here were prepared before a write."""
+    store = storage(num_workers=2, batch_size=2, fetch_every=6)
+    assert (store._per_item, store._prefetch) == (2, 1)
+    t = play(store, [3])
+    store.sample()  # workers running
+    play(store, [3], start=t + 100)
+    seen = set()
+    for _ in range(2 * 1 * 2 + 1 + 4):  # the stale batches, then fresh ones
+        seen |= set(store.sample().observations[:, 0].tolist())
+    assert max(seen) >= t + 100
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_worker_items_of_two_batches_are_served_one_batch_at_a_time(native):
+    store = storage(num_workers=2, batch_size=4, fetch_every=12, n_step=1, native=native)
+    play(store, [30])
+    batches = [next(store.replay_iter) for _ in range(6)]
+    firsts = [(b["observation"] if native else b[0])[:, 0] for b in batches]
+    assert all(f.shape == (4,) for f in firsts)
+    assert len({tuple(f.tolist()) for f in firsts}) == 6  # each an own draw, no batch served twice
+    assert store.sample().observations.shape == (4, 2)
+    store.reset()  # the held batch of the last item goes with the workers
+    assert not store._held_batches
+
+
 def test_n13_capacity_is_global_fifo():
     store = storage(storage_size=12)
     play(store, [5, 5, 5])  # 18 rows for 12 slots
@@ -289,8 +316,12 @@ def test_a_held_replay_iter_sees_steps_added_after_it_was_taken(num_workers):
     next(replay_iter)
     for t in range(3, 6):  # fewer steps than a chunk of held steps
         add(t)
+    # the batches prepared before the adds: each worker's items in flight and the rest of
+    # the item held here (see _worker_items), within fetch_every samples
+    stale = num_workers * store._prefetch * store._per_item + store._per_item - 1
+    assert stale * store.batch_size <= num_workers * store.fetch_every
     seen = set()
-    for _ in range(2 * 2 + 4):  # past the batches the workers prepared before the adds
+    for _ in range(stale + 4):  # past them
         seen |= set(next(replay_iter)[0][:, 0].tolist())
     assert seen & {3.0, 4.0, 5.0}
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Sequence
 
@@ -150,7 +151,10 @@ class NStepReplayStorage(HeldStepsFacade):
     Workers of :attr:`replay_iter` sample the whole buffer from shared memory:
     no episode files, no shards, new steps visible at once. ``fetch_every``
     bounds staleness through the DataLoader's prefetch: a worker serves at
-    most ``fetch_every`` samples prepared before a write.
+    most ``fetch_every`` samples prepared before a write. Within that bound a
+    worker draws up to 4 batches at a time (one draw of their rows, which are
+    i.i.d. uniform, split into batches), so that the cost of crossing to this
+    process is paid once for them.
 
     Args:
         observation_space (gym.Space): a ``Box`` / ``Discrete`` / ... space, or a
@@ -294,18 +298,21 @@ class NStepReplayStorage(HeldStepsFacade):
                                     inputs=(self._observations, self._actions, self._next_observations))
         # rows on an accelerator are sampled in this process
         self._workers = self.num_workers if self._rb.storage.device.type == "cpu" else 0
-        # the workers' batches: restarted after a failure (sampling too early, a worker
+        self._per_item, self._prefetch = _worker_items(self.fetch_every // self.batch_size, self._workers)
+        # the workers' items: restarted after a failure (sampling too early, a worker
         # killed); each next writes the held steps first (an iterator kept by the caller
         # sees every added step, bar the batches the workers prepared before)
         self._iter = RestartingIterator(self._loader, "NStepReplayStorage",
                                         before=self._batcher.flush)
-        self._lists = map(self._five, self._iter)
+        self._held_batches: deque[Any] = deque()  # the rest of the last item, served in order
+        self._batches = iter(self._next_batch, None)  # (never None: an endless iterator)
 
     # ------------------------------------------------------------------ seed API
     def reset(self) -> None:
         """Restart the sampling workers; the stored data is kept."""
         self._batcher.flush()
         self._iter.close()
+        self._held_batches.clear()
 
     def add(
         self,
@@ -347,7 +354,7 @@ class NStepReplayStorage(HeldStepsFacade):
         ``[obs, action, reward, discount, next_obs]`` of CPU tensors in stored
         dtypes (a TensorDict with ``native=True``).
         """
-        return self._iter if self.native else self._lists
+        return self._batches
 
     def sample(self) -> NStepReplayTuple | NStepReplayBatch:
         """A batch of ``batch_size`` n-step transitions on ``device``.
@@ -358,12 +365,13 @@ class NStepReplayStorage(HeldStepsFacade):
             stored dtypes.
         """
         if self._workers > 0:
-            data = next(self._iter)
+            data = self._next_batch()
         else:
             self._batcher.flush()
             data = self._rb.sample(self.batch_size)
+            data = data if self.native else self._five(data)
         if not self.native:
-            return NStepReplayTuple(*(as_float32(x, self.device) for x in self._five(data)))
+            return NStepReplayTuple(*(as_float32(x, self.device) for x in data))
         obs, action, reward, discount, next_obs = self._five(data)
         return NStepReplayBatch(
             observations=obs,
@@ -385,12 +393,28 @@ class NStepReplayStorage(HeldStepsFacade):
             )
         return make_loader(
             self._rb,
-            batch_size=self.batch_size,
+            batch_size=self._per_item * self.batch_size,
             num_workers=self._workers,
             pin_memory=self.pin_memory and self._workers > 0,
-            prefetch_factor=max(1, min(2, self.fetch_every // self.batch_size)),
+            prefetch_factor=self._prefetch,
             seed=self.seed,
         )
+
+    def _next_batch(self) -> Any:
+        """The next batch of :attr:`replay_iter`: a TensorDict (``native``) or the original's list.
+
+        One of the ``_per_item`` batches of a loader item, whose rows are i.i.d.
+        uniform draws (split in order); the held steps are written first.
+        """
+        self._batcher.flush()
+        if not self._held_batches:
+            item = next(self._iter)
+            B = self.batch_size
+            if self.native:
+                self._held_batches.extend(item.split(B) if self._per_item > 1 else (item,))
+            else:  # [obs, action, reward, discount, next_obs] of each batch
+                self._held_batches.extend(map(list, zip(*(x.split(B) for x in self._five(item)))))
+        return self._held_batches.popleft()
 
     def _five(self, data: TensorDictBase) -> list[Any]:
         """``[obs, action, reward, discount, next_obs]`` of a sampled TensorDict.
@@ -436,3 +460,24 @@ class NStepReplayStorage(HeldStepsFacade):
             f"n_step={self._rb.sampler.n}, batch_size={self.batch_size})"
         )
 
+
+#: most batches a worker draws at a time (see :func:`_worker_items`)
+_MAX_PER_ITEM = 4
+
+
+def _worker_items(ahead: int, workers: int) -> tuple[int, int]:
+    """``(batches per loader item, items each worker prefetches)`` with ``ahead`` batches of staleness allowed.
+
+    A worker has up to ``prefetch`` items of ``K`` batches in flight, and this
+    process holds up to ``K - 1`` batches of its last item: ``(prefetch * K +
+    K - 1)`` batches at most were prepared before a write, kept within
+    ``ahead = fetch_every // batch_size`` (at least one batch). In this
+    process (no workers) an item is one batch.
+
+    Examples:
+        >>> _worker_items(3, 4), _worker_items(2, 4), _worker_items(16, 4), _worker_items(16, 0)
+        ((2, 1), (1, 2), (4, 2), (1, 2))
+    """
+    ahead = max(1, ahead)
+    per_item = 1 if workers == 0 else max(1, min(_MAX_PER_ITEM, (ahead + 1) // 2))
+    return per_item, max(1, min(2, (ahead - per_item + 1) // per_item))
