@@ -465,18 +465,16 @@ class _Packed:
             end += leaf.numel() * size
         widest = leaves[order[0]].element_size() if leaves else 1
         size = -(-end // widest) * widest  # the buffer is seen in every leaf's dtype
-        if size > _BY_VALUE_BYTES:  # made in shared memory (share_memory_ would copy it there)
+        shared = size > _BY_VALUE_BYTES
+        if shared:  # made in shared memory (share_memory_ would copy it there)
             data = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
         else:
             data = torch.empty(size, dtype=torch.uint8)
-        typed: dict[torch.dtype, torch.Tensor] = {}
+        place = _Placer(data)
         with torch.no_grad():  # a leaf that requires grad is sent as data
-            for leaf, (dtype, shape, stride, offset) in zip(leaves, spans):
-                view = typed.get(dtype)
-                if view is None:
-                    view = typed[dtype] = data.view(dtype)
-                view.as_strided(shape, stride, offset).copy_(leaf)  # copy_ resolves neg / conj views
-        return cls(tree, spans, data if size > _BY_VALUE_BYTES else data.numpy())
+            for leaf, span in zip(leaves, spans):
+                place(span).copy_(leaf)  # copy_ resolves neg / conj views
+        return cls(tree, spans, data if shared else data.numpy())
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return self.reduced
@@ -494,6 +492,25 @@ def _strides(shape: torch.Size) -> tuple[int, ...]:
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
+
+
+class _Placer:
+    """A packed leaf's place in the buffer ``data``: a strided view of it seen in the leaf's dtype.
+
+    Packing writes through these views and unpacking returns them; ``data``
+    is seen once in each dtype.
+    """
+
+    def __init__(self, data: torch.Tensor) -> None:
+        self.data = data
+        self.typed: dict[torch.dtype, torch.Tensor] = {}
+
+    def __call__(self, span: _Span) -> torch.Tensor:
+        dtype, shape, stride, offset = span
+        view = self.typed.get(dtype)
+        if view is None:
+            view = self.typed[dtype] = self.data.view(dtype)
+        return view.as_strided(shape, stride, offset)
 
 
 def _leaves_of(td: TensorDict, leaves: list[torch.Tensor]) -> _Tree | None:
@@ -521,21 +538,13 @@ def _leaves_of(td: TensorDict, leaves: list[torch.Tensor]) -> _Tree | None:
 
 def _unpack(tree: _Tree, spans: list[_Span], data: Any) -> TensorDict:
     """The TensorDict packed by :class:`_Packed`: strided views of its one buffer."""
-    flat = data if isinstance(data, torch.Tensor) else torch.from_numpy(data)
-    typed: dict[torch.dtype, torch.Tensor] = {}
+    place = _Placer(data if isinstance(data, torch.Tensor) else torch.from_numpy(data))
 
     def build(node: _Tree) -> TensorDict:
         batch, device, entries = node
         values: dict[str, Any] = {}
         for name, entry in entries:
-            if type(entry) is int:
-                dtype, shape, stride, offset = spans[entry]
-                view = typed.get(dtype)
-                if view is None:
-                    view = typed[dtype] = flat.view(dtype)
-                values[name] = view.as_strided(shape, stride, offset)
-            else:
-                values[name] = build(entry)
+            values[name] = place(spans[entry]) if type(entry) is int else build(entry)
         return TensorDict._new_unsafe(values, batch_size=torch.Size(batch), device=device)
 
     return build(tree)
