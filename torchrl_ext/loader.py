@@ -4,14 +4,16 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import multiprocessing.connection
-from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext.buffer import TransitionReplayBuffer
+from torchrl_ext.core.schema import as_key, missing_entry
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = [
@@ -104,7 +106,7 @@ def worker_loader(
     """
     if pin_memory and not torch.cuda.is_available():
         raise ValueError(f"{owner}: pin_memory=True needs CUDA, which is not available.")
-    return DataLoader(
+    return _WidePipeLoader(
         stream,
         batch_size=batch_size,
         collate_fn=_CollateByValue(collate_fn),
@@ -115,6 +117,45 @@ def worker_loader(
         prefetch_factor=prefetch_factor if num_workers else None,
         persistent_workers=False,
     )
+
+
+class _WidePipeLoader(DataLoader):
+    """A ``DataLoader`` whose workers' batches cross a pipe that holds a whole batch.
+
+    A worker sends each batch through one pipe, which Linux sizes to 64 KiB:
+    a batch packed by value (:class:`_Packed`, up to :data:`_BY_VALUE_BYTES`)
+    above that crosses in pieces, the worker's feeder thread waiting for the
+    main process to read each one; with 4 workers on 2 cores, each wait is a
+    trip through the scheduler. The pipe is widened to hold a batch whole
+    (where the platform allows it; elsewhere it stays as it is).
+    """
+
+    def _get_iterator(self) -> Any:
+        iterator = super()._get_iterator()
+        # with workers: the queue their batches come by, read here through its pipe
+        reader = getattr(getattr(iterator, "_worker_result_queue", None), "_reader", None)
+        if reader is not None:
+            _widen(reader)
+        return iterator
+
+
+def _widen(pipe: multiprocessing.connection.Connection) -> None:
+    """Make ``pipe`` hold a batch packed by value whole: twice :data:`_BY_VALUE_BYTES`, or the system's cap."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, min(2 * _BY_VALUE_BYTES, _pipe_max_size()))
+    except (ImportError, AttributeError, OSError):  # not Linux, or no room left for pipes
+        pass
+
+
+def _pipe_max_size() -> int:
+    """The largest pipe an unprivileged process may ask for (Linux), 1 MiB if unknown."""
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1 << 20
 
 
 class ReplayDataset(SampleStream):
@@ -139,6 +180,14 @@ class ReplayDataset(SampleStream):
             starts; later iterations go on with that generator (new batches each
             epoch, as with workers). Workers are seeded by the DataLoader (see
             :func:`make_loader`).
+        keys (sequence of NestedKey, optional): the entries each batch keeps
+            (``batch.select(*keys)``, made where the batch is sampled: in a
+            worker, before it crosses to the main process); ``None`` keeps them all.
+
+    Raises:
+        TypeError: ``rb`` is not over a ``TransitionStorage``, or a key is not a
+            string or a tuple of strings.
+        ValueError: the buffer is empty, or has no batch size and none is given.
 
     Examples:
         >>> import torch
@@ -161,6 +210,7 @@ class ReplayDataset(SampleStream):
         batch_size: int | None = None,
         num_batches: int | None = None,
         seed: int | None = None,
+        keys: Sequence[NestedKey] | None = None,
     ) -> None:
         if not isinstance(rb.storage, TransitionStorage):
             raise TypeError(
@@ -179,6 +229,7 @@ class ReplayDataset(SampleStream):
         self.rb = rb
         self.batch_size = int(batch_size)
         self.seed = seed
+        self.keys = None if keys is None else _batch_keys(keys)
         self._generator: torch.Generator | None = None  # in-process, made once (see below)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -191,6 +242,7 @@ class ReplayDataset(SampleStream):
             "batch_size": self.batch_size,
             "num_batches": self.num_batches,
             "seed": self.seed,
+            "keys": self.keys,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -199,6 +251,7 @@ class ReplayDataset(SampleStream):
         self.batch_size = state["batch_size"]
         self.num_batches = state["num_batches"]
         self.seed = state["seed"]
+        self.keys = state["keys"]
         self._generator = None
 
     def in_process_generator(self) -> torch.Generator | None:
@@ -212,11 +265,44 @@ class ReplayDataset(SampleStream):
         return self._generator
 
     def batches(self, generator: torch.Generator | None) -> Iterator[TensorDictBase]:
-        """Endless ``rb.sample(batch_size)``, after handing ``generator`` to the buffer."""
+        """Endless ``rb.sample(batch_size)`` (their ``keys``), after handing ``generator`` to the buffer.
+
+        Raises:
+            KeyError: a batch lacks one of ``keys`` (naming it and the entries it holds).
+        """
         if generator is not None:
             self.rb.set_rng(generator)
+        keys = self.keys
         while True:
-            yield self.rb.sample(self.batch_size)
+            batch = self.rb.sample(self.batch_size)
+            if keys is None:
+                yield batch
+                continue
+            try:
+                selected = batch.select(*keys, strict=True)
+            except KeyError:
+                held = {as_key(k) for k in batch.keys(include_nested=True)}
+                missing = [k for k in keys if k not in held]
+                if not missing:
+                    raise
+                raise missing_entry("ReplayDataset", "keys", missing[0], held,
+                                    "entries of the sampled batches") from None
+            yield selected
+
+
+def _batch_keys(keys: Sequence[NestedKey]) -> list[tuple[str, ...]]:
+    """``keys`` as tuples of strings, each checked."""
+    if isinstance(keys, str):
+        keys = [keys]  # one key, not the sequence of its characters
+    out = []
+    for key in keys:
+        parts = as_key(key) if isinstance(key, (str, tuple, list)) else None
+        if not parts or not all(isinstance(p, str) for p in parts):
+            raise TypeError(
+                f"ReplayDataset: keys holds {key!r}, expected a key (a string or a tuple of strings)."
+            )
+        out.append(parts)
+    return out
 
 
 def make_loader(
@@ -229,6 +315,7 @@ def make_loader(
     multiprocessing_context: str | None = None,
     seed: int | None = None,
     prefetch_factor: int | None = None,
+    keys: Sequence[NestedKey] | None = None,
 ) -> DataLoader:
     """A ``DataLoader`` whose workers each sample the whole buffer.
 
@@ -250,6 +337,9 @@ def make_loader(
         seed (int, optional): seeds the per-worker streams, or the buffer's generator
             when ``num_workers=0`` (reproducible runs either way).
         prefetch_factor (int, optional): batches each worker prepares ahead.
+        keys (sequence of NestedKey, optional): the entries each batch keeps,
+            selected in the worker: the fewer entries a batch holds, the less
+            each costs to cross to this process. ``None`` keeps them all.
 
     Returns:
         a :class:`torch.utils.data.DataLoader` yielding TensorDict batches.
@@ -265,9 +355,12 @@ def make_loader(
         ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
         >>> next(iter(make_loader(rb, num_batches=1)))["observation"].shape
         torch.Size([2, 3])
+        >>> batch = next(iter(make_loader(rb, num_batches=1, keys=["observation", ("next", "reward")])))
+        >>> sorted(batch.keys(include_nested=True, leaves_only=True), key=str)
+        [('next', 'reward'), 'observation']
     """
     return worker_loader(
-        ReplayDataset(rb, batch_size=batch_size, num_batches=num_batches, seed=seed),
+        ReplayDataset(rb, batch_size=batch_size, num_batches=num_batches, seed=seed, keys=keys),
         batch_size=None,
         collate_fn=_identity,
         num_workers=num_workers,

@@ -256,15 +256,21 @@ def test_n18_dtypes_are_stored_natively_and_kept_with_native():
         assert float(batch.observations.max()) == 255.0  # no normalisation, as the original
 
 
-def test_dict_observation_space():
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_dict_observation_space(num_workers):
+    """Each entry of a Dict observation, also when the workers send only the batch's five entries."""
     space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32),
                              "goal": gym.spaces.Box(-1, 1, (2,), np.float32)})
-    store = NStepReplayStorage(space, ACT, num_envs=1, batch_size=2, num_workers=0, seed=0)
+    store = NStepReplayStorage(space, ACT, num_envs=1, batch_size=2, num_workers=num_workers, seed=0)
     obs = {"pos": np.zeros((1, 2), np.float32), "goal": np.ones((1, 2), np.float32)}
     for _ in range(3):
-        store.add(obs, np.array([0]), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), {}, obs)
+        store.add(obs, np.array([0]), np.ones(1), np.zeros(1, bool), np.zeros(1, bool), {},
+                  {"pos": obs["pos"] + 1, "goal": obs["goal"]})
     batch = store.sample()
-    assert set(batch.observations.keys()) == {"pos", "goal"}
+    assert set(batch.observations.keys()) == set(batch.next_observations.keys()) == {"pos", "goal"}
+    assert (batch.observations["pos"] == 0).all() and (batch.next_observations["pos"] == 1).all()
+    assert (batch.observations["goal"] == 1).all() and (batch.rewards == 1).all()
+    store.reset()
 
 
 def test_constructor_errors():

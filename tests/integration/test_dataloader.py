@@ -5,6 +5,7 @@ so any batch can be checked on its own and shows which writes it has seen.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -262,6 +263,58 @@ def test_large_worker_batches_arrive_whole(tmp_path):
     loader = make_loader(rb, num_workers=2, multiprocessing_context="fork", num_batches=1,
                          seed=0, prefetch_factor=1)
     for batch in loader:
+        assert batch["observation"].shape == (32, wide)
+        check_batch(batch)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_batches_keep_only_the_keys_asked_for(num_workers, tmp_path):
+    rb = filled("tensor", 10, tmp_path)
+    keys = ["observation", ("next", "observation"), "action"]
+    loader = make_loader(rb, num_workers=num_workers, multiprocessing_context="fork", num_batches=2,
+                         seed=0, keys=keys)
+    for batch in loader:
+        assert set(batch.keys(include_nested=True, leaves_only=True)) == {
+            "observation", ("next", "observation"), "action"}
+        check_batch(batch)
+    one = next(iter(make_loader(rb, num_batches=1, seed=0, keys="action")))
+    assert list(one.keys()) == ["action"]
+
+
+def test_keys_that_batches_do_not_hold_are_named():
+    rb = filled("tensor", 10, None)
+    loader = make_loader(rb, num_batches=1, keys=["observation", ("next", "rewards")])
+    with pytest.raises(KeyError, match=r"keys=\('next', 'rewards'\) is not among the entries of the "
+                                       r"sampled batches \(held: .*\('next', 'reward'\)"):
+        next(iter(loader))
+    with pytest.raises(TypeError, match=r"keys holds 3, expected a key \(a string or a tuple of strings\)"):
+        make_loader(rb, keys=["observation", 3])
+    with pytest.raises(TypeError, match=r"keys holds \('next', 1\), expected a key"):
+        make_loader(rb, keys=[("next", 1)])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are Linux's")
+def test_batches_by_value_cross_a_pipe_that_holds_them_whole(tmp_path):
+    """The workers' pipe is widened past Linux's 64 KiB: a 256 KiB batch by value is written in one go."""
+    import fcntl
+
+    from torchrl_ext.loader import _BY_VALUE_BYTES
+
+    rb = make_replay_buffer(1000, batch_size=32, seed=0)
+    wide = 1024  # 32 rows x 2 observations x 4 KiB = 256 KiB a batch: by value, above 64 KiB
+    for v in range(20):
+        data = step(v)
+        data["observation"] = torch.full((NUM_ENVS, wide), float(v))
+        data["next", "observation"] = torch.full((NUM_ENVS, wide), float(v + 1))
+        rb.extend(data)
+    loader = make_loader(rb, num_workers=1, multiprocessing_context="fork", num_batches=3, seed=0)
+    iterator = iter(loader)
+    pipe = iterator._worker_result_queue._reader.fileno()
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        assert fcntl.fcntl(pipe, fcntl.F_GETPIPE_SZ) == min(2 * _BY_VALUE_BYTES, int(f.read()))
+    batches = list(iterator)
+    assert len(batches) == 3
+    for batch in batches:
         assert batch["observation"].shape == (32, wide)
         check_batch(batch)
 

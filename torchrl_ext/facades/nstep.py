@@ -398,6 +398,8 @@ class NStepReplayStorage(HeldStepsFacade):
             pin_memory=self.pin_memory and self._workers > 0,
             prefetch_factor=self._prefetch,
             seed=self.seed,
+            # the original's batch: only its five entries cross from the workers
+            keys=None if self.native else self._five_keys(),
         )
 
     def _next_batch(self) -> Any:
@@ -413,8 +415,17 @@ class NStepReplayStorage(HeldStepsFacade):
             if self.native:
                 self._held_batches.extend(item.split(B) if self._per_item > 1 else (item,))
             else:  # [obs, action, reward, discount, next_obs] of each batch
-                self._held_batches.extend(map(list, zip(*(x.split(B) for x in self._five(item)))))
+                sizes = [B] * self._per_item  # (a tensor's split_with_sizes: a third of split's cost)
+                parts = (x.split_with_sizes(sizes) if type(x) is torch.Tensor else x.split(B)
+                         for x in self._five(item))
+                self._held_batches.extend(map(list, zip(*parts)))
         return self._held_batches.popleft()
+
+    def _five_keys(self) -> list[tuple[str, ...]]:
+        """The entries :meth:`_five` reads."""
+        obs = [(k,) for k in self.observation_space.spaces] if isinstance(
+            self.observation_space, gym.spaces.Dict) else [("observation",)]
+        return [*obs, ("action",), ("next", "reward"), ("discount",), *(("next", *k) for k in obs)]
 
     def _five(self, data: TensorDictBase) -> list[Any]:
         """``[obs, action, reward, discount, next_obs]`` of a sampled TensorDict.
