@@ -4,6 +4,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import transitions_of
 from torchrl_ext import NStepReplayStorage, make_replay_buffer
@@ -43,3 +45,46 @@ def test_bad_step_raises_at_its_add():
         store.add(np.zeros((1, 2), np.float32), np.array([0]), np.ones(1), np.zeros(1, bool),
                   np.zeros(1, bool), {}, np.zeros((1, 2), np.float32))
     assert len(store) == 3  # the good steps before it were written
+
+
+def _follows_by_loop(obs: np.ndarray, nxt: np.ndarray, last: np.ndarray | None) -> np.ndarray:
+    """The slow reference: each row against the one before it, equal values or equal bytes."""
+    n, T = obs.shape[:2]
+    out = np.ones((n, T), dtype=bool)
+    for e in range(n):
+        for t in range(T):
+            if t == 0 and last is None:  # no step seen yet: follows on
+                continue
+            before = last[e] if t == 0 else nxt[e, t - 1]
+            a, b = obs[e, t], before
+            out[e, t] = bool(np.all(a == b)) or a.tobytes() == b.tobytes()
+    return out
+
+
+@given(
+    data=st.data(),
+    n=st.integers(1, 3),
+    T=st.integers(1, 6),
+    dtype=st.sampled_from([np.float32, np.float64, np.int8, np.uint8, np.bool_]),
+    shape=st.sampled_from([(), (1,), (3,), (2, 3), (5,)]),
+    time_major=st.booleans(),
+    has_last=st.booleans(),
+)
+def test_follow_on_matches_a_loop_over_rows(data, n, T, dtype, shape, time_major, has_last):
+    """Bytes first, values where bytes differ: NaN follows NaN, -0.0 follows 0.0, any layout."""
+    from torchrl_ext.envs._chunk import follow_on
+
+    pool = np.array([0.0, -0.0, 1.0, np.nan, 2.0]).astype(dtype) if np.dtype(dtype).kind == "f" else \
+        np.array([0, 1, 1, 0, 1]).astype(dtype)
+    pick = lambda dims: pool[np.array(data.draw(st.lists(st.integers(0, 4), min_size=int(np.prod(dims)),
+                                                          max_size=int(np.prod(dims))))).reshape(dims)]
+    chain = pick((T + 1, n, *shape))  # time-major, as a facade holds its chunk
+    obs_tm, nxt_tm = chain[:-1].copy(), chain[1:].copy()
+    breaks = data.draw(st.lists(st.tuples(st.integers(0, T - 1), st.integers(0, n - 1)), max_size=4))
+    for t, e in breaks:  # some steps do not start at the next observation before them
+        obs_tm[t, e] = pick(shape)
+    obs, nxt = (obs_tm.swapaxes(0, 1), nxt_tm.swapaxes(0, 1)) if time_major else (
+        np.ascontiguousarray(obs_tm.swapaxes(0, 1)), np.ascontiguousarray(nxt_tm.swapaxes(0, 1)))
+    last = pick((n, *shape)) if has_last else None
+    expected = _follows_by_loop(obs, nxt, last)
+    assert follow_on(obs, nxt, last).tolist() == expected.tolist()

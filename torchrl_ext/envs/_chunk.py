@@ -18,13 +18,13 @@ __all__ = ["first_nonfinite_step", "follow_on", "reset_steps"]
 
 
 def follow_on(obs: np.ndarray, nxt: np.ndarray, last: np.ndarray | None) -> np.ndarray:
-    """``[n, T]`` bool: step ``t``'s observation is, bit for bit, step ``t - 1``'s next observation.
+    """``[n, T]`` bool: step ``t``'s observation is step ``t - 1``'s next observation.
 
     ``last`` (``[n, ...]``) is the next observation before step 0; ``None``
-    (no step seen yet) counts as following on. Values compare with ``==``
-    first; rows that differ are compared byte by byte, so that NaN follows
-    NaN and nothing is cast. An observation whose shape or dtype differs
-    from ``last`` does not follow on.
+    (no step seen yet) counts as following on. Two observations are the same
+    if their bytes are, or else their values (``==``): NaN follows the same
+    NaN, ``-0.0`` follows ``0.0``, and nothing is cast. An observation whose
+    shape or dtype differs from ``last`` does not follow on.
 
     Args:
         obs: ``[n, T, ...]`` observations.
@@ -53,17 +53,34 @@ def follow_on(obs: np.ndarray, nxt: np.ndarray, last: np.ndarray | None) -> np.n
 
 
 def _rows_equal(a: np.ndarray, b: np.ndarray, lead: int) -> np.ndarray:
-    """``a == b`` over all but the ``lead`` leading dims (bytes where ``==`` says no)."""
+    """``a == b`` over all but the ``lead`` leading dims: the same bytes, or (rows whose bytes differ) equal values.
+
+    Bytes first, as the widest unsigned words that tile a row (one word per
+    row for 8 bytes of goals), in memory order: an ``[n, T]`` view of
+    time-major steps (a facade's chunk) is compared as the ``[T, n]`` rows it
+    is, with no copy. Only the few rows whose bytes differ (episode starts,
+    ``-0.0`` against ``0.0``) are compared by value; NaN follows the same NaN
+    and nothing is cast.
+    """
     same = np.ones(a.shape[:lead], dtype=bool)
-    eq = a == b  # a fresh C-ordered array: row r holds elements r * width .. (r + 1) * width - 1
-    if not eq.size or eq.all():  # the usual case stops here (no reduction per row: slow)
+    if not a.size:
         return same
-    same.reshape(-1)[np.flatnonzero(~eq.reshape(-1)) // (eq.size // same.size)] = False
-    # bytes, so that NaN == NaN and nothing is cast; only the rows == turned down
-    where = np.nonzero(~same)
-    x, y = a[where], b[where]  # [k, ...] copies, contiguous
-    k = x.shape[0]
-    same[where] = (x.reshape(k, -1).view(np.uint8) == y.reshape(k, -1).view(np.uint8)).all(-1)
+    rows = same
+    if lead == 2 and a.swapaxes(0, 1).flags.c_contiguous and b.swapaxes(0, 1).flags.c_contiguous:
+        a, b, rows = a.swapaxes(0, 1), b.swapaxes(0, 1), same.swapaxes(0, 1)  # rows: a view of same
+    n = rows.size
+    x, y = np.ascontiguousarray(a).reshape(n, -1), np.ascontiguousarray(b).reshape(n, -1)
+    row_bytes = x.shape[1] * x.itemsize
+    word = next(w for w in (8, 4, 2, 1) if row_bytes % w == 0)
+    differ = x.view(f"u{word}") != y.view(f"u{word}")  # [n, words]
+    at = np.flatnonzero(differ)
+    if not at.size:  # the usual case stops here
+        return same
+    flat = np.ones(n, dtype=bool)
+    flat[at // differ.shape[1]] = False
+    where = np.flatnonzero(~flat)  # rows whose bytes differ: equal values still follow on
+    flat[where] = (x[where] == y[where]).all(-1)
+    rows[...] = flat.reshape(rows.shape)
     return same
 
 
