@@ -126,13 +126,15 @@ class _WidePipeLoader(DataLoader):
     a batch packed by value (:class:`_Packed`, up to :data:`_BY_VALUE_BYTES`)
     above that crosses in pieces, the worker's feeder thread waiting for the
     main process to read each one; with 4 workers on 2 cores, each wait is a
-    trip through the scheduler. The pipe is widened to hold a batch whole
-    (where the platform allows it; elsewhere it stays as it is).
+    trip through the scheduler. The pipe is widened to hold a batch whole, up
+    to the system's cap (Linux; elsewhere, or past the user's pipe quota, it
+    stays as it is).
     """
 
     def _get_iterator(self) -> Any:
         iterator = super()._get_iterator()
-        # with workers: the queue their batches come by, read here through its pipe
+        # with workers: the queue their batches come by, read here through its pipe (the
+        # workers may have sent their first batches already: a pipe holding data can grow)
         reader = getattr(getattr(iterator, "_worker_result_queue", None), "_reader", None)
         if reader is not None:
             _widen(reader)
@@ -140,12 +142,19 @@ class _WidePipeLoader(DataLoader):
 
 
 def _widen(pipe: multiprocessing.connection.Connection) -> None:
-    """Make ``pipe`` hold a batch packed by value whole: twice :data:`_BY_VALUE_BYTES`, or the system's cap."""
+    """Grow ``pipe`` to hold a batch packed by value whole: twice :data:`_BY_VALUE_BYTES`, at most the system's cap."""
     try:
         import fcntl
-
-        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, min(2 * _BY_VALUE_BYTES, _pipe_max_size()))
-    except (ImportError, AttributeError, OSError):  # not Linux, or no room left for pipes
+    except ImportError:  # not a POSIX system
+        return
+    get, set_ = getattr(fcntl, "F_GETPIPE_SZ", None), getattr(fcntl, "F_SETPIPE_SZ", None)
+    if get is None or set_ is None:  # not Linux
+        return
+    try:
+        size = min(2 * _BY_VALUE_BYTES, _pipe_max_size())
+        if fcntl.fcntl(pipe.fileno(), get) < size:  # only ever grown
+            fcntl.fcntl(pipe.fileno(), set_, size)
+    except OSError:  # past the user's pipe quota: left as it is
         pass
 
 
@@ -187,7 +196,8 @@ class ReplayDataset(SampleStream):
     Raises:
         TypeError: ``rb`` is not over a ``TransitionStorage``, or a key is not a
             string or a tuple of strings.
-        ValueError: the buffer is empty, or has no batch size and none is given.
+        ValueError: the buffer is empty, or has no batch size and none is given;
+            ``keys`` is empty.
 
     Examples:
         >>> import torch
@@ -294,6 +304,8 @@ def _batch_keys(keys: Sequence[NestedKey]) -> list[tuple[str, ...]]:
     """``keys`` as tuples of strings, each checked."""
     if isinstance(keys, str):
         keys = [keys]  # one key, not the sequence of its characters
+    if not len(keys):
+        raise ValueError("ReplayDataset: keys is empty; pass keys=None to keep every entry.")
     out = []
     for key in keys:
         parts = as_key(key) if isinstance(key, (str, tuple, list)) else None

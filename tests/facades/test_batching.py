@@ -67,15 +67,20 @@ def _follows_by_loop(obs: np.ndarray, nxt: np.ndarray, last: np.ndarray | None) 
     T=st.integers(1, 6),
     dtype=st.sampled_from([np.float32, np.float64, np.int8, np.uint8, np.bool_]),
     shape=st.sampled_from([(), (1,), (3,), (2, 3), (5,)]),
-    time_major=st.booleans(),
+    obs_time_major=st.booleans(),
+    next_time_major=st.booleans(),
     has_last=st.booleans(),
 )
-def test_follow_on_matches_a_loop_over_rows(data, n, T, dtype, shape, time_major, has_last):
+def test_follow_on_matches_a_loop_over_rows(data, n, T, dtype, shape, obs_time_major, next_time_major,
+                                            has_last):
     """Bytes first, values where bytes differ: NaN follows NaN, -0.0 follows 0.0, any layout."""
     from torchrl_ext.envs._chunk import follow_on
 
-    pool = np.array([0.0, -0.0, 1.0, np.nan, 2.0]).astype(dtype) if np.dtype(dtype).kind == "f" else \
-        np.array([0, 1, 1, 0, 1]).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        nan2 = np.frombuffer(np.array([0x7FF8000000000001], np.uint64).tobytes(), np.float64)[0]
+        pool = np.array([0.0, -0.0, np.nan, nan2, 2.0]).astype(dtype)  # two NaN payloads (float64)
+    else:
+        pool = np.array([0, 1, 2, 3, 4]).astype(dtype)
     pick = lambda dims: pool[np.array(data.draw(st.lists(st.integers(0, 4), min_size=int(np.prod(dims)),
                                                           max_size=int(np.prod(dims))))).reshape(dims)]
     chain = pick((T + 1, n, *shape))  # time-major, as a facade holds its chunk
@@ -83,8 +88,18 @@ def test_follow_on_matches_a_loop_over_rows(data, n, T, dtype, shape, time_major
     breaks = data.draw(st.lists(st.tuples(st.integers(0, T - 1), st.integers(0, n - 1)), max_size=4))
     for t, e in breaks:  # some steps do not start at the next observation before them
         obs_tm[t, e] = pick(shape)
-    obs, nxt = (obs_tm.swapaxes(0, 1), nxt_tm.swapaxes(0, 1)) if time_major else (
-        np.ascontiguousarray(obs_tm.swapaxes(0, 1)), np.ascontiguousarray(nxt_tm.swapaxes(0, 1)))
+    # a facade's chunk is a view of time-major steps; other callers pass [n, T] arrays
+    obs = obs_tm.swapaxes(0, 1) if obs_time_major else np.ascontiguousarray(obs_tm.swapaxes(0, 1))
+    nxt = nxt_tm.swapaxes(0, 1) if next_time_major else np.ascontiguousarray(nxt_tm.swapaxes(0, 1))
     last = pick((n, *shape)) if has_last else None
     expected = _follows_by_loop(obs, nxt, last)
     assert follow_on(obs, nxt, last).tolist() == expected.tolist()
+
+
+def test_follow_on_compares_next_observations_of_another_dtype_by_value():
+    """An env whose next observations come in another dtype: the values decide, nothing is viewed as bytes."""
+    from torchrl_ext.envs._chunk import follow_on
+
+    obs = np.array([[[0.0, 1.0], [1.0, 2.0], [7.0, 7.0]]], np.float32)  # one env, three steps
+    nxt = np.array([[[1.0, 2.0], [2.0, 3.0], [8.0, 8.0]]], np.float64)
+    assert follow_on(obs, nxt, None).tolist() == [[True, True, False]]

@@ -270,6 +270,10 @@ def test_dict_observation_space(num_workers):
     assert set(batch.observations.keys()) == set(batch.next_observations.keys()) == {"pos", "goal"}
     assert (batch.observations["pos"] == 0).all() and (batch.next_observations["pos"] == 1).all()
     assert (batch.observations["goal"] == 1).all() and (batch.rewards == 1).all()
+    if num_workers:  # the workers send the five entries only, each observation entry under both keys
+        item = next(store._iter)
+        assert sorted(item.keys(include_nested=True, leaves_only=True), key=str) == sorted(
+            ["pos", "goal", "action", "discount", ("next", "reward"), ("next", "pos"), ("next", "goal")], key=str)
     store.reset()
 
 

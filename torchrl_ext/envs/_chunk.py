@@ -22,9 +22,10 @@ def follow_on(obs: np.ndarray, nxt: np.ndarray, last: np.ndarray | None) -> np.n
 
     ``last`` (``[n, ...]``) is the next observation before step 0; ``None``
     (no step seen yet) counts as following on. Two observations are the same
-    if their bytes are, or else their values (``==``): NaN follows the same
-    NaN, ``-0.0`` follows ``0.0``, and nothing is cast. An observation whose
-    shape or dtype differs from ``last`` does not follow on.
+    if their bytes are, or else all their values (``==``): NaN follows the
+    same NaN, ``-0.0`` follows ``0.0``, and nothing is cast (next observations
+    of another dtype than the observations are compared by value). An
+    observation whose shape or dtype differs from ``last`` does not follow on.
 
     Args:
         obs: ``[n, T, ...]`` observations.
@@ -59,11 +60,14 @@ def _rows_equal(a: np.ndarray, b: np.ndarray, lead: int) -> np.ndarray:
     row for 8 bytes of goals), in memory order: an ``[n, T]`` view of
     time-major steps (a facade's chunk) is compared as the ``[T, n]`` rows it
     is, with no copy. Only the few rows whose bytes differ (episode starts,
-    ``-0.0`` against ``0.0``) are compared by value; NaN follows the same NaN
-    and nothing is cast.
+    ``-0.0`` against ``0.0``) are compared by value; NaN follows the same NaN.
+    Arrays of different dtypes are compared by value alone.
     """
     same = np.ones(a.shape[:lead], dtype=bool)
     if not a.size:
+        return same
+    if a.dtype != b.dtype or a.shape != b.shape:  # another dtype (an env's float64 next observations): values
+        same[...] = np.equal(a, b).reshape(*same.shape, -1).all(-1)
         return same
     rows = same
     if lead == 2 and a.swapaxes(0, 1).flags.c_contiguous and b.swapaxes(0, 1).flags.c_contiguous:
