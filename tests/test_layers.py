@@ -19,6 +19,7 @@ LAYERS = {
     "remote": 3,  # the buffer in a Ray actor (buffer.py builds it for service_backend="ray")
     "model_based": 3,  # arriving with the mb branch: assembles like buffer.py
     "loader": 4,
+    "_worker_batches": 4,  # how a loader worker's batch crosses to the main process (loader.py builds with it)
     "export": 4,  # arriving with the d3 branch: reads and rebuilds buffers
     "facades": 5,
 }

@@ -161,7 +161,7 @@ def _through_pipe(batch: TensorDict):
     import pickle
     from multiprocessing.reduction import ForkingPickler
 
-    from torchrl_ext.loader import _Packed
+    from torchrl_ext._worker_batches import _Packed
 
     packed = _Packed.of(batch)
     assert packed is not None
@@ -217,7 +217,7 @@ def test_packed_batches_of_a_leaf_that_requires_grad_arrive_as_data():
 def test_every_sampled_batch_kind_is_packed(kind):
     """What the buffers serve holds only tensors and TensorDicts: workers pack it (no slow per-tensor path)."""
     from torchrl_ext import make_her_replay_buffer
-    from torchrl_ext.loader import _Packed
+    from torchrl_ext._worker_batches import _Packed
     from torchrl_ext.samplers import SequenceSampler
 
     if kind == "hindsight":
@@ -243,7 +243,7 @@ def test_batches_with_other_entries_are_sent_as_they_are():
     """A non-tensor entry (or a lazy stack): not packed, DataLoader sends the TensorDict itself."""
     from tensordict import LazyStackedTensorDict, NonTensorData
 
-    from torchrl_ext.loader import _Packed
+    from torchrl_ext._worker_batches import _Packed
 
     tagged = TensorDict({"x": torch.zeros(2, 1), "tag": NonTensorData("run-1", batch_size=[2])}, [2])
     stacked = TensorDict({"x": torch.zeros(2, 1), "sub": LazyStackedTensorDict(
@@ -302,7 +302,7 @@ def test_batches_by_value_cross_a_pipe_that_holds_them_whole(tmp_path):
     """The workers' pipe is widened past Linux's 64 KiB (to the system's cap): 256 KiB batches fit it whole."""
     import fcntl
 
-    from torchrl_ext.loader import _BY_VALUE_BYTES
+    from torchrl_ext._worker_batches import _BY_VALUE_BYTES
 
     rb = make_replay_buffer(1000, batch_size=32, seed=0)
     wide = 1024  # 32 rows x 2 observations x 4 KiB = 256 KiB a batch: by value, above 64 KiB
