@@ -6,8 +6,9 @@
 
 One fresh interpreter per tree per round (order alternating), ``PYTHONPATH=<tree>``,
 ``torch.set_num_threads(1)``. Each child builds every buffer, warms it up, then
-times the operations below in interleaved blocks (each block times every
-operation once), so SB3's ``add`` is measured beside ours under the same load:
+times the operations below in interleaved blocks (each round times every
+operation once, in a shuffled order), so SB3's ``add`` is measured beside ours
+under the same load:
 
 - ``NStep add``: ``NStepReplayStorage.add`` of one W1 step (16 envs, obs
   float32[17], action float32[6]), each observation its previous next
@@ -37,6 +38,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from ab import timed, trees_from_argv  # noqa: E402
+from measure import block_orders  # noqa: E402
 
 N, OBS, ACT, STEPS = 16, 17, 6, 2000
 #: every buffer holds 2,000 steps of each env: full (overwriting, evicting) once timed
@@ -132,9 +134,10 @@ def measure(blocks: int = 12) -> dict[str, tuple[float, float]]:
         for _ in range(2100):
             fn()
     times: dict[str, list] = {k: [] for k in ops}
-    for _ in range(blocks):  # blocks of 1024 adds: each holds the same number of chunk writes
-        for label, fn in ops.items():
-            times[label].append(timed(fn, 1, 1024, warmup=0))
+    # blocks of 1024 adds (each holds the same number of chunk writes), in shuffled order
+    for order in block_orders(list(ops), blocks):
+        for label in order:
+            times[label].append(timed(ops[label], 1, 1024, warmup=0))
     return {k: (statistics.median(m for m, _ in v), min(m for _, m in v)) for k, v in times.items()}
 
 

@@ -14,8 +14,8 @@ stack is checked. Buffers hold ``--rows`` transitions; batches of 32 and 256,
 Each buffer is built and filled in its own fresh process (memory is the RSS
 the filled buffer holds, as in the other workloads), one after the other. The
 processes then stay alive and are timed interleaved: in each round every live
-buffer samples ``ROUND`` batches in turn (the order rotating), so drift of the
-machine falls on all of them alike; samples/s is the median over all timed
+buffer samples ``ROUND`` batches in turn (in an order shuffled anew each
+time), so drift of the machine falls on all of them alike; samples/s is the median over all timed
 batches. SB3's stacked layout (about 11 GB at 200k transitions) does not fit
 beside the others in 24 GB: it is built, filled and timed first, interleaved the
 same way with a second ``ours`` process, and its ratio is against that one. (A
@@ -62,7 +62,7 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
 
 import numpy as np  # noqa: E402
 
-from measure import logger, machine_line, rss_bytes, settle, table, write_tables  # noqa: E402
+from measure import block_orders, logger, machine_line, rss_bytes, settle, table, write_tables  # noqa: E402
 
 ENVS, EPISODE, STAGGER = 4, 500, 125
 FRAME = (1, 84, 84)
@@ -477,11 +477,11 @@ class Probe:
 
 
 def time_interleaved(probes: list[Probe], reps: int) -> None:
-    """``reps`` timed batches of each size per probe, ``ROUND`` at a time, in rotating order."""
-    for r in range(-(-reps // ROUND)):
+    """``reps`` timed batches of each size per probe, ``ROUND`` at a time, in shuffled order (``block_orders``)."""
+    orders = block_orders(probes, -(-reps // ROUND) * len(BATCHES))
+    for _ in range(-(-reps // ROUND)):
         for b in BATCHES:
-            k = r % len(probes)
-            for p in probes[k:] + probes[:k]:
+            for p in next(orders):
                 p.time(b, ROUND)
 
 

@@ -22,6 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from ab import timed, trees_from_argv  # noqa: E402
+from measure import block_orders  # noqa: E402
 
 
 def child() -> None:
@@ -69,9 +70,9 @@ def child() -> None:
         results[f"HER add {name}"] = hadd
     # interleave the variants: each rep times every variant once
     times: dict[str, list] = {k: [] for k in results}
-    for _ in range(15):
-        for label, fn in results.items():
-            times[label].append(timed(fn, 5, 40, warmup=2))
+    for order in block_orders(list(results), 15):
+        for label in order:
+            times[label].append(timed(results[label], 5, 40, warmup=2))
     print(json.dumps({k: (statistics.median(m for m, _ in v), min(m for _, m in v))
                       for k, v in times.items()}))
 

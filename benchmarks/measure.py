@@ -1,9 +1,11 @@
 """Timing and memory helpers.
 
 Timing: every callable is timed in short blocks (``inner`` calls per block) and
-the blocks of all implementations are interleaved (rotating order) so drift in
-CPU frequency / cache state hits everyone alike.  Reported: median, p25, p75 of
-the per-call time over the blocks.  ``time.perf_counter``; GC stays enabled.
+the blocks of all implementations are interleaved, in an order shuffled anew for
+each round (:func:`block_orders`), so drift in CPU frequency / cache state hits
+everyone alike and no implementation always runs right after the same one.
+Reported: median, p25, p75 of the per-call time over the blocks.
+``time.perf_counter``; GC stays enabled.
 
 Memory: ``python benchmarks/measure.py IMPL CAPACITY`` builds and fills ONE
 buffer in a fresh process and prints JSON with the RSS growth (read from
@@ -19,10 +21,12 @@ import ctypes
 import gc
 import json
 import os
+import random
 import subprocess
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -62,17 +66,42 @@ def quantiles(xs: list[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "p25": q[0], "p75": q[2], "min": min(xs), "n": len(xs)}
 
 
+def block_orders(names: list, rounds: int, seed: int = 0) -> Iterator[list]:
+    """``rounds`` orders of ``names``, each shuffled anew (seeded): the order of one round of blocks.
+
+    Each name follows every other equally often on average. A fixed or rotated
+    order gives each name the same predecessor in every round, and a call that
+    runs right after a heavy one finds its caches cold: in W4, one buffer timed
+    in two slots of the same rotated order read 393 µs per call in the slot
+    after TorchRL's 5 ms call and 272 µs in the next (the same code, the same
+    buffer); shuffled, the two slots read within 3 % of each other.
+
+    Examples:
+        >>> orders = list(block_orders(["a", "b", "c"], 2))
+        >>> [sorted(o) for o in orders] == [["a", "b", "c"]] * 2
+        True
+    """
+    order = random.Random(seed)
+    for _ in range(rounds):
+        block = list(names)
+        order.shuffle(block)
+        yield block
+
+
 def interleaved(fns: dict, reps: int, inner: int, warmup: int = 5) -> dict[str, dict]:
-    """Per-call time stats (seconds) for each zero-arg callable in ``fns``."""
+    """Per-call time stats (seconds) for each zero-arg callable in ``fns``.
+
+    ``reps`` rounds; in each, every callable runs one block of ``inner`` calls,
+    in a shuffled order (:func:`block_orders`).
+    """
     names = list(fns)
     for n in names:
         for _ in range(warmup):
             fns[n]()
     times: dict[str, list[float]] = {n: [] for n in names}
     clock = time.perf_counter
-    for r in range(reps):
-        k = r % len(names)
-        for n in names[k:] + names[:k]:
+    for block in block_orders(names, reps):
+        for n in block:
             f = fns[n]
             t0 = clock()
             for _ in range(inner):
