@@ -26,6 +26,8 @@ Only public APIs present in both trees are used:
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import json
 import os

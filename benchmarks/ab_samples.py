@@ -11,6 +11,8 @@ behaviour.
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import hashlib
 import os
 import sys

@@ -29,6 +29,8 @@ interleaved blocks, medians, ``torch.set_num_threads(1)``; batch 32 and 256.
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import json
 import os

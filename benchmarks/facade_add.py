@@ -30,6 +30,8 @@ trust the ratios and the minimums).
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import json
 import os
 import statistics

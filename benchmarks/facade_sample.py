@@ -29,6 +29,8 @@ come from DataLoader workers; its rate is against cpprb in that phase.
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import os
 import sys
 import time

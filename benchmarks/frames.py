@@ -46,6 +46,8 @@ first frame, never a frame of another episode, never zeros.
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import gc
 import json

@@ -31,6 +31,8 @@ the floor at batch 4096.
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import os
 import sys

@@ -30,6 +30,8 @@ Buffers (all filled with the same episodes, each through its own API):
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import itertools
 import os

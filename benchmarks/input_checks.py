@@ -13,6 +13,8 @@ shared machine, trust the minimum).
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import inspect
 import json
 import os

@@ -17,6 +17,8 @@ first so one-time import/first-call costs are not counted either) and the peak R
 
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import ctypes
 import gc
 import json
@@ -180,7 +182,7 @@ def machine_line() -> str:
     """CPU model and count, for report headers."""
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
                 if ln.startswith("model name")), "?")
-    return f"{cpu}, {os.cpu_count()} CPUs, torch.set_num_threads(1)"
+    return f"{cpu}, {os.cpu_count()} CPUs, torch.set_num_threads(1), one thread per native pool"
 
 
 def probe(key: str, capacity: int) -> dict:

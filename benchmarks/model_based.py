@@ -35,6 +35,8 @@ Insertion: one step of 16 envs (distinct pre-built steps, cycled) into a full bu
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import itertools
 import os

@@ -39,6 +39,8 @@ same data, sampled interleaved in this process (``nstep_w1.py``, also runnable a
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import os
 import sys

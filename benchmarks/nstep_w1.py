@@ -16,6 +16,8 @@ Buffers, each filled with the same data and sampled interleaved in this process:
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import os
 import sys

@@ -12,6 +12,8 @@ Buffers:
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import json
 import os
 import sys

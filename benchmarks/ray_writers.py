@@ -25,6 +25,8 @@ Interleaved rounds, medians; ``torch.set_num_threads(1)`` everywhere.
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import os
 import statistics

@@ -25,6 +25,8 @@ See benchmarks/README.md for the workload and the method.
 
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import importlib.metadata as md
 import itertools

@@ -36,6 +36,8 @@ buffers interleaved; the sequence check; our sample time at 10k, 1M and 10M rows
 """
 from __future__ import annotations
 
+import threads  # noqa: F401 -- first: one thread per native pool (threads.py)
+
 import argparse
 import os
 import shutil
