@@ -74,9 +74,9 @@ def block_orders(names: list, rounds: int, seed: int = 0) -> Iterator[list]:
     Each name follows every other equally often on average. A fixed or rotated
     order gives each name the same predecessor in every round, and a call that
     runs right after a heavy one finds its caches cold: in W4, one buffer timed
-    in two slots of the same rotated order read 393 µs per call in the slot
-    after TorchRL's 5 ms call and 272 µs in the next (the same code, the same
-    buffer); shuffled, the two slots read within 3 % of each other.
+    in two slots of the same rotated order read 303-327 µs per call in the slot
+    after TorchRL's 5 ms call and 245-253 µs in the next (the same code, the
+    same buffer); shuffled, the two slots read within 3 % of each other.
 
     Examples:
         >>> orders = list(block_orders(["a", "b", "c"], 2))
