@@ -480,8 +480,9 @@ class Probe:
 
 def time_interleaved(probes: list[Probe], reps: int) -> None:
     """``reps`` timed batches of each size per probe, ``ROUND`` at a time, in shuffled order (``block_orders``)."""
-    orders = block_orders(probes, -(-reps // ROUND) * len(BATCHES))
-    for _ in range(-(-reps // ROUND)):
+    rounds = -(-reps // ROUND)
+    orders = block_orders(probes, rounds * len(BATCHES))
+    for _ in range(rounds):
         for b in BATCHES:
             for p in next(orders):
                 p.time(b, ROUND)

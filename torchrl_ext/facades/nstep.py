@@ -421,10 +421,14 @@ class NStepReplayStorage(HeldStepsFacade):
                 self._held_batches.extend(map(list, zip(*parts)))
         return self._held_batches.popleft()
 
+    def _dict_keys(self) -> list[str] | None:
+        """The entries of a ``Dict`` observation space; ``None`` for one ``"observation"`` tensor."""
+        space = self.observation_space
+        return list(space.spaces) if isinstance(space, gym.spaces.Dict) else None
+
     def _five_keys(self) -> list[tuple[str, ...]]:
         """The entries :meth:`_five` reads."""
-        obs = [(k,) for k in self.observation_space.spaces] if isinstance(
-            self.observation_space, gym.spaces.Dict) else [("observation",)]
+        obs = [(k,) for k in self._dict_keys() or ["observation"]]
         return [*obs, ("action",), ("next", "reward"), ("discount",), *(("next", *k) for k in obs)]
 
     def _five(self, data: TensorDictBase) -> list[Any]:
@@ -434,10 +438,10 @@ class NStepReplayStorage(HeldStepsFacade):
         a single ``"observation"`` entry), others the tensor itself.
         """
         nxt = get_unchecked(data, "next")  # (entries read without TensorDict's layers)
-        if not isinstance(self.observation_space, gym.spaces.Dict):
+        keys = self._dict_keys()
+        if keys is None:
             obs, next_obs = get_unchecked(data, "observation"), get_unchecked(nxt, "observation")
         else:
-            keys = list(self.observation_space.spaces)
             obs, next_obs = data.select(*keys), nxt.select(*keys)
         return [obs, get_unchecked(data, "action"), get_unchecked(nxt, "reward"),
                 get_unchecked(data, "discount"), next_obs]
