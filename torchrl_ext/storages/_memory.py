@@ -2,13 +2,28 @@
 
 A replay buffer is sized for its capacity (rllte's default is a million rows,
 85 GB of ``3x84x84`` float frames) but holds what it was given. On CPU a
-buffer is *reserved*: an anonymous shared-memory file (``memfd``) of the full
-size, mapped but not committed, so the kernel gives it a page when a row is
-first written. Memory then grows with the rows written, with no copy ever
-(the mapping never moves), and the buffer is shared with forked and spawned
-worker processes as any torch shared tensor is (its file descriptor is passed),
-so workers see rows written after they started. Reading an unwritten row reads
-zeros, as from ``torch.zeros``.
+buffer is *reserved*: mapped at its full size but not committed, so the kernel
+gives it a page when a row is first written. Memory then grows with the rows
+written, and reading an unwritten row reads zeros, as from ``torch.zeros``.
+
+Two kinds of reservation (Linux):
+
+* :func:`reserve_private`: this process's anonymous memory, on transparent
+  huge pages (2 MB) where the kernel gives them (``madvise``, as numpy asks
+  for its large arrays). A sample reads rows at random across the buffer; on
+  4 KB pages nearly every row read is also a TLB miss. Measured on this
+  project's VM, random gathers from huge pages take 15-20% less time (W2's
+  512 frames of 21 KB: 965 -> 808 µs; W1's 256 transitions, after a cache
+  flush: 48 -> 39 µs).
+* :func:`reserve`: an anonymous shared-memory file (``memfd``), shared with
+  forked and spawned worker processes as any torch shared tensor is (its file
+  descriptor is passed), so workers see rows written after they started.
+  Shared memory gets no huge pages unless the system enables them for shmem
+  (off by default).
+
+A storage's rows start private and move to shared memory once, before the
+first worker process would need them (see
+:meth:`~torchrl_ext.storages.TransitionStorage.share_memory_`).
 
 Measured (``tests/storages/test_growth.py``): rllte's defaults with ``3x84x84``
 float observations grow by about 0.1 MB a step, where allocating the full
@@ -21,17 +36,21 @@ its device buffers instead (doubling each stream's part).
 """
 from __future__ import annotations
 
+import mmap
 import os
+import sys
 from math import prod
 
 import numpy as np
 import torch
 
-__all__ = ["empty_rows", "gather_rows", "move_together", "reserve"]
+__all__ = ["empty_rows", "gather_rows", "move_together", "reserve", "reserve_private"]
 
 #: a CPU gather at least this large is written to memory numpy allocates (see gather_rows)
 _LARGE = 1 << 20
 _NUMPY = {torch.uint8: np.uint8, torch.int64: np.int64, torch.float32: np.float32}
+# mmap's flag on Linux (the module names it from Python 3.13 on)
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 
 def reserve(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -57,6 +76,38 @@ def reserve(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) ->
         os.close(fd)
     # a contiguous [*shape] view of the storage's bytes
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
+
+
+def reserve_private(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zero CPU tensor of ``shape`` in this process's memory, committed as written, on huge pages.
+
+    An anonymous private mapping of the full size, advised to the kernel for
+    transparent huge pages (see the module's notes). Other processes do not
+    see it: a forked child sees a copy-on-write snapshot. Where the platform
+    has no such advice (not Linux), the rows are shared from the start
+    (:func:`reserve`).
+
+    Examples:
+        >>> rows = reserve_private((1_000_000, 84 * 84 * 3 * 4), torch.uint8)
+        >>> rows.shape, int(rows[123_456].sum())  # 85 GB, none committed
+        (torch.Size([1000000, 84672]), 0)
+    """
+    nbytes = prod(shape) * dtype.itemsize
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is None or nbytes == 0:
+        return reserve(shape, dtype, torch.device("cpu"))
+    try:
+        # no swap reserved up front (as for reserve's file): the kernel's overcommit
+        # heuristic would refuse a capacity larger than the machine's memory
+        block = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
+    except OSError:  # strict overcommit accounting (vm.overcommit_memory=2): shared, as reserve's
+        return reserve(shape, dtype, torch.device("cpu"))
+    try:
+        block.madvise(advice)
+    except OSError:  # a kernel without transparent huge pages: 4 KB pages, as reserve's
+        pass
+    # the tensor keeps the mapping alive (torch.frombuffer holds a reference to it)
+    return torch.frombuffer(block, dtype=torch.uint8).view(dtype).view(shape)
 
 
 def move_together(

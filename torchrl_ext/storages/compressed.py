@@ -98,6 +98,15 @@ class CompressedRows:
         }
 
     @property
+    def shared(self) -> bool:
+        """Whether the packed rows are in shared memory yet (the arenas' frames always are)."""
+        return self.packed.shared
+
+    def share(self, live: np.ndarray | None = None) -> None:
+        """See :meth:`PackedRows.share` (the arenas are shared files from the start)."""
+        self.packed.share(live)
+
+    @property
     def buffers(self) -> TensorDictBase:
         """The packed rows' TorchRL buffers (the entries not compressed)."""
         return self.packed.buffers

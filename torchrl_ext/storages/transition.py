@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
+import weakref
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +27,34 @@ __all__ = ["TransitionStorage"]
 _CPU = torch.device("cpu")  # (a device string is parsed again at each call)
 
 Backend = Literal["tensor", "memmap"]
+
+# Storages whose rows are still this process's own memory (PackedRows.share): a
+# forked child would see a copy-on-write snapshot, neither the rows written after
+# the fork nor its own writes in the parent. Before any fork they move to shared
+# memory, each under its rows lock, held across the fork (a child then never
+# inherits a lock taken by another thread mid-write).
+_PRIVATE: weakref.WeakSet[TransitionStorage] = weakref.WeakSet()
+_HELD: list[threading.RLock] = []
+
+
+def _share_before_fork() -> None:
+    for storage in list(_PRIVATE):
+        storage._rows_lock.acquire()
+        _HELD.append(storage._rows_lock)
+        storage._share_rows()
+
+
+def _release_after_fork() -> None:
+    while _HELD:
+        _HELD.pop().release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_share_before_fork,
+        after_in_parent=_release_after_fork,
+        after_in_child=_release_after_fork,
+    )
 
 
 class TransitionStorage(TensorStorage):
@@ -137,6 +168,7 @@ class TransitionStorage(TensorStorage):
         self._storage: TensorDictBase | None = None
         self._last_cursor = None
         self._live_cache: tuple[Any, torch.Tensor] | None = None  # see _transition_rows
+        self._rows_lock = threading.RLock()  # a write, or the rows' move to shared memory
         self.__dict__["_storage_keys"] = None
 
     # ----------------------------------------------------------------- set-up
@@ -172,6 +204,42 @@ class TransitionStorage(TensorStorage):
                 schema, num_streams, stream_capacity, self.backend, self.scratch_dir, self.device
             )
         self.schema, self.index, self._storage = schema, index, self.packed.buffers
+        if not self.packed.shared:
+            _PRIVATE.add(self)
+
+    def share_memory_(self) -> TransitionStorage:
+        """Keep the rows in shared memory from now on, where worker processes see every write.
+
+        Rows start in this process's memory, on huge pages, which sample
+        faster (see :mod:`~torchrl_ext.storages._memory`). They move to shared
+        memory once, by themselves, before anything could need it: before
+        this process forks (a DataLoader's workers, a collector's), and when
+        the storage is pickled for another process. Call this to move them
+        earlier, e.g. before timing. The rows in use are copied once.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl_ext import make_replay_buffer
+            >>> rb = make_replay_buffer(100)
+            >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
+            ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
+            ...              "done": torch.ones(2, 1, dtype=torch.bool)}}, [2]))
+            >>> rb.storage.share_memory_().packed.shared, len(rb)
+            (True, 2)
+        """
+        with self._rows_lock:
+            self._share_rows()
+        return self
+
+    def _share_rows(self) -> None:
+        # (the caller holds the rows lock)
+        if self.index is None or self.packed.shared:
+            return
+        written = self.index.written.numpy()
+        self.packed.share(np.minimum(written, self.index.stream_capacity))
+        self._storage = self.packed.buffers
+        _PRIVATE.discard(self)
 
     # ----------------------------------------------------------------- writes
     def write(
@@ -196,17 +264,18 @@ class TransitionStorage(TensorStorage):
                 the entries front to back.
         """
         index = plan.index
-        index.begin_write(plan)
         order: Literal["C", "F"] = "F" if time_major else "C"  # [K, T] -> [K * T] in the copy order
-        self.packed.write(
-            leaves, plan.rows.reshape(-1, order=order), plan.next_rows.reshape(-1, order=order),
-            plan.start.reshape(-1, order=order) if plan.opened else None,
-            # (a [K, 1] slice of positions flattens to a strided view: the kernels take C order)
-            None if positions is None else np.ascontiguousarray(positions.reshape(-1, order=order)),
-        )
-        index.commit(plan)
-        index.end_write()
-        self._storage = self.packed.buffers  # a new buffer if the rows grew (accelerators)
+        with self._rows_lock:  # the rows stay where they are until the write is published
+            index.begin_write(plan)
+            self.packed.write(
+                leaves, plan.rows.reshape(-1, order=order), plan.next_rows.reshape(-1, order=order),
+                plan.start.reshape(-1, order=order) if plan.opened else None,
+                # (a [K, 1] slice of positions flattens to a strided view: the kernels take C order)
+                None if positions is None else np.ascontiguousarray(positions.reshape(-1, order=order)),
+            )
+            index.commit(plan)
+            index.end_write()
+            self._storage = self.packed.buffers  # a new buffer if the rows grew (accelerators)
 
     def read_token(self) -> int:
         """Taken before a draw; :meth:`stale` then tells the rows rewritten since (see below)."""
@@ -447,8 +516,9 @@ class TransitionStorage(TensorStorage):
 
     def _put_rows(self, written: torch.Tensor, saved: TensorDictBase) -> None:
         """Write the checkpointed rows ``saved`` back in place (any device in, this device out)."""
-        self.packed.put(self._rows_in_use(written), saved.get("rows"))
-        self._storage = self.packed.buffers
+        with self._rows_lock:
+            self.packed.put(self._rows_in_use(written), saved.get("rows"))
+            self._storage = self.packed.buffers
 
     def state_dict(self) -> dict[str, Any]:
         if self.schema is None:
@@ -511,9 +581,11 @@ class TransitionStorage(TensorStorage):
                 self.packed.load_state(TensorDict.load_memmap(path / "frames"))
 
     def __getstate__(self) -> dict[str, Any]:
+        self.share_memory_()  # another process gets the rows by their shared memory
         state = Storage.__getstate__(self)
         # the buffers using this storage re-attach themselves when rebuilt
         state["_attached_entities_list"] = []
+        state.pop("_rows_lock", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -522,6 +594,7 @@ class TransitionStorage(TensorStorage):
             self.__dict__.update(state)
         else:
             restore(self, state)
+        self._rows_lock = threading.RLock()
 
     def __repr__(self) -> str:
         streams = "?" if self.index is None else self.index.num_streams
