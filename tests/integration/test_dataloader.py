@@ -6,6 +6,7 @@ so any batch can be checked on its own and shows which writes it has seen.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import pytest
@@ -74,6 +75,34 @@ def test_workers_see_rows_written_after_start(context, backend, tmp_path):
             break
     del it, loader
     assert max(seen) >= 60, f"workers never saw the new rows: {sorted(seen)[-5:]}"
+
+
+def test_workers_forked_while_another_thread_writes_sample(tmp_path):
+    # a collector thread keeps writing while the training loop starts its workers:
+    # a fork in the middle of an extend used to leave each worker a copy of the
+    # buffer's lock held by a thread it does not have (most loaders hung)
+    rb = filled("tensor", 20, tmp_path)
+    stop = threading.Event()
+
+    def collect() -> None:
+        v = 20
+        while not stop.is_set():
+            rb.extend(step(v))
+            v += 1
+
+    writer = threading.Thread(target=collect)
+    writer.start()
+    try:
+        for _ in range(5):
+            loader = make_loader(rb, num_workers=2, multiprocessing_context="fork", prefetch_factor=1)
+            loader.timeout = 30  # a hung worker fails the test instead of stalling the suite
+            it = iter(loader)
+            for _ in range(2):
+                check_batch(next(it))
+            del it, loader
+    finally:
+        stop.set()
+        writer.join()
 
 
 def test_workers_draw_different_batches(tmp_path):
