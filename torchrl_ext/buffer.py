@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -16,49 +15,19 @@ from torchrl.data import TensorDictReplayBuffer
 from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext._checkpoint import check_saved_components, write_components
 from torchrl_ext.core.checks import check_count
-from torchrl_ext.core.process import current_pid
+from torchrl_ext.core.process import current_pid, guard_forks
 from torchrl_ext.core.schema import key_str, set_unchecked
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers.prioritized import PrioritizedTransitionSampler
 from torchrl_ext.samplers.refining import drawing_sampler
 from torchrl_ext.storages._memory import move_together
-from torchrl_ext.storages.transition import TransitionStorage  # noqa: F401 -- its fork hook first (below)
 from torchrl_ext.writers.handle import WriterHandle
 
 __all__ = ["TransitionReplayBuffer"]
 
-# A thread that forks while another thread is inside extend or sample leaves the
-# child a copy of the buffer's lock, held by a thread the child does not have: the
-# child's first sample (a DataLoader worker's) would wait forever. So each buffer's
-# lock is taken before any fork and released after it, on both sides. The storage's
-# rows lock is taken next, in the order extend takes them: os.register_at_fork runs
-# "before" hooks in the reverse order of registration, and the storage module
-# registered its hook on import, above. A lock shared between processes (a shared
-# buffer's write lock) is not a copy: it is left alone.
-_BUFFERS: weakref.WeakSet[TransitionReplayBuffer] = weakref.WeakSet()
+# the buffer's own locks held across a fork (guard_forks); a lock shared between
+# processes (a shared buffer's write lock) is not copied by a fork: left alone
 _THREAD_LOCKS = (type(threading.Lock()), type(threading.RLock()))
-_HELD: list[Any] = []
-
-
-def _lock_before_fork() -> None:
-    for rb in list(_BUFFERS):
-        for name in ("_replay_lock", "_write_lock"):
-            lock = rb.__dict__.get(name)
-            if isinstance(lock, _THREAD_LOCKS):
-                lock.acquire()
-                _HELD.append(lock)
-
-
-def _unlock_after_fork() -> None:
-    while _HELD:
-        _HELD.pop().release()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_lock_before_fork, after_in_parent=_unlock_after_fork, after_in_child=_unlock_after_fork
-    )
-
 _MAX_REDRAWS = 100
 # torchrl >= 0.14 reads a checkpoint's components under its replay lock
 _CAPTURES_UNDER_LOCK = hasattr(TensorDictReplayBuffer, "_capture_prefetch_state")
@@ -123,7 +92,15 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         # where the sampler's state (a PrioritizedTransitionSampler's priorities)
         # lives: copies keep it, unpickled (spawn) or inherited (fork) alike
         self._built_in_pid = os.getpid()
-        _BUFFERS.add(self)  # its locks are held across a fork (see _lock_before_fork)
+        guard_forks(self, level=0)  # no forked child inherits a lock held mid-call
+
+    def _fork_locks(self) -> list[Any]:
+        """The locks :func:`~torchrl_ext.core.process.guard_forks` holds across a fork: ``extend``'s, in its order."""
+        locks = (self.__dict__.get("_replay_lock"), self.__dict__.get("_write_lock"))
+        return [lock for lock in locks if isinstance(lock, _THREAD_LOCKS)]
+
+    def _before_fork(self) -> None:
+        pass  # the storage moves its rows (TransitionStorage._before_fork)
 
     def _lean(self) -> bool:
         return (
@@ -334,7 +311,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         rng_bytes = state.pop("_rng_bytes", None)
         super().__setstate__(state)
-        _BUFFERS.add(self)
+        guard_forks(self, level=0)
         if rng_bytes is not None:
             generator = torch.Generator()
             generator.set_state(torch.frombuffer(bytearray(rng_bytes), dtype=torch.uint8))

@@ -1,4 +1,4 @@
-"""This process's id, read without a system call.
+"""This process's id, read without a system call; what must hold across a fork.
 
 A buffer checks on every write that it runs in the process that built it (a
 copy forked into a collector's worker is a writer of its own). ``os.getpid()``
@@ -6,12 +6,20 @@ is a system call each time (glibc stopped caching it), about 1 µs of a
 40 µs write once the caches are cold; the id changes only at a fork, where
 ``os.register_at_fork`` refreshes it. A spawned process imports this module
 afresh.
+
+A thread that forks while another thread holds a lock leaves the child a copy
+of that lock, held by a thread the child does not have: the child's first use
+of it (a DataLoader worker's first sample) waits forever. :func:`guard_forks`
+has an object's thread locks taken before every fork and released after it,
+on both sides.
 """
 from __future__ import annotations
 
 import os
+import weakref
+from typing import Any
 
-__all__ = ["current_pid"]
+__all__ = ["current_pid", "guard_forks"]
 
 _pid = os.getpid()
 
@@ -22,6 +30,58 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+# the guarded objects by level: level 0's locks are taken first (see guard_forks)
+_GUARDED: tuple[weakref.WeakSet[Any], weakref.WeakSet[Any]] = (weakref.WeakSet(), weakref.WeakSet())
+_HELD: list[Any] = []
+
+
+def guard_forks(owner: Any, *, level: int) -> None:
+    """Hold ``owner``'s thread locks across every fork of this process.
+
+    Before a fork, each guarded object's ``_fork_locks()`` are taken, level
+    0's objects first and then level 1's (the order a write takes them: a
+    buffer's locks, then its storage's), and its ``_before_fork()`` runs with
+    them held (a storage moves its rows to shared memory there). After the
+    fork both sides release them. Objects are held weakly.
+
+    Examples:
+        >>> import os, threading
+        >>> class Owner:
+        ...     def __init__(self):
+        ...         self.lock, self.forks = threading.Lock(), 0
+        ...     def _fork_locks(self):
+        ...         return (self.lock,)
+        ...     def _before_fork(self):
+        ...         self.forks += 1
+        >>> owner = Owner()
+        >>> guard_forks(owner, level=0)
+        >>> pid = os.fork()
+        >>> if pid == 0:
+        ...     os._exit(0 if owner.lock.acquire(blocking=False) else 1)  # the child's copy is free
+        >>> os.waitpid(pid, 0)[1], owner.forks, owner.lock.locked()
+        (0, 1, False)
+    """
+    _GUARDED[level].add(owner)
+
+
+def _hold_before_fork() -> None:
+    for group in _GUARDED:
+        for owner in list(group):
+            for lock in owner._fork_locks():
+                lock.acquire()
+                _HELD.append(lock)
+            owner._before_fork()
+
+
+def _release_after_fork() -> None:
+    while _HELD:
+        _HELD.pop().release()
+
+
+os.register_at_fork(
+    before=_hold_before_fork, after_in_parent=_release_after_fork, after_in_child=_release_after_fork
+)
 
 
 def current_pid() -> int:

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
-import weakref
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +14,7 @@ from torchrl.data import RandomSampler, Storage, TensorStorage
 from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext.core.schema import LeafSpec, RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
+from torchrl_ext.core.process import guard_forks
 from torchrl_ext.core.kernels.sequences import sequence_span
 from torchrl_ext.sample_index import SampleIndex, reader_of
 from torchrl_ext.storages._packed import PackedRows
@@ -27,35 +26,6 @@ __all__ = ["TransitionStorage"]
 _CPU = torch.device("cpu")  # (a device string is parsed again at each call)
 
 Backend = Literal["tensor", "memmap"]
-
-# Storages whose rows are still this process's own memory (PackedRows.share): a
-# forked child would see a copy-on-write snapshot, neither the rows written after
-# the fork nor its own writes in the parent. Before any fork they move to shared
-# memory, each under its rows lock, held across the fork (a child then never
-# inherits a lock taken by another thread mid-write).
-_PRIVATE: weakref.WeakSet[TransitionStorage] = weakref.WeakSet()
-_HELD: list[threading.RLock] = []
-
-
-def _share_before_fork() -> None:
-    for storage in list(_PRIVATE):
-        storage._rows_lock.acquire()
-        _HELD.append(storage._rows_lock)
-        storage._share_rows()
-
-
-def _release_after_fork() -> None:
-    while _HELD:
-        _HELD.pop().release()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_share_before_fork,
-        after_in_parent=_release_after_fork,
-        after_in_child=_release_after_fork,
-    )
-
 
 class TransitionStorage(TensorStorage):
     """Rows of transitions in per-stream rings, with the episode index beside them.
@@ -169,6 +139,7 @@ class TransitionStorage(TensorStorage):
         self._last_cursor = None
         self._live_cache: tuple[Any, torch.Tensor] | None = None  # see _transition_rows
         self._rows_lock = threading.RLock()  # a write, or the rows' move to shared memory
+        guard_forks(self, level=1)  # rows shared before a fork, which waits for a write under way
         self.__dict__["_storage_keys"] = None
 
     # ----------------------------------------------------------------- set-up
@@ -204,8 +175,6 @@ class TransitionStorage(TensorStorage):
                 schema, num_streams, stream_capacity, self.backend, self.scratch_dir, self.device
             )
         self.schema, self.index, self._storage = schema, index, self.packed.buffers
-        if not self.packed.shared:
-            _PRIVATE.add(self)
 
     def share_memory_(self) -> TransitionStorage:
         """Keep the rows in shared memory from now on, where worker processes see every write.
@@ -236,10 +205,14 @@ class TransitionStorage(TensorStorage):
         # (the caller holds the rows lock)
         if self.index is None or self.packed.shared:
             return
-        written = self.index.written.numpy()
-        self.packed.share(np.minimum(written, self.index.stream_capacity))
+        self.packed.share(self._used(self.index.written))
         self._storage = self.packed.buffers
-        _PRIVATE.discard(self)
+
+    def _fork_locks(self) -> tuple[Any, ...]:
+        """The lock :func:`~torchrl_ext.core.process.guard_forks` holds across a fork."""
+        return (self._rows_lock,)
+
+    _before_fork = _share_rows  # a forked child sees the rows written after the fork
 
     # ----------------------------------------------------------------- writes
     def write(
@@ -499,6 +472,10 @@ class TransitionStorage(TensorStorage):
                 "this storage's; load into a new, empty buffer."
             )
 
+    def _used(self, written: torch.Tensor) -> np.ndarray:
+        """``[num_streams]`` rows each stream has used, from the front of its ring (see :meth:`_rows_in_use`)."""
+        return np.minimum(written.numpy(), self._ready("_used")[1].stream_capacity)
+
     def _rows_in_use(self, written: torch.Tensor) -> torch.Tensor:
         """Physical rows ever written, given the index's ``written`` cursors (``[num_streams]``).
 
@@ -507,7 +484,7 @@ class TransitionStorage(TensorStorage):
         memory a reload commits) follows the data, not the capacity.
         """
         index = self._ready("_rows_in_use")[1]
-        used = np.minimum(written.numpy(), index.stream_capacity)  # [S]
+        used = self._used(written)  # [S]
         first = np.arange(index.num_streams) * index.stream_capacity  # [S] row 0 of each ring
         before = np.cumsum(used) - used  # [S] rows of the earlier streams
         # entry j of the result lies in stream s: first[s] + (j - before[s])
@@ -595,6 +572,7 @@ class TransitionStorage(TensorStorage):
         else:
             restore(self, state)
         self._rows_lock = threading.RLock()
+        guard_forks(self, level=1)
 
     def __repr__(self) -> str:
         streams = "?" if self.index is None else self.index.num_streams
