@@ -89,6 +89,42 @@ def test_steps_laid_out_like_the_first_insert_and_others_store_the_same():
     assert len(buffer) == 3
 
 
+def test_an_entry_with_the_first_inserts_size_but_another_shape_is_refused_naming_the_key():
+    # a later step is checked by ndim and size; an array of the same size in
+    # another shape (two envs of three values given as three rows of two, or
+    # with an extra axis) is refused with the full checks' message, and the
+    # step is not stored
+    buffer = MBReplayBuffer(50, "cpu", make_actor(), None, None, seed=0)
+    for t in range(2):
+        buffer.insert_transition(step(t, n=2, obs_dim=3))
+    for shape in ((3, 2), (1, 2, 3), (6,)):
+        bad = step(2, n=2, obs_dim=3)
+        bad["NextObservation"] = bad["NextObservation"].reshape(shape)
+        with pytest.raises(ValueError, match=r"'NextObservation' has shape"):
+            buffer.insert_transition(bad)
+    renamed = step(2, n=2, obs_dim=3)
+    renamed["Extra"] = renamed.pop("NextDone")  # as many keys as the first insert, one of them another
+    with pytest.raises(KeyError, match=r"unknown keys \['Extra'\]"):
+        buffer.insert_transition(renamed)
+    bad = step(2, n=2, obs_dim=3)
+    bad["Reward"] = list(bad["Reward"])
+    buffer.insert_transition(bad)  # a list: converted by the full checks, stored as an array
+    assert len(buffer) == 3
+    assert buffer.get_data_slice(0, 3)["Reward"][:, :, 0].tolist() == [[0.0, 100.0], [1.0, 101.0], [2.0, 102.0]]
+
+
+def test_steps_with_an_empty_entry_are_checked_in_full_and_stored():
+    # an empty [2, 0] entry: a [1, 0] one has its size and ndim and broadcasts to it,
+    # so only the full checks tell them apart
+    buffer = MBReplayBuffer(50, "cpu", make_actor(), None, None, seed=0)
+    for t in range(3):
+        buffer.insert_transition({**step(t, n=2), "RecurrentHiddenStates": np.zeros((2, 0), np.float32)})
+    with pytest.raises(ValueError, match=r"'RecurrentHiddenStates' has shape \(1, 0\)"):
+        buffer.insert_transition({**step(3, n=2), "RecurrentHiddenStates": np.zeros((1, 0), np.float32)})
+    assert len(buffer) == 3
+    assert buffer.get_data_slice(0, 3)["RecurrentHiddenStates"].shape == (3, 2, 0)
+
+
 def test_nan_observations_that_follow_on_stay_one_episode():
     # observations compare bit for bit: a NaN entry that the previous next
     # observation also held does not cut the episode (== would: NaN != NaN)

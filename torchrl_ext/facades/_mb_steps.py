@@ -7,8 +7,9 @@ and the episode cuts the episode-aware writer needs.
 """
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -104,17 +105,18 @@ class PytorchrlSteps:
         self, mode: AutoresetMode, reward_required: bool, num_actions: int | None, chunk: int
     ) -> None:
         self.mode = mode
+        self._same_step = mode is AutoresetMode.SAME_STEP
         self.reward_required = reward_required
         self.num_actions = num_actions
         self.chunk = chunk
         self.num_envs = 0
         self.specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None = None
         self.keys: frozenset[str] = frozenset()
-        # (name, shape, dtype, staging block [chunk, *shape]) of every entry of the first
-        # insert, when each was one array: a step laid out the same is checked and
-        # staged in one pass (``block[i] = value``: no view object per step, which
+        # (name, shape, dtype, ndim, size, staging block [chunk, *shape]) of every entry of
+        # the first insert, when each was one non-empty array: a step laid out the same is
+        # checked and staged in one pass (``block[i] = value``: no view object per step, which
         # costs a cache miss per entry once other work has run between inserts)
-        self._layout: tuple[tuple[str, tuple[int, ...], np.dtype, np.ndarray], ...] | None = None
+        self._layout: tuple[tuple[str, tuple[int, ...], np.dtype, int, int, np.ndarray], ...] | None = None
         self.warned = False
         # staging blocks [chunk, N, ...] by stored key: time-major, a step is one block per
         # entry, and the writer reads the time-first batch in place
@@ -184,21 +186,28 @@ class PytorchrlSteps:
         if layout is None or type(sample) is not dict or len(sample) - (INFO in sample) != len(layout):
             return None
         i = self.staged
-        get = sample.get
-        for name, shape, dtype, block in layout:
-            value = get(name)
-            if type(value) is not np.ndarray:
-                if not isinstance(value, torch.Tensor):
+        try:
+            for name, _, dtype, ndim, size, block in layout:
+                value = sample[name]
+                # numpy's builtin dtypes are singletons: ``is`` settles the usual case
+                if value.dtype is not dtype:
+                    if type(value) is not np.ndarray:
+                        if not isinstance(value, torch.Tensor):
+                            return None
+                        value = to_numpy(value)
+                    if value.dtype != dtype:
+                        return None
+                # the first insert's ndim and size: an array that also broadcasts to the
+                # block's row (else numpy raises) has its shape (no entry is empty)
+                if value.ndim != ndim or value.size != size:
                     return None
-                value = to_numpy(value)
-            # numpy's builtin dtypes are singletons: ``is`` settles the usual case
-            if value.shape != shape or (value.dtype is not dtype and value.dtype != dtype):
-                return None
-            block[i] = value
-        stage = self._stage
+                block[i] = value
+        except (KeyError, AttributeError, ValueError):  # another key; None, a list...; another shape
+            return None
         if self.num_actions is not None:
-            self._check_actions(stage[STORED[ACT]][i], where)
-        if self.mode is AutoresetMode.SAME_STEP:
+            self._check_actions(self._stage[STORED[ACT]][i], where)
+        if self._same_step:
+            stage = self._stage
             boundary = stage[BOUNDARY_KEY][i, :, 0]
             boundary[:] = False
             done = stage[STORED[DONE2]][i, :, 0] != 0
@@ -222,11 +231,14 @@ class PytorchrlSteps:
             isinstance(sample[name], (np.ndarray, torch.Tensor)) for name in present
         ):
             return
-        layout = []
-        for name in present:
-            shape = tuple(sample[name].shape)
-            layout.append((name, shape, to_numpy(sample[name]).dtype, self._block(name, shape)))
-        self._layout = tuple(layout)
+        entries = [(name, tuple(sample[name].shape), to_numpy(sample[name]).dtype) for name in present]
+        if all(math.prod(shape) for _, shape, _ in entries):  # else (an empty entry) all go through step()
+            self._layout = self._fast_layout(entries)
+
+    def _fast_layout(self, entries: Iterable[tuple[str, tuple[int, ...], np.dtype]]) -> tuple:
+        """``(name, shape, dtype, ndim, size, staging block)`` of each entry, for :meth:`stage_known`."""
+        return tuple((name, shape, dtype, len(shape), math.prod(shape), self._block(name, shape))
+                     for name, shape, dtype in entries)
 
     def _block(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """``name``'s staging block as ``[chunk, *shape]`` (a view: a flag given as ``[N]`` is staged ``[chunk, N, 1]``)."""
@@ -245,9 +257,7 @@ class PytorchrlSteps:
         self.__dict__.update(state)
         entries: tuple[tuple[str, tuple[int, ...], np.dtype], ...] | None = state["_layout"]
         if entries is not None:
-            self._layout = tuple(
-                (name, shape, dtype, self._block(name, shape)) for name, shape, dtype in entries
-            )
+            self._layout = self._fast_layout(entries)
 
     def _present(self, sample: Any, where: str) -> set[str]:
         if not isinstance(sample, Mapping):
