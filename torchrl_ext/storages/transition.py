@@ -27,6 +27,7 @@ _CPU = torch.device("cpu")  # (a device string is parsed again at each call)
 
 Backend = Literal["tensor", "memmap"]
 
+
 class TransitionStorage(TensorStorage):
     """Rows of transitions in per-stream rings, with the episode index beside them.
 
