@@ -51,9 +51,9 @@ def test_frame_rows_match_frame_steps(workload, n_frames, n):
     steps_ = index.window_lengths(rows, n)
     tau, stream = index.row_coordinates(rows)
     _, _, start, _ = index.locate(tau, stream)
-    taus = frame_steps(np.stack([tau, tau + steps_]), start[None], n_frames)  # [2, B, F]
+    taus = frame_steps(np.stack([tau, tau + steps_], 1), start[:, None], n_frames)  # [B, 2, F]
     frames, lost = index.frame_rows(rows, steps_, n_frames)
-    assert frames.tolist() == index.physical_rows(taus, stream[None, :, None]).tolist()
+    assert frames.tolist() == index.physical_rows(taus, stream[:, None, None]).tolist()
     oldest = np.maximum(tau - (n_frames - 1), start)
     assert lost.tolist() == (oldest < index.live_start()[stream]).tolist()
 

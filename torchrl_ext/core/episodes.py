@@ -191,9 +191,9 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         """Rows of the ``n_frames`` stacked frames of transitions ``rows`` and of their next observations.
 
         ``steps``: how many steps after each row its next observation is
-        (window lengths). Returns ``(frames, lost)``: ``[2, *rows.shape,
-        n_frames]`` rows (the observations' frames, then the next
-        observations'; see :func:`~torchrl_ext.samplers.frame_steps` for which
+        (window lengths). Returns ``(frames, lost)``: ``[*rows.shape, 2,
+        n_frames]`` rows (each transition's observation frames, then its next
+        observation's; see :func:`~torchrl_ext.samplers.frame_steps` for which
         frames), and ``[*rows.shape]`` bool, the observation's stack needs a
         frame the ring overwrote. One compiled pass
         (:func:`~torchrl_ext.core.kernels.frames.frame_rows`).
@@ -204,15 +204,15 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             >>> index.plan(np.array([0]), np.array([[False, False, True]]), None).commit()
             >>> frames, lost = index.frame_rows(np.array([0, 2]), np.array([1, 1]), 2)
             >>> frames.tolist(), lost.tolist()
-            ([[[0, 0], [1, 2]], [[0, 1], [2, 3]]], [False, False])
+            ([[[0, 0], [0, 1]], [[1, 2], [2, 3]]], [False, False])
         """
         flat = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
-        out = np.empty((2, flat.size, n_frames), dtype=np.int64)
+        out = np.empty((flat.size, 2, n_frames), dtype=np.int64)
         lost = np.empty(flat.size, dtype=bool)
         frame_rows(flat, np.ascontiguousarray(steps, dtype=np.int64).reshape(-1), n_frames,
                    self.stream_capacity, self.episode_capacity, self._np["written"],
                    self._np["row_episode"], self._np["episode_start_flat"], out, lost)
-        return out.reshape(2, *np.shape(rows), n_frames), lost.reshape(np.shape(rows))
+        return out.reshape(*np.shape(rows), 2, n_frames), lost.reshape(np.shape(rows))
 
     def num_transitions(self) -> int:
         """Number of live transitions (rows with a live next row)."""

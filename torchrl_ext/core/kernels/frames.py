@@ -25,19 +25,22 @@ def frame_rows(
 
     For the transition at live row ``rows[i]`` (logical time ``tau``, its
     episode's step 0 at ``start``), whose next observation is ``steps[i]``
-    steps later: ``out[0, i, j]`` is the row of the observation at
-    ``max(tau - (F - 1) + j, start)``, ``out[1, i, j]`` the same from
+    steps later: ``out[i, 0, j]`` is the row of the observation at
+    ``max(tau - (F - 1) + j, start)``, ``out[i, 1, j]`` the same from
     ``tau + steps[i]`` (frames before the episode's first observation repeat
     it), and ``lost[i]`` tells that the oldest frame of the observation's
-    stack is older than the ring still holds (the ring overwrote it).
+    stack is older than the ring still holds (the ring overwrote it). A
+    transition's two stacks are side by side, so a gather in this order reads
+    each transition's frames as one run through its stream (its stacks
+    overlap or nearly meet there).
 
     Examples:
         >>> # one stream of 8 slots: an episode from tau 0, 5 rows written
         >>> written, row_episode, start = np.array([5]), np.zeros(8, np.int64), np.zeros(6, np.int64)
-        >>> out, lost = np.empty((2, 2, 3), np.int64), np.empty(2, bool)
+        >>> out, lost = np.empty((2, 2, 3), np.int64), np.empty(2, bool)  # [B, 2, F]
         >>> frame_rows(np.array([0, 3]), np.array([1, 1]), 3, 8, 6, written, row_episode, start, out, lost)
         >>> out.tolist(), lost.tolist()  # step 0 repeats the first observation
-        ([[[0, 0, 0], [1, 2, 3]], [[0, 0, 1], [2, 3, 4]]], [False, False])
+        ([[[0, 0, 0], [0, 0, 1]], [[1, 2, 3], [2, 3, 4]]], [False, False])
     """
     for i in range(rows.shape[0]):
         s, tau, e = live_row(rows[i], C, E, written, row_episode)
@@ -47,4 +50,4 @@ def frame_rows(
         for half in range(2):
             end = tau + (steps[i] if half else 0)
             for j in range(F):
-                out[half, i, j] = base + max(end - (F - 1) + j, start) % C
+                out[i, half, j] = base + max(end - (F - 1) + j, start) % C
