@@ -16,12 +16,18 @@ the filled buffer holds, as in the other workloads), one after the other. The
 processes then stay alive and are timed interleaved: in each round every live
 buffer samples ``ROUND`` batches in turn (in an order shuffled anew each
 time), so drift of the machine falls on all of them alike; samples/s is the median over all timed
-batches. SB3's stacked layout (about 11 GB at 200k transitions) does not fit
-beside the others in 24 GB: it is built, filled and timed first, interleaved the
-same way with a second ``ours`` process, and its ratio is against that one. (A
-buffer timed alone never waits while others sample, so it would be timed warm and
-the others cold: on this machine a batch of ours taken after a 50 ms wait costs
-about 4x one taken right after another; a bare torch gather, about 2x.)
+batches. Two buffers are timed in a phase of their own before the others,
+each interleaved the same way with a second ``ours`` process, and their ratios
+are against that one: SB3's stacked layout (about 11 GB at 200k transitions) does
+not fit beside the others in 24 GB, and TorchRL's batches take 0.2-2 s each, so
+in the rotation its turns would leave every other process idle for seconds at a
+time, after which their batches cost 2-5x on this machine (cpprb read 30k-51k
+samples/s with TorchRL in the rotation, 154k-182k without it, in the same
+hour). (A buffer timed alone never waits while others sample, so it would be
+timed warm and the others cold: on this machine a batch of ours taken after a
+50 ms wait costs about 4x one taken right after another; a bare torch gather,
+about 2x.) The "huge pages" column is the share of each buffer's memory the
+kernel holds in 2 MB pages (random reads over 4 KB pages miss the TLB).
 
 - ``ours``: ``make_replay_buffer(rows, n_frames=4, n_step=3)``: frames stored
   once, stacks gathered by index at sample time;
@@ -64,7 +70,9 @@ os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
 
 import numpy as np  # noqa: E402
 
-from measure import block_orders, logger, machine_line, rss_bytes, settle, table, write_tables  # noqa: E402
+from measure import (  # noqa: E402
+    block_orders, huge_page_bytes, logger, machine_line, rss_bytes, settle, table, write_tables,
+)
 
 ENVS, EPISODE, STAGGER = 4, 500, 125
 FRAME = (1, 84, 84)
@@ -379,7 +387,9 @@ ADAPTERS = {"ours": Ours, "ours-d3rlpy": OursD3rlpy, "torchrl": TorchRLCatFrames
 
 # ----------------------------------------------------------------------- probes
 ROUND = 5  # batches a buffer samples in turn per round of the interleaved timing
-ALONE = ("sb3",)  # timed in a phase of their own (beside ours): too large to live beside all the others
+# timed in a phase of their own, beside a second ours: sb3 is too large to live beside
+# the others, torchrl too slow (its turns would leave the others idle for seconds)
+ALONE = ("sb3", "torchrl")
 
 
 def serve(key: str, rows: int) -> None:
@@ -395,7 +405,7 @@ def serve(key: str, rows: int) -> None:
     ADAPTERS[key]().build(ENVS * EPISODE)  # imports (and their memory) before measuring
     impl = ADAPTERS[key]()
     settle()
-    before = rss_bytes()
+    before, huge_before = rss_bytes(), huge_page_bytes()
     started = time.perf_counter()
     impl.build(rows)
     if isinstance(impl, D3rlpyAppends):
@@ -410,7 +420,8 @@ def serve(key: str, rows: int) -> None:
     for batch in BATCHES:
         for _ in range(3):
             impl.sample(batch)  # warm-up
-    print("JSON:" + json.dumps({"key": key, "mem": rss_bytes() - before, "fill_s": fill_s}), flush=True)
+    print("JSON:" + json.dumps({"key": key, "mem": rss_bytes() - before, "fill_s": fill_s,
+                                "huge": huge_page_bytes() - huge_before}), flush=True)
     for line in sys.stdin:
         batch, count = map(int, line.split())
         times, counts = [], np.zeros(3, np.int64)
@@ -492,8 +503,8 @@ def report(results: list[dict], rows: int) -> str:
     ours = next((r for r in results if r["key"] == "ours" and "error" not in r), None)
     stacked_bytes = rows * 2 * N_FRAMES * int(np.prod(FRAME))  # obs + next obs, stacked
     header = ["buffer"] + [f"samples/s B={b}" for b in BATCHES] + \
-        [f"vs ours B={b}" for b in BATCHES] + ["memory", "vs stacked layout", "exact stacks",
-                                                "exact at starts"]
+        [f"vs ours B={b}" for b in BATCHES] + ["memory", "vs stacked layout", "huge pages",
+                                                "exact stacks", "exact at starts"]
     lines = []
     for r in results:
         if "error" in r:
@@ -505,7 +516,7 @@ def report(results: list[dict], rows: int) -> str:
         ratios = [f"{r[f'rate{b}'] / mine[b]:.2f}x" if mine else "n/a" for b in BATCHES]
         es, s = (sum(r[f"starts{b}"][i] for b in BATCHES) for i in (0, 1))
         lines.append([r["key"], *rates, *ratios, f"{r['mem'] / 2**20:,.0f} MiB",
-                      f"{r['mem'] / stacked_bytes:.2f}x",
+                      f"{r['mem'] / stacked_bytes:.2f}x", f"{r['huge'] / max(r['mem'], 1):.0%}",
                       f"{min(r[f'exact{b}'] for b in BATCHES):.1%}",
                       f"{es}/{s} ({es / max(s, 1):.0%})"])
     return table(header, lines)
@@ -551,17 +562,22 @@ def main() -> None:
     time_interleaved(probes, reps)
     results.update((p.key, p.close()) for p in probes)
     results = [results[k] for k in a.only]
-    beside = next((r["ours_beside"] for r in results if "ours_beside" in r), None)
-    phase = "" if beside is None else (
-        "; sb3's stacked layout does not fit beside them all: it is timed before them, interleaved "
-        "the same way with a second ours process, and its 'vs ours' ratios are against that ours ("
-        + ", ".join(f"B={b}: {beside[b]:,.0f} samples/s" for b in BATCHES) + ")")
+    alone = [(r["key"], r["ours_beside"]) for r in results if "ours_beside" in r]
+    why = {"sb3": "its stacked layout does not fit beside them all",
+           "torchrl": "its slow batches would leave the others idle for seconds between turns"}
+    phase = "" if not alone else (
+        "; " + " and ".join(f"{key} ({why[key]})" for key, _ in alone)
+        + (" are" if len(alone) > 1 else " is") + " timed before them, interleaved the same way "
+        "with a second ours process, and compared with that ours ("
+        + "; ".join(f"beside {key}: " + ", ".join(f"B={b}: {beside[b]:,.0f}" for b in BATCHES)
+                    for key, beside in alone) + " samples/s)")
     out = (f"\n## W5 frame stacks: u8{list(FRAME)}, {ENVS} envs, {EPISODE}-step episodes, "
            f"{rows:,} transitions, n_frames={N_FRAMES}, n_steps={N_STEPS}\n\n{machine_line()}\n\n"
            + report(results, rows)
            + "\n\nEach buffer in its own process (torch.set_num_threads(1)), timed interleaved "
              f"with the others ({ROUND} batches each in turn){phase}; samples/s: median of {reps} timed batches; "
-             "memory: RSS held by the filled buffer; stacked "
+             "memory: RSS held by the filled buffer; huge pages: the share of that memory the "
+             "kernel holds in 2 MB pages; stacked "
              "layout: observation and next observation stored as 4-frame stacks; torchrl: no "
              "n-step (slices of 4 frames, CatFrames); sb3: VecFrameStack's zero padding at starts; "
              "cpprb: stacks returned channels-last ([B, 84, 84, 4]), as it stores them (the "
