@@ -387,9 +387,9 @@ ADAPTERS = {"ours": Ours, "ours-d3rlpy": OursD3rlpy, "torchrl": TorchRLCatFrames
 
 # ----------------------------------------------------------------------- probes
 ROUND = 5  # batches a buffer samples in turn per round of the interleaved timing
-# timed in a phase of their own, beside a second ours: sb3 is too large to live beside
-# the others, torchrl too slow (its turns would leave the others idle for seconds)
-ALONE = ("sb3", "torchrl")
+# timed in a phase of their own, beside a second ours, and why
+ALONE = {"sb3": "its stacked layout does not fit beside them all",
+         "torchrl": "its slow batches would leave the others idle for seconds between turns"}
 
 
 def serve(key: str, rows: int) -> None:
@@ -563,10 +563,8 @@ def main() -> None:
     results.update((p.key, p.close()) for p in probes)
     results = [results[k] for k in a.only]
     alone = [(r["key"], r["ours_beside"]) for r in results if "ours_beside" in r]
-    why = {"sb3": "its stacked layout does not fit beside them all",
-           "torchrl": "its slow batches would leave the others idle for seconds between turns"}
     phase = "" if not alone else (
-        "; " + " and ".join(f"{key} ({why[key]})" for key, _ in alone)
+        "; " + " and ".join(f"{key} ({ALONE[key]})" for key, _ in alone)
         + (" are" if len(alone) > 1 else " is") + " timed before them, interleaved the same way "
         "with a second ours process, and compared with that ours ("
         + "; ".join(f"beside {key}: " + ", ".join(f"B={b}: {beside[b]:,.0f}" for b in BATCHES)
