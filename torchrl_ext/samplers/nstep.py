@@ -12,12 +12,12 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.core.kernels.rows import window_rows
 from torchrl_ext.core.schema import set_unchecked
-from torchrl_ext.sample_index import SampleIndex
+from torchrl_ext.sample_index import RowReads, SampleIndex
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 
-__all__ = ["NStepSampler", "StepWindows", "window_steps"]
+__all__ = ["NStepSampler", "OneStepWindows", "StepWindows", "window_steps"]
 
 
 def window_steps(index: EpisodeIndex, rows: torch.Tensor, n: int) -> torch.Tensor:
@@ -68,8 +68,9 @@ class StepWindows:
     windows with goals are read as windows, with their next observations).
 
     Args:
-        one_step (bool): every window is one step (``NStepSampler(n=1)``):
-            read as transitions without looking at ``k``. Defaults to ``False``.
+        one_step (bool): every window is one step (hindsight goals on
+            one-step transitions): read as transitions without looking at
+            ``k``. Defaults to ``False``.
 
     Examples:
         >>> import torch
@@ -142,6 +143,34 @@ class StepWindows:
         return torch.from_numpy(np.concatenate(read))
 
 
+@dataclass(frozen=True)
+class OneStepWindows(RowReads):
+    """The reader of ``NStepSampler(n=1)``'s index: ``[B]`` rows, each a window of one step.
+
+    A window of one step is the transition itself: its rows are read as
+    :class:`~torchrl_ext.sample_index.RowReads` reads plain rows (one
+    gather), plus ``"steps_to_next_obs"`` ``[B, 1]`` (all 1), which marks the
+    batch as windows for :class:`~torchrl_ext.transforms.NStepTransform`.
+
+    Examples:
+        >>> import torch
+        >>> OneStepWindows().spans(torch.tensor([5, 9]))
+        (tensor([5, 9]), tensor([1, 1]))
+    """
+
+    def read(
+        self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
+    ) -> TensorDictBase:
+        rows = index.plain if isinstance(index, SampleIndex) else index.as_subclass(torch.Tensor)
+        out = storage.packed.gather(rows) if observations else storage.packed.gather_steps(rows)
+        steps = torch.ones(rows.shape[0], 1, dtype=torch.int64, device=out.device)
+        set_unchecked(out, "steps_to_next_obs", steps)
+        return out
+
+
+_ONE_STEP = OneStepWindows()
+
+
 def _window_rows(
     storage: TransitionStorage, columns: np.ndarray, width: int, after: np.ndarray,
     window_next: np.ndarray,
@@ -172,10 +201,11 @@ class NStepSampler(RefiningSampler):
     row, and newer rows of the same stream are never overwritten first).
 
     The sample's index is a ``[B, 2]`` :class:`~torchrl_ext.sample_index.SampleIndex`
-    (row, k) read by :class:`StepWindows`, and
+    (row, k) read by :class:`StepWindows` (with ``n = 1``, every window is
+    one transition: the ``[B]`` rows, read by :class:`OneStepWindows`), and
     :class:`~torchrl_ext.transforms.NStepTransform` computes the returns. In
-    the sample, ``"index"`` is that ``[B, 2]`` tensor: pass it to
-    ``rb.update_priority`` as is.
+    the sample, ``"index"`` is that tensor (``[B, 2]``, or ``[B]`` with
+    ``n = 1``): pass it to ``rb.update_priority`` as is.
 
     Args:
         n (int): maximum window length. An attribute: it can change between samples.
@@ -219,12 +249,13 @@ class NStepSampler(RefiningSampler):
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         rows, info = self.base.sample(storage, batch_size)
+        if self.n == 1:  # a window of one step is the transition: no episode end to look up
+            return SampleIndex.wrap(plain_rows(rows, self), _ONE_STEP), info
         rows = plain_rows(rows, self).numpy()
         index = np.empty((rows.shape[0], 2), dtype=np.int64)  # [B, 2] (row, k)
         index[:, 0] = rows
-        # a window of one step is one transition: no episode end to look up
-        index[:, 1] = 1 if self.n == 1 else storage_index(storage).window_lengths(rows, self.n)
-        return SampleIndex.wrap(torch.from_numpy(index), StepWindows(self.n == 1)), info
+        index[:, 1] = storage_index(storage).window_lengths(rows, self.n)
+        return SampleIndex.wrap(torch.from_numpy(index), StepWindows()), info
 
     def settings(self) -> dict[str, Any]:
         return {"n": self.n}
