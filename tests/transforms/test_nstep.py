@@ -256,27 +256,29 @@ def test_windows_match_reference(workload, n, gamma):
     assert same(windows(rb, n, gamma), sorted(expected))
 
 
-def test_prioritized_nstep_rainbow_combination():
+@pytest.mark.parametrize("n", [1, 3])
+def test_prioritized_nstep_rainbow_combination(n):
     from torchrl_ext.samplers import PrioritizedTransitionSampler
 
     base = PrioritizedTransitionSampler(alpha=1.0, beta=0.5)
-    rb = make_replay_buffer(64, batch_size=16, n_step=3, gamma=0.5, sampler=base, seed=0)
+    rb = make_replay_buffer(64, batch_size=16, n_step=n, gamma=0.5, sampler=base, seed=0)
     T = 20
     obs = torch.arange(T, dtype=torch.float32).view(1, T, 1)
     rb.extend(steps(obs, obs + 1))
     batch = rb.sample()
-    assert batch["index"].shape == (16, 2)  # (row, steps), as TorchRL stacks the tuple
+    # (row, steps), as TorchRL stacks the tuple; one-step windows: the rows alone
+    assert batch["index"].shape == ((16,) if n == 1 else (16, 2))
     assert batch["priority_weight"].shape == (16,)
-    # step 5 gets almost all the priority mass, through a sample's entries
+    # step 5 gets almost all the priority mass, through an index shaped as the sample's
     rows = rb.storage.live_transition_rows()  # steps 0..19 of the one stream, in order
     td_error = torch.full((T,), 1e-3)
     td_error[5] = 100.0
-    rb.update_priority(torch.stack([rows, torch.ones_like(rows)], -1), td_error)
+    rb.update_priority(rows if n == 1 else torch.stack([rows, torch.ones_like(rows)], -1), td_error)
     draws = torch.cat([rb.sample()["observation"].view(-1) for _ in range(10)])
     assert float((draws == 5.0).float().mean()) > 0.9
     # windows stay n-step windows under prioritized starts
     batch = rb.sample()
-    expected_k = torch.clamp(T - batch["observation"].view(-1), max=3)
+    expected_k = torch.clamp(T - batch["observation"].view(-1), max=n)
     assert torch.equal(batch["steps_to_next_obs"].view(-1), expected_k.long())
     # and a sample's own td errors go back through update_tensordict_priority
     batch.set("td_error", torch.full((16,), 1e-3))
