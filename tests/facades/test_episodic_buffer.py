@@ -331,6 +331,21 @@ def test_fields_devices_follow_the_checkpoint_map_location():
     assert dataset.fields["x"].device == torch.device("cpu")
 
 
+def test_a_field_kept_on_another_device_than_the_pool_comes_back_there():
+    # steps added as CUDA tensors into a pool in host memory come back on the GPU; the
+    # pool's batches carry its device, which moved such a field back (setting a tensor
+    # into a TensorDict with a device casts it): the meta device stands in for the GPU
+    dataset = RingBufferDataset(20)
+    dataset.add_episode(episode(0, 5))
+    state = dataset.state_dict()
+    state["devices"] = {"x": state["devices"]["x"].to("meta")}  # "x" only: the rest stays
+    restored = RingBufferDataset(20)
+    restored.load_state_dict(state)
+    batch = EpisodeReplayBuffer(restored, batch_size=2, sequence_length=2, seed=0).sample()
+    assert batch["x"].device == torch.device("meta")
+    assert all(batch[k].device == torch.device("cpu") for k in restored.fields if k != "x")
+
+
 def test_load_state_dict_without_running_steps_drops_the_running_episodes():
     def build():
         return EpisodeReplayBuffer(RingBufferDataset(30), batch_size=2, sequence_length=1, seed=5)

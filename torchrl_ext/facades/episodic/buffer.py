@@ -427,15 +427,18 @@ class EpisodeReplayBuffer:
                 # (evicted, the long one added since: checked above). Its error ended
                 # the loader's iterator; new workers draw from the episodes stored now.
                 batch = next(self._iterator)
-        device = batch.device  # None for the pool's batches: the key is then None
+        device = batch.device  # the pool's device, or None (a loader's collated batch)
         moves = self._moves
         if moves is None or moves[0] is not fields or moves[1] != device:
             # every entry is on the pool's device: the first one tells it
             pool = device if device is not None else batch.get(next(iter(fields))).device
             moves = self._moves = (fields, device, [
                 (key, kind.device) for key, kind in fields.items() if kind.device != pool])
-        for key, to in moves[2]:
-            batch.set(key, batch.get(key).to(to))
+        if moves[2]:
+            if device is not None:  # a batch with a device would move the fields back to it
+                batch.clear_device_()
+            for key, to in moves[2]:
+                batch.set(key, batch.get(key).to(to))
         return batch
 
     def __iter__(self) -> Iterator[TensorDictBase]:
