@@ -387,7 +387,9 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         values = [v.plain if isinstance(v, SampleIndex) else v for v in info.values()]
         device = data.device
         if device is not None and device.type != "cpu":
-            values = list(move_together(tuple(values), device))
+            on_device = getattr(self._storage, "on_device", None)
+            values = on_device(values, device) if on_device is not None else list(
+                move_together(tuple(values), device))
         batch = data.batch_size
         for key, value in zip(info, values):
             if not isinstance(value, torch.Tensor):  # a custom sampler's: TensorDict converts it

@@ -134,6 +134,41 @@ def test_cuda_move_together_moves_the_values():
 
 
 @cuda_only
+@pytest.mark.parametrize("tensor", [torch.arange(5), torch.arange(12).view(4, 3)[:, 1]])
+def test_cuda_move_together_moves_a_lone_tensor_by_itself(tensor):
+    moved, kept = move_together((tensor, None), torch.device("cuda"))
+    assert kept is None and moved.is_cuda and torch.equal(moved.cpu(), tensor)
+
+
+@cuda_only
+def test_cuda_move_together_takes_a_device_without_index_as_the_current_one():
+    # a batch on "cuda" holds tensors on "cuda:0": those stay, the CPU ones move
+    there, here = torch.arange(3, device="cuda"), torch.ones(2, dtype=torch.bool)
+    kept, moved = move_together((there, here), torch.device("cuda"))
+    assert kept is there and moved.is_cuda and bool(moved.all())
+
+
+@cuda_only
+def test_cuda_sample_moves_its_rows_to_the_device_once():
+    # the read's slots and the sample's "index" entry are the same rows: one copy (rows
+    # at a ring's end, never drawn here, are read apart, with slots of their own)
+    rb = make_replay_buffer(100, batch_size=16, device="cuda", seed=0)
+    rb.extend(episodes("cuda"))
+    packed = rb.storage.packed
+    assert packed.allocated == packed.stream_capacity  # slots are rows: no mapping
+    rb.sample()  # warm
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA], acc_events=True) as prof:
+        batch = rb.sample()
+        torch.cuda.synchronize()
+    copies = [e.name for e in prof.events() if e.name.startswith("Memcpy")]
+    assert copies == ["Memcpy HtoD (Pageable -> Device)"], copies
+    reference = make_replay_buffer(100, batch_size=16, seed=0)
+    reference.extend(episodes("cpu"))
+    reference.sample()
+    assert torch.equal(batch["index"].cpu(), reference.sample()["index"])
+
+
+@cuda_only
 def test_cuda_extend_from_cuda_data_into_cpu_and_cuda_rows():
     for device in ("cpu", "cuda"):
         rb = make_replay_buffer(200, batch_size=8, n_step=3, seed=1, device=device)

@@ -126,9 +126,17 @@ def move_together(
         >>> moved[0] is rows, moved[1], moved[2].tolist()  # already there: untouched
         (True, None, [True, False, True])
     """
-    todo = [(i, t) for i, t in enumerate(tensors) if t is not None and t.device != device]
+    # "cuda" (no index: the current GPU) holds a tensor on "cuda:0" already
+    anywhere = device.index is None
+    todo = [(i, t) for i, t in enumerate(tensors) if t is not None and (
+        t.device.type != device.type or not anywhere and t.device.index != device.index)]
     if not todo:
         return tensors
+    if len(todo) == 1:  # one tensor: its own copy, no concatenation to split again
+        (i, t), = todo
+        out = list(tensors)
+        out[i] = t.to(device, non_blocking=device.type != "cpu")
+        return tuple(out)
     todo.sort(key=lambda it: -it[1].element_size())
     parts = [t.contiguous().view(-1).view(torch.uint8) for _, t in todo]  # a strided view too
     # to an accelerator: queued (staging in page-locked memory first was measured on an

@@ -168,6 +168,7 @@ class PackedRows:
         self._slots_are_rows = (
             self._rows.device.type == "cpu" and self.allocated == self.stream_capacity
         )
+        self._moved: tuple[torch.Tensor, torch.Tensor] | None = None  # see moved_index
 
     def _bind_layouts(self) -> None:
         """The :class:`~torchrl_ext.storages._columns.Layout` of each kind of read."""
@@ -330,7 +331,22 @@ class PackedRows:
         if self._slots_are_rows:  # rows in host memory: nothing moves
             return (*indices, *beside)
         slots = tuple(None if i is None else self._slots(i) for i in indices)
-        return move_together(slots + beside, self.device)
+        moved = move_together(slots + beside, self.device)
+        host, there = (indices[0], moved[0]) if indices else (None, None)
+        if indices and slots[0] is host and isinstance(host, torch.Tensor) and isinstance(there, torch.Tensor):
+            self._moved = (host, there)  # the rows as they are: the sample's index, maybe
+        return moved
+
+    def moved_index(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The host rows the last read moved to the device as they were, with their copy there.
+
+        A batch of plain rows is read at slots equal to its rows (the buffer
+        not grown): the sample's ``"index"`` entry, the same host tensor, then
+        reuses the read's transfer instead of making another. Taken once;
+        ``None`` if the last read moved no such rows.
+        """
+        moved, self._moved = self._moved, None
+        return moved
 
     # ------------------------------------------------------------------ reads
     def gather(self, rows: torch.Tensor) -> TensorDictBase:
@@ -358,7 +374,7 @@ class PackedRows:
         ends = torch.from_numpy(host[ring_end])
         at, ends, firsts, where = self._on_device(
             torch.from_numpy(np.where(ring_end, 0, host)), ends, ends - (C - 1),
-            beside=(torch.from_numpy(ring_end),),
+            beside=(torch.from_numpy(np.flatnonzero(ring_end)),),  # positions: no mask on the device
         )
         block = gather_rows(self._pair_view, at)
         block[where, :W] = gather_rows(self._rows, ends)
@@ -437,7 +453,7 @@ class PackedRows:
         wrapped = torch.from_numpy(host[wraps])
         at, wrapped, where = self._on_device(
             torch.from_numpy(np.where(wraps, 0, host[:, 0])), wrapped.reshape(-1),
-            beside=(torch.from_numpy(wraps),),
+            beside=(torch.from_numpy(np.flatnonzero(wraps)),),  # positions: no mask on the device
         )
         block = gather_rows(runs, at)
         block[where] = gather_rows(self._rows, wrapped).view(-1, L1 * W)
@@ -530,7 +546,7 @@ class PackedRows:
         self.share()
         state = dict(self.__dict__)
         for name in ("_rows", "_obs_span", "_step_span", "_obs_words", "_step_words", "_words",
-                     "_host_words", "_pair_view",
+                     "_host_words", "_pair_view", "_moved",
                      "_pair_layout", "_obs_layout", "_step_layout"):
             state.pop(name)
         return state

@@ -17,6 +17,7 @@ from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
 from torchrl_ext.core.process import guard_forks
 from torchrl_ext.core.kernels.sequences import sequence_span
 from torchrl_ext.sample_index import SampleIndex, reader_of
+from torchrl_ext.storages._memory import move_together
 from torchrl_ext.storages._packed import PackedRows
 from torchrl_ext.storages.arena import check_compress
 from torchrl_ext.storages.compressed import CompressedRows
@@ -307,6 +308,20 @@ class TransitionStorage(TensorStorage):
             return index.read(self)
         self._check_samplers()
         return self._rows(index)
+
+    def on_device(self, values: list[Any], device: torch.device) -> list[Any]:
+        """A sample's entries (its index, the sampler's info) on ``device`` (the batch's), in one transfer.
+
+        The index the read just moved to the device as it was drawn is not
+        moved again (:meth:`PackedRows.moved_index
+        <torchrl_ext.storages._packed.PackedRows.moved_index>`).
+        """
+        take = getattr(self.packed, "moved_index", None)  # rows on a device are packed rows
+        moved = None if take is None else take()
+        if moved is not None:
+            host, there = moved
+            values = [there if value is host else value for value in values]
+        return list(move_together(tuple(values), device))
 
     def _rows(self, index: Any) -> TensorDictBase:
         if isinstance(index, slice):
