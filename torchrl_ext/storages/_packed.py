@@ -338,12 +338,10 @@ class PackedRows:
         return moved
 
     def moved_index(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The host rows the last read moved to the device as they were, with their copy there.
+        """The host rows the last read moved as they were, with their device copy; taken once.
 
-        A batch of plain rows is read at slots equal to its rows (the buffer
-        not grown): the sample's ``"index"`` entry, the same host tensor, then
-        reuses the read's transfer instead of making another. Taken once;
-        ``None`` if the last read moved no such rows.
+        Slots equal rows when the buffer has not grown: the sample's ``"index"``
+        entry then reuses this copy instead of making another transfer.
         """
         moved, self._moved = self._moved, None
         return moved
