@@ -168,7 +168,7 @@ class PackedRows:
         self._slots_are_rows = (
             self._rows.device.type == "cpu" and self.allocated == self.stream_capacity
         )
-        self._moved: tuple[torch.Tensor, torch.Tensor] | None = None  # see moved_index
+        self._moved: tuple[Any, Any] | None = None  # (host rows, device copy): see moved_index
 
     def _bind_layouts(self) -> None:
         """The :class:`~torchrl_ext.storages._columns.Layout` of each kind of read."""
@@ -332,9 +332,9 @@ class PackedRows:
             return (*indices, *beside)
         slots = tuple(None if i is None else self._slots(i) for i in indices)
         moved = move_together(slots + beside, self.device)
-        host, there = (indices[0], moved[0]) if indices else (None, None)
-        if indices and slots[0] is host and isinstance(host, torch.Tensor) and isinstance(there, torch.Tensor):
-            self._moved = (host, there)  # the rows as they are: the sample's index, maybe
+        first = indices[0] if indices else None
+        if first is not None and slots[0] is first:  # the rows as they are: the sample's index, maybe
+            self._moved = (first, moved[0])
         return moved
 
     def moved_index(self) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -316,8 +316,7 @@ class TransitionStorage(TensorStorage):
         moved again (:meth:`PackedRows.moved_index
         <torchrl_ext.storages._packed.PackedRows.moved_index>`).
         """
-        take = getattr(self.packed, "moved_index", None)  # rows on a device are packed rows
-        moved = None if take is None else take()
+        moved = self.packed.moved_index() if isinstance(self.packed, PackedRows) else None
         if moved is not None:
             host, there = moved
             values = [there if value is host else value for value in values]
