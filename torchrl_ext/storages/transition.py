@@ -315,6 +315,19 @@ class TransitionStorage(TensorStorage):
         The index the read just moved to the device as it was drawn is not
         moved again (:meth:`PackedRows.moved_index
         <torchrl_ext.storages._packed.PackedRows.moved_index>`).
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl_ext import make_replay_buffer
+            >>> rb = make_replay_buffer(100)
+            >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
+            ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
+            ...              "done": torch.ones(2, 1, dtype=torch.bool)}}, [2]))
+            >>> index, weights = torch.tensor([0, 1]), torch.ones(2)
+            >>> moved = rb.storage.on_device([index, weights], torch.device("cpu"))
+            >>> moved[0] is index, moved[1] is weights  # already there: untouched
+            (True, True)
         """
         moved = self.packed.moved_index() if isinstance(self.packed, PackedRows) else None
         if moved is not None:
