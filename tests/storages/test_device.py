@@ -148,21 +148,30 @@ def test_cuda_move_together_takes_a_device_without_index_as_the_current_one():
     assert kept is there and moved.is_cuda and bool(moved.all())
 
 
+ONE_COPY = {  # (capacity, make_replay_buffer's keywords)
+    "uniform": (100, {}),
+    "growing": (100_000, {}),  # 1024 rows per stream held: slots are mapped rows
+    "nstep": (100, {"n_step": 3}),
+}
+
+
 @cuda_only
-def test_cuda_sample_moves_its_rows_to_the_device_once():
-    # the read's slots and the sample's "index" entry are the same rows: one copy (rows
-    # at a ring's end, never drawn here, are read apart, with slots of their own)
-    rb = make_replay_buffer(100, batch_size=16, device="cuda", seed=0)
+@pytest.mark.parametrize("kind", sorted(ONE_COPY))
+def test_cuda_sample_moves_its_rows_to_the_device_once(kind):
+    # the read's slots, windows' masks and lengths, and the sample's "index" entry: one
+    # copy (rows at a ring's end, read apart, ride in it too)
+    capacity, kw = ONE_COPY[kind]
+    rb = make_replay_buffer(capacity, batch_size=16, device="cuda", seed=0, **kw)
     rb.extend(episodes("cuda"))
     packed = rb.storage.packed
-    assert packed.allocated == packed.stream_capacity  # slots are rows: no mapping
+    assert (packed.allocated < packed.stream_capacity) == (kind == "growing")
     rb.sample()  # warm
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA], acc_events=True) as prof:
         batch = rb.sample()
         torch.cuda.synchronize()
     copies = [e.name for e in prof.events() if e.name.startswith("Memcpy")]
     assert copies == ["Memcpy HtoD (Pageable -> Device)"], copies
-    reference = make_replay_buffer(100, batch_size=16, seed=0)
+    reference = make_replay_buffer(capacity, batch_size=16, seed=0, **kw)
     reference.extend(episodes("cpu"))
     reference.sample()
     assert torch.equal(batch["index"].cpu(), reference.sample()["index"])

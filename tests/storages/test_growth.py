@@ -213,3 +213,18 @@ def test_grown_rows_checkpoint_into_reserved_rows_and_back():
     expected = grown.sample()
     assert (reserved.sample() == expected).all()
     assert (again.sample() == expected).all()
+
+
+@pytest.mark.parametrize("kind", ["uniform", "nstep"])
+def test_grown_rows_move_the_sample_index_with_the_read(kind):
+    # rows mapped to a grown buffer are not the index: the index rides in the read's one
+    # transfer, and the sample's "index" entry (moved by on_device) reuses that copy
+    rb = buffer_on(GrowingStorage(6000), *SAMPLERS[kind]())
+    rb.extend(three_envs(0, 500)[:2])
+    packed = rb.storage.packed
+    assert packed.allocated < packed.stream_capacity  # slots are not rows
+    batch = rb.sample()
+    host, there = packed.moved_index()
+    assert host is batch["index"] and torch.equal(there, host)
+    assert packed.moved_index() is None  # taken once
+    assert rb.storage.on_device([host], torch.device("cpu"))[0] is host

@@ -124,6 +124,7 @@ class StepWindows:
             lengths=torch.from_numpy(steps),
             observations=observations,
             relabel=None if relabel is None else torch.from_numpy(relabel),
+            index=index.plain if isinstance(index, SampleIndex) else index,  # the sample's "index"
         )
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,8 +2,9 @@
 
 A row is a run of bytes holding every entry of a step (see
 :mod:`~torchrl_ext.storages._packed`). :func:`place` decides where each entry
-goes; a :class:`Layout`, planned once per kind of read, turns gathered byte
-blocks back into typed views of those entries, nested by key.
+goes; :func:`pack` and :func:`copy_plan` put entries there (on an accelerator,
+and in host memory); a :class:`Layout`, planned once per kind of read, turns
+gathered byte blocks back into typed views of those entries, nested by key.
 """
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.core.schema import LeafSpec
 
-__all__ = ["ALIGN", "Column", "Layout", "place"]
+__all__ = ["ALIGN", "Column", "Layout", "copy_plan", "pack", "place"]
 
 ALIGN = 8  # spans and rows are padded to 8 bytes, so every typed view is aligned
 
@@ -60,6 +62,55 @@ def place(
         columns.append(Column(key, spec.dtype, spec.shape, offset, offset + nbytes, prod(spec.shape)))
         offset += nbytes
     return columns, -(-offset // ALIGN) * ALIGN
+
+
+def pack(
+    columns: list[Column],
+    leaves: Mapping[tuple[str, ...], torch.Tensor],
+    n: int,
+    prefix: tuple[str, ...],
+    width: int,
+) -> torch.Tensor:
+    """The ``[n, width]`` bytes of ``columns`` from ``leaves`` (keys under ``prefix``), packed where they are.
+
+    ``width``: the span's bytes, padded to 8 (zero padding after the columns).
+
+    Examples:
+        >>> from torchrl_ext.core.schema import LeafSpec
+        >>> columns, width = place([("x",)], {("x",): LeafSpec(torch.Size([1]), torch.int16)}, 0)
+        >>> pack(columns, {("next", "x"): torch.tensor([[1], [2]], dtype=torch.int16)}, 2, ("next",), width).tolist()
+        [[1, 0, 0, 0, 0, 0, 0, 0], [2, 0, 0, 0, 0, 0, 0, 0]]
+    """
+    lo = columns[0].lo
+    pad = width - (columns[-1].hi - lo)
+    tensors = []
+    for c in columns:
+        value = leaves[prefix + c.key]
+        if value.dim() != 2 or not value.is_contiguous():
+            value = value.reshape(n, c.width).contiguous()
+        if value.stride(-1) != 1:  # a size-1 dim may carry any stride, e.g. numpy's x[:, None]
+            value = value.clone(memory_format=torch.contiguous_format)
+        tensors.append(value.view(torch.uint8))
+    if pad:
+        tensors.append(torch.zeros(n, pad, dtype=torch.uint8, device=tensors[0].device))
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, 1)
+
+
+def copy_plan(
+    copies: list[tuple[tuple[str, ...], Column, int]],
+) -> tuple[list[tuple[tuple[str, ...], int]], np.ndarray]:
+    """``copies`` (key, column, target) as a :func:`~torchrl_ext.core.kernels.writes.put_bytes` call.
+
+    Returns ``([(key, bytes per row)], [k, 2] int64 (byte in the row, target))``.
+
+    Examples:
+        >>> c = Column(("action",), torch.float32, torch.Size([2]), 8, 16, 2)
+        >>> entries, columns = copy_plan([(("action",), c, 0)])
+        >>> entries, columns.tolist()
+        ([(('action',), 8)], [[8, 0]])
+    """
+    entries = [(key, c.hi - c.lo) for key, c, _ in copies]
+    return entries, np.array([[c.lo, target] for _, c, target in copies], dtype=np.int64).reshape(-1, 2)
 
 
 class Layout:

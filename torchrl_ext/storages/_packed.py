@@ -24,7 +24,7 @@ from torchrl_ext.core.kernels.rows import any_ring_end
 from torchrl_ext.core.kernels.sequences import wrapped_runs
 from torchrl_ext.core.kernels.writes import put_bytes
 from torchrl_ext.core.schema import RowSchema, get_unchecked, put_leaf
-from torchrl_ext.storages._columns import Column, Layout, place, tensordict_of
+from torchrl_ext.storages._columns import Layout, copy_plan, pack, place, tensordict_of
 from torchrl_ext.storages._host import byte_table
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve, reserve_private
 
@@ -88,7 +88,7 @@ class PackedRows:
         # 1: its next row, 2: its row if it opens an episode)
         copies = [(c.key, c, 0) for c in self.step] + [(("next", *c.key), c, 1) for c in self.obs]
         every = copies + [(c.key, c, 2) for c in self.obs]
-        self._copies = (_copy_plan(copies), _copy_plan(every))
+        self._copies = (copy_plan(copies), copy_plan(every))
         # the entries whose view may hold other bytes than its values: a negative view (the .imag
         # of a conj()) of any number, a conjugate view of a complex one (is_complex)
         self._signed = [(key, c.dtype.is_complex) for key, c, _ in every if c.dtype is not torch.bool]
@@ -284,12 +284,12 @@ class PackedRows:
         at = self._on_device(*(None if r is None else torch.from_numpy(r)
                                for r in (rows, next_rows, first_rows)))
         if self.step:
-            self._store("step", at[0], _bytes(self.step, leaves, n, (), self.row_bytes - self._step_lo))
+            self._store("step", at[0], pack(self.step, leaves, n, (), self.row_bytes - self._step_lo))
         if self.obs:
-            self._store("obs", at[1], _bytes(self.obs, leaves, n, ("next",), self._obs_bytes))
+            self._store("obs", at[1], pack(self.obs, leaves, n, ("next",), self._obs_bytes))
             if start is not None:  # packed at the starts only
                 starts = {c.key: _pick(leaves[c.key], start) for c in self.obs}
-                first = _bytes(self.obs, starts, int(start.sum()), (), self._obs_bytes)
+                first = pack(self.obs, starts, int(start.sum()), (), self._obs_bytes)
                 self._store("obs", at[2], first)
 
     def _store(self, span: str, at: torch.Tensor, packed: torch.Tensor) -> None:
@@ -315,33 +315,38 @@ class PackedRows:
         stored = gather_rows(self._rows, at)  # [k, row bytes]
         where = torch.from_numpy(positions).to(_leaves_device(leaves))
         picked = {c.key: leaves[c.key].index_select(0, where) for c in self.obs}
-        incoming = _bytes(self.obs, picked, rows.size, (), self._obs_bytes)
+        incoming = pack(self.obs, picked, rows.size, (), self._obs_bytes)
         width = self.obs[-1].hi
         return (incoming.to(self.device)[:, :width] == stored[:, :width]).all(1).cpu().numpy()
 
     def _on_device(
-        self, *indices: torch.Tensor | None, beside: tuple[torch.Tensor | None, ...] = ()
+        self,
+        *indices: torch.Tensor | None,
+        beside: tuple[torch.Tensor | None, ...] = (),
+        index: torch.Tensor | None = None,
     ) -> tuple[Any, ...]:
         """Physical row ``indices`` as buffer slots on the rows' device, in one transfer.
 
         ``beside``: tensors a sampler computed on the CPU for the batch (window
         masks, lengths), moved in the same transfer and returned after the slots.
-        See :func:`~torchrl_ext.storages._memory.move_together`.
+        ``index``: the sample's index as drawn (not returned): moved in the
+        same transfer, unless it is the first slots themselves, and kept for
+        :meth:`moved_index`. See :func:`~torchrl_ext.storages._memory.move_together`.
         """
         if self._slots_are_rows:  # rows in host memory: nothing moves
             return (*indices, *beside)
         slots = tuple(None if i is None else self._slots(i) for i in indices)
-        moved = move_together(slots + beside, self.device)
-        first = indices[0] if indices else None
-        if first is not None and slots[0] is first:  # the rows as they are: the sample's index, maybe
-            self._moved = (first, moved[0])
-        return moved
+        rides = index is not None and not (slots and slots[0] is index)
+        moved = move_together(slots + beside + ((index,) if rides else ()), self.device)
+        if index is not None:
+            self._moved = (index, moved[-1] if rides else moved[0])
+        return moved[:-1] if rides else moved
 
     def moved_index(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The host rows the last read moved as they were, with their device copy; taken once.
+        """The sample's index the last read moved (``index=`` of its read), with its device copy; taken once.
 
-        Slots equal rows when the buffer has not grown: the sample's ``"index"``
-        entry then reuses this copy instead of making another transfer.
+        The sample's ``"index"`` entry reuses this copy instead of making
+        another transfer.
         """
         moved, self._moved = self._moved, None
         return moved
@@ -366,13 +371,14 @@ class PackedRows:
         C, W = self.stream_capacity, self.row_bytes
         host = rows.numpy()
         if not any_ring_end(host, C):
-            (at,) = self._on_device(rows)
+            (at,) = self._on_device(rows, index=rows)
             return gather_rows(self._pair_view, at)
         ring_end = host % C == C - 1
         ends = torch.from_numpy(host[ring_end])
         at, ends, firsts, where = self._on_device(
             torch.from_numpy(np.where(ring_end, 0, host)), ends, ends - (C - 1),
             beside=(torch.from_numpy(np.flatnonzero(ring_end)),),  # positions: no mask on the device
+            index=rows,
         )
         block = gather_rows(self._pair_view, at)
         block[where, :W] = gather_rows(self._rows, ends)
@@ -466,6 +472,7 @@ class PackedRows:
         lengths: torch.Tensor,
         observations: bool = True,
         relabel: torch.Tensor | None = None,
+        index: torch.Tensor | None = None,
     ) -> TensorDictBase:
         """Windows of steps: ``[B]`` transitions, each from its window's first step to the row after its last.
 
@@ -490,6 +497,8 @@ class PackedRows:
                 ``False`` for a caller that reads them itself.
             relabel: ``[B]`` bool, the row gets the goal (``("her", "relabel")``);
                 ``None``: no hindsight goals.
+            index: the sample's index as drawn (on the CPU): on an accelerator,
+                it rides in the read's one transfer (see :meth:`moved_index`).
 
         Returns:
             a ``[B]`` TensorDict: observation entries of each first row,
@@ -504,7 +513,7 @@ class PackedRows:
         B, W = window_rows.shape
         hindsight = relabel is not None
         window_rows, obs_rows, mask, lengths, relabel = self._on_device(
-            window_rows, obs_rows, beside=(mask, lengths, relabel)
+            window_rows, obs_rows, beside=(mask, lengths, relabel), index=index
         )
         # [B, W, step bytes]: step 0 holds the root-only entries, column W - 1 the last step's
         steps = gather_rows(self._step_span, window_rows.reshape(-1)).view(B, W, -1)
@@ -557,40 +566,6 @@ class PackedRows:
 def _leaves_device(leaves: dict[tuple[str, ...], torch.Tensor]) -> torch.device:
     """The device of written data (its first entry's; the writer checks they agree)."""
     return next(iter(leaves.values())).device
-
-
-def _bytes(
-    columns: list[Column],
-    leaves: dict[tuple[str, ...], torch.Tensor],
-    n: int,
-    prefix: tuple[str, ...],
-    width: int,
-) -> torch.Tensor:
-    """The ``[n, width]`` bytes of ``columns`` from ``leaves`` (keys under ``prefix``), packed where they are.
-
-    ``width``: the span's bytes, padded to 8 (zero padding after the columns).
-    """
-    values = [leaves[prefix + c.key] for c in columns]
-    lo = columns[0].lo
-    pad = width - (columns[-1].hi - lo)
-    tensors = []
-    for value, c in zip(values, columns):
-        if value.dim() != 2 or not value.is_contiguous():
-            value = value.reshape(n, c.width).contiguous()
-        if value.stride(-1) != 1:  # a size-1 dim may carry any stride, e.g. numpy's x[:, None]
-            value = value.clone(memory_format=torch.contiguous_format)
-        tensors.append(value.view(torch.uint8))
-    if pad:
-        tensors.append(torch.zeros(n, pad, dtype=torch.uint8, device=tensors[0].device))
-    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, 1)
-
-
-def _copy_plan(
-    copies: list[tuple[tuple[str, ...], Column, int]],
-) -> tuple[list[tuple[tuple[str, ...], int]], np.ndarray]:
-    """``copies`` (key, column, target) as a put_bytes call: ``([(key, bytes per row)], [k, 2] [byte, target])``."""
-    entries = [(key, c.hi - c.lo) for key, c, _ in copies]
-    return entries, np.array([[c.lo, target] for _, c, target in copies], dtype=np.int64).reshape(-1, 2)
 
 
 def _select(leaves: dict[tuple[str, ...], torch.Tensor], at: np.ndarray) -> dict[tuple[str, ...], torch.Tensor]:

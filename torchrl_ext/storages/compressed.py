@@ -207,11 +207,12 @@ class CompressedRows:
         lengths: torch.Tensor,
         observations: bool = True,
         relabel: torch.Tensor | None = None,
+        index: torch.Tensor | None = None,
     ) -> TensorDictBase:
         """See :meth:`PackedRows.gather_windows`."""
         out = self.packed.gather_windows(
             window_rows, obs_rows, mask=mask, lengths=lengths, observations=observations,
-            relabel=relabel,
+            relabel=relabel, index=index,
         )
         if obs_rows is None:
             return out
