@@ -130,9 +130,10 @@ def test_one_step_without_discount_has_no_nstep_layer_and_samples_the_same_batch
 
 
 def test_a_batch_without_virtual_goals_reads_its_goal_entries_from_its_own_rows():
-    rb = make_her_replay_buffer(200, reward, num_goals=0, batch_size=8, seed=0)
+    # one row, k = 1: int(1 * 1 / 2) = 0 virtual rows, so the goal rows are the rows themselves
+    rb = make_her_replay_buffer(200, reward, num_goals=1, batch_size=1, seed=0)
     rb.extend(episodes_td([[4, 4], [5, 3]]))
-    index, _ = rb.sampler.sample(rb.storage, 8)
+    index, _ = rb.sampler.sample(rb.storage, 1)
     raw = rb.storage.get(index)
     her = raw["her"]
     assert not her["relabel"].any()
@@ -140,6 +141,26 @@ def test_a_batch_without_virtual_goals_reads_its_goal_entries_from_its_own_rows(
         assert torch.equal(her[key], raw[key])
     batch = rb.sample()  # nothing relabelled: the rewards as stored
     assert bool((batch["desired_goal"] == -5.0).all()) and bool((batch["next", "reward"] == -1.0).all())
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_num_goals_zero_serves_the_base_sampler_s_batch(n_step):
+    # no goal drawn: the base's draws, index and entries, and an empty "her" the
+    # transform passes on; num_goals may be raised afterwards
+    kw = {"n_step": n_step, "gamma": 0.9}
+    her = make_her_replay_buffer(200, reward, num_goals=0, batch_size=8, seed=0, **kw)
+    plain = make_replay_buffer(200, batch_size=8, seed=0, **kw)
+    for rb in (her, plain):
+        rb.extend(episodes_td([[4, 4], [5, 3]]))
+    for _ in range(3):
+        batch, expected = her.sample(), plain.sample()
+        assert "her" not in batch.keys()
+        assert (batch == expected).all()  # "index" included: the base's ([8] rows, or [8, 2] windows)
+    index, _ = her.sampler.sample(her.storage, 8)
+    raw = her.storage.get(index)
+    assert raw["her"].batch_size == (8,) and not list(raw["her"].keys())
+    her.sampler.num_goals = 4
+    assert her.sample()["index"].shape == (8, 3)
 
 
 def test_random_strategy_draws_any_live_transition():

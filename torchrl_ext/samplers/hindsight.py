@@ -1,22 +1,26 @@
 """Hindsight goal positions: for part of a batch, a goal reached later in the same episode."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.kernels import goals
-from torchrl_ext.sample_index import SampleIndex
+from torchrl_ext.core.schema import set_unchecked
+from torchrl_ext.sample_index import SampleIndex, WindowReader, reader_of
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.nstep import NStepSampler, StepWindows
 from torchrl_ext.samplers.uniform import draw_rows, storage_index
+from torchrl_ext.storages._columns import tensordict_of
 from torchrl_ext.storages.transition import TransitionStorage
 
-__all__ = ["HindsightSampler", "HindsightStrategy"]
+__all__ = ["HindsightSampler", "HindsightStrategy", "RealGoals"]
 
 
 class HindsightStrategy(StrEnum):
@@ -66,7 +70,10 @@ class HindsightSampler(RefiningSampler):
     (``goal_row`` is ``-1`` for real rows; ``steps`` are n-step window lengths
     when ``base`` is an :class:`~torchrl_ext.samplers.NStepSampler`, else
     ones), which reads the observations at the goal rows, and
-    :class:`~torchrl_ext.transforms.HindsightTransform` relabels.
+    :class:`~torchrl_ext.transforms.HindsightTransform` relabels. With
+    ``num_goals=0`` no goal is drawn: the sample is the base's (its index and
+    entries, the same draws), read by :class:`RealGoals`, which adds an empty
+    ``"her"``.
 
     Args:
         strategy (HindsightStrategy or str): defaults to ``"future"``.
@@ -124,6 +131,8 @@ class HindsightSampler(RefiningSampler):
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         index, info = self.base.sample(storage, batch_size)
+        if not self.num_goals:  # every row real: the base's batch (a third of the cost of goal columns)
+            return SampleIndex.wrap(index, RealGoals(reader_of(index))), info
         columns = np.empty((batch_size, 3), dtype=np.int64)  # [B, 3] (row, steps, goal row)
         windows = index.reader if isinstance(index, SampleIndex) else None
         if isinstance(windows, StepWindows):
@@ -163,3 +172,37 @@ class HindsightSampler(RefiningSampler):
             f"{type(self).__name__}(strategy={self.strategy.value!r}, "
             f"num_goals={self.num_goals}, base={self.base!r})"
         )
+
+
+@dataclass(frozen=True)
+class RealGoals:
+    """The reader of a :class:`HindsightSampler` batch without goals (``num_goals=0``): ``inner``'s batch.
+
+    Reads the base sampler's index as ``inner`` (its reader) does, and adds an
+    empty ``"her"`` TensorDict: no row is relabelled, and
+    :class:`~torchrl_ext.transforms.HindsightTransform` passes the batch on.
+
+    Args:
+        inner (WindowReader): the base sampler's reader.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl_ext.sample_index import RowReads
+        >>> RealGoals(RowReads()).spans(torch.tensor([5, 9]))
+        (tensor([5, 9]), tensor([1, 1]))
+    """
+
+    inner: WindowReader
+
+    def read(
+        self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
+    ) -> TensorDictBase:
+        out = self.inner.read(storage, index, observations=observations)
+        set_unchecked(out, "her", tensordict_of({}, out.batch_size, out.device))
+        return out
+
+    def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inner.spans(index)
+
+    def rows_read(self, storage: Any, index: torch.Tensor) -> torch.Tensor:
+        return self.inner.rows_read(storage, index)

@@ -26,7 +26,8 @@ class HindsightTransform(Transform):
 
     Reads what :class:`~torchrl_ext.samplers.HindsightSampler` makes the
     storage return (``"her"``: the observation entries at each goal row and
-    the ``"relabel"`` mask). For relabelled rows, ``goal = her[achieved_goal_key]``
+    the ``"relabel"`` mask; an empty ``"her"`` when no goal was drawn, as with
+    ``num_goals=0``: the batch is passed on). For relabelled rows, ``goal = her[achieved_goal_key]``
     (the achieved goal after the goal step) is written to ``goal_key`` and
     ``("next", goal_key)`` (in every frame, where frame stacks hold the
     goal entries), and the reward of every window step (under ``"n_step"``;
@@ -114,6 +115,9 @@ class HindsightTransform(Transform):
                 "HindsightTransform: the batch has no 'her' goals; sample with "
                 "torchrl_ext.samplers.HindsightSampler (make_her_replay_buffer)."
             )
+        relabel = get_unchecked(her, "relabel")  # [B] bool
+        if relabel is None:  # no goal drawn (HindsightSampler(num_goals=0)): every row real
+            return tensordict
         reached = get_unchecked(her, self.achieved_goal_key)  # [B, *goal]: at the goal rows
         for name, key, value in (("goal_key", self.goal_key, get_unchecked(her, self.goal_key)),
                                  ("achieved_goal_key", self.achieved_goal_key, reached)):
@@ -121,7 +125,6 @@ class HindsightTransform(Transform):
                 held = [k for k in her.keys(True, True) if k != "relabel"]
                 raise missing_entry("HindsightTransform", name, key, held,
                                     "sampled observation entries")
-        relabel = get_unchecked(her, "relabel")  # [B] bool
         idx = relabel.nonzero().view(-1)  # [V] the relabelled rows
         if not idx.numel():
             return tensordict
