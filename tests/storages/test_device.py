@@ -65,6 +65,7 @@ BUILDERS = {
     "prioritized": lambda **kw: make_replay_buffer(200, sampler=PrioritizedTransitionSampler(), **kw),
     "sequence": lambda **kw: make_replay_buffer(200, sampler=SequenceSampler(4, pad=True), **kw),
     "her": lambda **kw: make_her_replay_buffer(200, goal_reward, num_goals=4, **kw),
+    "her-no-goals": lambda **kw: make_her_replay_buffer(200, goal_reward, num_goals=0, **kw),
     "her-nstep": lambda **kw: make_her_replay_buffer(200, goal_reward, n_step=3, **kw),
 }
 
