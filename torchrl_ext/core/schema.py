@@ -247,6 +247,41 @@ class RowSchema:
             leaves=leaves,
         )
 
+    def to_meta(self) -> dict[str, Any]:
+        """The schema as lists and strings, for a checkpoint's JSON; :meth:`from_meta` reads it back.
+
+        Examples:
+            >>> import torch
+            >>> schema = RowSchema.infer({("obs",): torch.zeros(2, 3), ("next", "obs"): torch.zeros(2, 3),
+            ...     ("next", "done"): torch.zeros(2, 1, dtype=torch.bool)}, batch_dims=1)
+            >>> schema.to_meta()["leaves"][-1]
+            [['next', 'done'], [1], 'bool']
+            >>> RowSchema.from_meta(schema.to_meta()) == schema
+            True
+        """
+        return {
+            "shared": [list(k) for k in self.shared],
+            "root_only": [list(k) for k in self.root_only],
+            "next_only": [list(k) for k in self.next_only],
+            "leaves": [
+                [list(k), list(v.shape), str(v.dtype).removeprefix("torch.")]
+                for k, v in self.leaves.items()
+            ],
+        }
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> RowSchema:
+        """The schema :meth:`to_meta` wrote (other keys of ``meta`` are ignored)."""
+        return cls(
+            shared=tuple(tuple(k) for k in meta["shared"]),
+            root_only=tuple(tuple(k) for k in meta["root_only"]),
+            next_only=tuple(tuple(k) for k in meta["next_only"]),
+            leaves={
+                tuple(k): LeafSpec(torch.Size(shape), getattr(torch, dtype))
+                for k, shape, dtype in meta["leaves"]
+            },
+        )
+
     @property
     def row_keys(self) -> tuple[tuple[str, ...], ...]:
         """Keys of a stored row."""

@@ -12,7 +12,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import RandomSampler, Storage, TensorStorage
 
 from torchrl_ext._atomic import atomic_dir, reading
-from torchrl_ext.core.schema import LeafSpec, RowSchema
+from torchrl_ext.core.schema import RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
 from torchrl_ext.core.process import guard_forks
 from torchrl_ext.core.kernels.sequences import sequence_span
@@ -461,13 +461,7 @@ class TransitionStorage(TensorStorage):
         return {
             "max_size": self.max_size,
             "num_streams": index.num_streams,
-            "shared": [list(k) for k in schema.shared],
-            "root_only": [list(k) for k in schema.root_only],
-            "next_only": [list(k) for k in schema.next_only],
-            "leaves": [
-                [list(k), list(v.shape), str(v.dtype).removeprefix("torch.")]
-                for k, v in schema.leaves.items()
-            ],
+            **schema.to_meta(),
             "compress": [[list(k), str(v)] for k, v in self.compress.items()],
         }
 
@@ -483,15 +477,7 @@ class TransitionStorage(TensorStorage):
                 f"TransitionStorage: checkpoint has max_size={meta['max_size']}, "
                 f"this storage {self.max_size}; build the buffer with the same size."
             )
-        schema = RowSchema(
-            shared=tuple(tuple(k) for k in meta["shared"]),
-            root_only=tuple(tuple(k) for k in meta["root_only"]),
-            next_only=tuple(tuple(k) for k in meta["next_only"]),
-            leaves={
-                tuple(k): LeafSpec(torch.Size(shape), getattr(torch, dtype))
-                for k, shape, dtype in meta["leaves"]
-            },
-        )
+        schema = RowSchema.from_meta(meta)
         if self.schema is None or self.index is None:
             self.initialize(schema, meta["num_streams"])
         elif self.schema != schema or self.index.num_streams != meta["num_streams"]:
