@@ -271,7 +271,15 @@ class RowSchema:
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> RowSchema:
-        """The schema :meth:`to_meta` wrote (other keys of ``meta`` are ignored)."""
+        """The schema :meth:`to_meta` wrote (other keys of ``meta`` are ignored).
+
+        Examples:
+            >>> meta = {"shared": [["obs"]], "root_only": [], "next_only": [["done"]], "max_size": 8,
+            ...         "leaves": [[["obs"], [3], "float32"], [["next", "obs"], [3], "float32"],
+            ...                    [["next", "done"], [1], "bool"]]}
+            >>> RowSchema.from_meta(meta).row_keys
+            (('obs',), ('next', 'done'))
+        """
         return cls(
             shared=tuple(tuple(k) for k in meta["shared"]),
             root_only=tuple(tuple(k) for k in meta["root_only"]),

@@ -131,7 +131,7 @@ class HindsightSampler(RefiningSampler):
 
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         index, info = self.base.sample(storage, batch_size)
-        if not self.num_goals:  # every row real: the base's batch (a third of the cost of goal columns)
+        if not self.num_goals:  # every row real: the base's batch as it is, no goal columns
             return SampleIndex.wrap(index, RealGoals(reader_of(index))), info
         columns = np.empty((batch_size, 3), dtype=np.int64)  # [B, 3] (row, steps, goal row)
         windows = index.reader if isinstance(index, SampleIndex) else None

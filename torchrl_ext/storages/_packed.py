@@ -370,6 +370,7 @@ class PackedRows:
         """
         C, W = self.stream_capacity, self.row_bytes
         host = rows.numpy()
+        # the rows a sampler drew are the sample's "index": on a device, moved once (moved_index)
         if not any_ring_end(host, C):
             (at,) = self._on_device(rows, index=rows)
             return gather_rows(self._pair_view, at)

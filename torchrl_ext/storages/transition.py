@@ -318,18 +318,15 @@ class TransitionStorage(TensorStorage):
 
         Examples:
             >>> import torch
-            >>> from tensordict import TensorDict
             >>> from torchrl_ext import make_replay_buffer
-            >>> rb = make_replay_buffer(100)
-            >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
-            ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
-            ...              "done": torch.ones(2, 1, dtype=torch.bool)}}, [2]))
+            >>> storage = make_replay_buffer(100).storage
             >>> index, weights = torch.tensor([0, 1]), torch.ones(2)
-            >>> moved = rb.storage.on_device([index, weights], torch.device("cpu"))
+            >>> moved = storage.on_device([index, weights], torch.device("cpu"))
             >>> moved[0] is index, moved[1] is weights  # already there: untouched
             (True, True)
         """
-        moved = self.packed.moved_index() if isinstance(self.packed, PackedRows) else None
+        packed = getattr(self, "packed", None)  # none before the first write
+        moved = packed.moved_index() if isinstance(packed, PackedRows) else None
         if moved is not None:
             host, there = moved
             values = [there if value is host else value for value in values]
