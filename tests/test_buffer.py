@@ -1,4 +1,4 @@
-"""TransitionReplayBuffer.sample: the sampler's entries (index, masks, weights) join the batch."""
+"""TransitionReplayBuffer.sample: the sampler's entries (index, masks, weights) join the batch; sample_batch leaves them out."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 from torchrl.envs.transforms import Transform
 
 from conftest import steps
-from torchrl_ext import make_replay_buffer
+from torchrl_ext import TransitionReplayBuffer, make_replay_buffer
 from torchrl_ext.samplers import SequenceSampler
 
 
@@ -46,3 +46,33 @@ def test_a_sampler_entry_that_no_longer_fits_the_transformed_batch_is_an_error()
                                          r"not fit the batch of shape \(6,\) the transforms "
                                          r"returned"):
         rb.sample()
+
+
+@pytest.mark.parametrize("n_step", [None, 1, 3])
+def test_sample_batch_is_the_sample_without_the_sampler_entries(n_step):
+    # two buffers, the same seed and rows: the same draws, one with and one without "index"
+    a, b = (make_replay_buffer(64, batch_size=4, n_step=n_step, seed=3) for _ in range(2))
+    for rb in (a, b):
+        rb.extend(episode(10))
+    for _ in range(3):
+        full, lean = a.sample(), b.sample_batch()
+        assert "index" in full.keys() and "index" not in lean.keys()
+        assert (full.exclude("index") == lean).all()
+
+
+def test_sample_batch_on_torchrl_s_generic_path_is_the_sample():
+    # prefetch takes TorchRL's path (TransitionReplayBuffer._lean): its batch, entries included
+    parts = make_replay_buffer(64, batch_size=4, seed=3)
+    rb = TransitionReplayBuffer(storage=parts.storage, writer=parts.writer, sampler=parts.sampler,
+                                batch_size=4, prefetch=1)
+    rb.extend(episode(10))
+    batch = rb.sample_batch()
+    assert batch.batch_size == (4,) and "index" in batch.keys()
+
+
+def test_sample_batch_refuses_a_batch_size_that_is_not_an_int():
+    rb = make_replay_buffer(64, batch_size=4, seed=3)
+    rb.extend(episode(10))
+    with pytest.raises(TypeError, match=r"TransitionReplayBuffer.sample_batch: batch_size=2.5 "
+                                        r"\(float\), expected an int >= 1\."):
+        rb.sample_batch(2.5)

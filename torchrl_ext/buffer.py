@@ -334,6 +334,50 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             "writers outpace this reader (raise the capacity so fewer rows turn over)."
         )
 
+    def _transformed_draw(self, batch_size: int | None) -> tuple[TensorDictBase, dict]:
+        """The lean sample's batch, transformed, and the sampler's info (``"index"``...), not yet entries of it."""
+        batch_size = self._batch_size if batch_size is None else batch_size
+        if batch_size is None:
+            raise RuntimeError(
+                "batch_size not specified: pass it to the constructor or to sample()."
+            )
+        with self._replay_lock, self._write_lock:
+            _, info, data = self._draw(batch_size)
+        for transform in _members(self._transform):
+            data = transform(data)
+        return data, info
+
+    def sample_batch(self, batch_size: int | None = None) -> TensorDictBase:
+        """:meth:`sample` without the sampler's entries (``"index"``, priority weights...).
+
+        For a caller that reads the transitions only, as the rllte and HER
+        facades do: setting those entries costs about 6% of a W1 sample. The
+        same draw as :meth:`sample` (the same generator, indices and batch);
+        a buffer on TorchRL's generic path (see the class) gives
+        :meth:`sample`'s batch, entries included.
+
+        Raises:
+            TypeError: ``batch_size`` is not an int.
+            ValueError: ``batch_size`` < 1.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl_ext import make_replay_buffer
+            >>> rb = make_replay_buffer(100, batch_size=2, seed=0)
+            >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
+            ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
+            ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
+            >>> batch = rb.sample_batch()
+            >>> batch["next", "reward"].shape, "index" in batch.keys()
+            (torch.Size([2, 1]), False)
+        """
+        if batch_size is not None and type(batch_size) is not int:  # numpy's ints are taken as ints
+            batch_size = check_count("TransitionReplayBuffer.sample_batch", "batch_size", batch_size)
+        if not self._lean() or getattr(self, "_service_shutdown", False):
+            return self.sample(batch_size)
+        return self._transformed_draw(batch_size)[0]
+
     @overload
     def sample(
         self,
@@ -374,15 +418,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             self, "_service_shutdown", False  # torchrl >= 0.14
         ):
             return super().sample(batch_size, return_info=return_info, include_info=include_info)
-        batch_size = self._batch_size if batch_size is None else batch_size
-        if batch_size is None:
-            raise RuntimeError(
-                "batch_size not specified: pass it to the constructor or to sample()."
-            )
-        with self._replay_lock, self._write_lock:
-            index, info, data = self._draw(batch_size)
-        for transform in _members(self._transform):
-            data = transform(data)
+        data, info = self._transformed_draw(batch_size)
         # the sample keeps the plain [B, k] index; on a device, the entries go in one transfer
         values = [v.plain if isinstance(v, SampleIndex) else v for v in info.values()]
         device = data.device
