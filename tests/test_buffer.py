@@ -1,4 +1,7 @@
-"""TransitionReplayBuffer.sample: the sampler's entries (index, masks, weights) join the batch; sample_batch leaves them out."""
+"""TransitionReplayBuffer.sample: the sampler's entries (index, masks, weights) join the batch.
+
+TransitionReplayBuffer.sample_batch leaves them out.
+"""
 from __future__ import annotations
 
 import pytest
@@ -76,3 +79,16 @@ def test_sample_batch_refuses_a_batch_size_that_is_not_an_int():
     with pytest.raises(TypeError, match=r"TransitionReplayBuffer.sample_batch: batch_size=2.5 "
                                         r"\(float\), expected an int >= 1\."):
         rb.sample_batch(2.5)
+
+
+def test_sample_batch_leaves_out_the_prioritized_sampler_s_entries():
+    from torchrl_ext.samplers import PrioritizedTransitionSampler
+
+    a, b = (make_replay_buffer(64, batch_size=4, seed=3, sampler=PrioritizedTransitionSampler(0.6, 0.4))
+            for _ in range(2))
+    for rb in (a, b):
+        rb.extend(episode(10))
+    full, lean = a.sample(), b.sample_batch()
+    extra = set(full.keys()) - set(lean.keys())
+    assert {"index", "priority_weight"} <= extra
+    assert (full.exclude(*extra) == lean).all()

@@ -388,7 +388,7 @@ class HerReplayStorage(HeldStepsFacade):
         """
         self._batcher.flush()
         try:
-            data = self._rb.sample_batch(self.batch_size)  # (no "index": the batch has none)
+            data = self._rb.sample_batch(self.batch_size)  # the original's batch has no "index": not set
         except EmptyBufferError:  # said in this API's words
             raise EmptyBufferError(
                 "HerReplayStorage: the storage is empty; add steps before sampling."

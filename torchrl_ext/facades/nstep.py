@@ -368,7 +368,7 @@ class NStepReplayStorage(HeldStepsFacade):
             data = self._next_batch()
         else:
             self._batcher.flush()
-            data = self._rb.sample_batch(self.batch_size)  # (no "index": the batch has none)
+            data = self._rb.sample_batch(self.batch_size)  # the original's batch has no "index": not set
             data = data if self.native else self._five(data)
         if not self.native:
             return NStepReplayTuple(*(as_float32(x, self.device) for x in data))
