@@ -334,6 +334,10 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             "writers outpace this reader (raise the capacity so fewer rows turn over)."
         )
 
+    def _lean_sample(self) -> bool:
+        """Whether :meth:`sample` (and :meth:`sample_batch`) take the lean path, not TorchRL's."""
+        return self._lean() and not getattr(self, "_service_shutdown", False)  # torchrl >= 0.14
+
     def _transformed_draw(self, batch_size: int | None) -> tuple[TensorDictBase, dict]:
         """The lean sample's batch, transformed, and the sampler's info (``"index"``...), not yet entries of it."""
         batch_size = self._batch_size if batch_size is None else batch_size
@@ -375,7 +379,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         """
         if batch_size is not None and type(batch_size) is not int:  # numpy's ints are taken as ints
             batch_size = check_count("TransitionReplayBuffer.sample_batch", "batch_size", batch_size)
-        if not self._lean() or getattr(self, "_service_shutdown", False):
+        if not self._lean_sample():
             return self.sample(batch_size)
         return self._transformed_draw(batch_size)[0]
 
@@ -415,9 +419,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         """
         if batch_size is not None and type(batch_size) is not int:  # numpy's ints are taken as ints
             batch_size = check_count("TransitionReplayBuffer.sample", "batch_size", batch_size)
-        if not self._lean() or include_info is not None or getattr(
-            self, "_service_shutdown", False  # torchrl >= 0.14
-        ):
+        if include_info is not None or not self._lean_sample():
             return super().sample(batch_size, return_info=return_info, include_info=include_info)
         data, info = self._transformed_draw(batch_size)
         # the sample keeps the plain [B, k] index; on a device, the entries go in one transfer
