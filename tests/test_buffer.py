@@ -92,3 +92,13 @@ def test_sample_batch_leaves_out_the_prioritized_sampler_s_entries():
     extra = set(full.keys()) - set(lean.keys())
     assert {"index", "priority_weight"} <= extra
     assert (full.exclude(*extra) == lean).all()
+
+
+def test_sample_batch_refuses_an_empty_buffer_and_a_batch_below_one():
+    rb = make_replay_buffer(64, batch_size=4, seed=3)
+    with pytest.raises(ValueError, match=r"cannot sample: the buffer holds no transition yet; extend it first\."):
+        rb.sample_batch()
+    rb.extend(episode(10))
+    with pytest.raises(ValueError, match=r"cannot sample: batch_size=0, expected >= 1 \(the buffer holds 10 "
+                                         r"transitions; batches are drawn with replacement\)\."):
+        rb.sample_batch(0)
