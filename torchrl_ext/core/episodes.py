@@ -187,7 +187,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
 
     def frame_rows(
         self, rows: np.ndarray, steps: np.ndarray, n_frames: int
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """Rows of the ``n_frames`` stacked frames of transitions ``rows`` and of their next observations.
 
         ``steps``: how many steps after each row its next observation is
@@ -195,7 +195,8 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         n_frames]`` rows (each transition's observation frames, then its next
         observation's; see :func:`~torchrl_ext.samplers.frame_steps` for which
         frames), and ``[*rows.shape]`` bool, the observation's stack needs a
-        frame the ring overwrote. One compiled pass
+        frame the ring overwrote, or ``None`` when no stack does (the usual
+        case: a caller then reads nothing more). One compiled pass
         (:func:`~torchrl_ext.core.kernels.frames.frame_rows`).
 
         Examples:
@@ -203,16 +204,17 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
             >>> index = EpisodeIndex(num_streams=1, stream_capacity=8)
             >>> index.plan(np.array([0]), np.array([[False, False, True]]), None).commit()
             >>> frames, lost = index.frame_rows(np.array([0, 2]), np.array([1, 1]), 2)
-            >>> frames.tolist(), lost.tolist()
-            ([[[0, 0], [0, 1]], [[1, 2], [2, 3]]], [False, False])
+            >>> frames.tolist(), lost  # every frame is held
+            ([[[0, 0], [0, 1]], [[1, 2], [2, 3]]], None)
         """
         flat = np.ascontiguousarray(rows, dtype=np.int64).reshape(-1)
         out = np.empty((flat.size, 2, n_frames), dtype=np.int64)
         lost = np.empty(flat.size, dtype=bool)
-        frame_rows(flat, np.ascontiguousarray(steps, dtype=np.int64).reshape(-1), n_frames,
-                   self.stream_capacity, self.episode_capacity, self._np["written"],
-                   self._np["row_episode"], self._np["episode_start_flat"], out, lost)
-        return out.reshape(*np.shape(rows), 2, n_frames), lost.reshape(np.shape(rows))
+        n_lost = frame_rows(flat, np.ascontiguousarray(steps, dtype=np.int64).reshape(-1), n_frames,
+                            self.stream_capacity, self.episode_capacity, self._np["written"],
+                            self._np["row_episode"], self._np["episode_start_flat"], out, lost)
+        shape = np.shape(rows)
+        return out.reshape(*shape, 2, n_frames), lost.reshape(shape) if n_lost else None
 
     def num_transitions(self) -> int:
         """Number of live transitions (rows with a live next row)."""

@@ -10,7 +10,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext.core.schema import EntryKeyError, as_key, key_str, set_unchecked
+from torchrl_ext.core.schema import EntryKeyError, as_key, get_unchecked, key_str, set_unchecked
 from torchrl_ext.sample_index import SampleIndex, WindowReader, reader_of, splice
 from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
@@ -98,7 +98,7 @@ class FrameStacks:
         frames = storage.get_observations(torch.from_numpy(frame_rows))
         dims = frame_rows.ndim - 2
         for key in held:
-            value = frames.get(key)  # [*batch, 2, F, *shape]
+            value = get_unchecked(frames, key)  # [*batch, 2, F, *shape]
             if key in stacked:
                 value = stack_frames(value, dims + 1)  # a view of the gathered block
             else:  # not stacked: the observation itself, the newest frame
@@ -243,11 +243,11 @@ class FrameStackSampler(RefiningSampler):
             frame_rows, lost = storage_index(storage).frame_rows(
                 rows.numpy(), steps.numpy(), self.n_frames
             )
-            # batch positions whose stack needs a frame the ring already overwrote
-            redo = np.flatnonzero(lost.reshape(lost.shape[0], -1).any(1))
-            if not redo.size:  # the same index, read through the stacks
+            if lost is None:  # every stack is held: the same index, read through the stacks
                 stacks = FrameStacks(self.n_frames, self.keys, reader, (token, frame_rows))
                 return SampleIndex.wrap(index, stacks), info
+            # batch positions whose stack needs a frame the ring already overwrote
+            redo = np.flatnonzero(lost.reshape(lost.shape[0], -1).any(1))
             # a whole batch, of which the redrawn positions are kept: a position's
             # draw can depend on where it is in the batch (HindsightSampler
             # relabels the last rows, a prioritized draw i comes from segment i)

@@ -121,7 +121,8 @@ class Layout:
     built once per kind of read; at each read it costs one reinterpreting
     ``view`` and one ``split_with_sizes`` per block and dtype (the columns of
     a dtype start at multiples of its itemsize, so the bytes around them are
-    whole elements of it), a ``view`` per entry of more than one dim, and the
+    whole elements of it; neither for a block that is one uint8 entry, such as
+    a frame), a ``view`` per entry of more than one dim, and the
     TensorDict (unchecked: the views have the batch's leading dims by
     construction).
 
@@ -181,7 +182,13 @@ class Layout:
         """Every leaf's view (in :attr:`keys` order), ``[*lead, *shape]`` of its block's lead dims."""
         values: list[Any] = [None] * len(self.keys)
         for b, dtype, sizes, picks in self._splits:
-            split = blocks[b].view(dtype).split_with_sizes(sizes, -1)
+            block = blocks[b]
+            if block.dtype is not dtype:
+                block = block.view(dtype)
+            if len(sizes) == 1:  # one entry spans the block (a frame): the block itself, no split
+                values[picks[0][1]] = block
+                continue
+            split = block.split_with_sizes(sizes, -1)
             for piece, leaf in picks:
                 values[leaf] = split[piece]
         for leaf, shape in enumerate(self._shapes):
