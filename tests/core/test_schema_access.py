@@ -1,11 +1,11 @@
-"""get_unchecked / pop_unchecked: TensorDict's own get / pop, without its layers."""
+"""get_unchecked / pop_unchecked / set_unchecked: TensorDict's own get / pop / set, without its layers."""
 from __future__ import annotations
 
 import pytest
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict
 
-from torchrl_ext.core.schema import get_unchecked, pop_unchecked
+from torchrl_ext.core.schema import get_unchecked, pop_unchecked, set_unchecked
 
 
 def batch() -> TensorDict:
@@ -52,3 +52,31 @@ def test_a_locked_tensordict_refuses_as_its_own_pop():
 def test_what_is_not_a_tensordict_is_refused_by_name(helper, value):
     with pytest.raises(TypeError, match=rf"{helper.__name__}: expected a TensorDict, got {type(value).__name__}\."):
         helper(value, "obs")
+
+
+@pytest.mark.parametrize("key", ["obs", ("obs",), ("next", "reward"), ("next", "new"), ("her", "relabel"),
+                                 ("her", "deep", "x")])
+def test_set_is_tensordict_set(key):
+    value = torch.full((2, 1), 7.0)
+    got, want = batch(), batch()
+    set_unchecked(got, key, value)
+    want.set(key, value)
+    assert sorted(map(str, got.keys(True, True))) == sorted(map(str, want.keys(True, True)))
+    assert got.get(key) is value and got.batch_size == want.batch_size
+    if isinstance(key, tuple) and len(key) > 1:  # parents made on the way are TensorDicts of the batch
+        assert type(got.get(key[:-1])) is TensorDict and got.get(key[:-1]).batch_size == (2,)
+
+
+def test_set_into_another_kind_of_parent_goes_through_it():
+    stack = LazyStackedTensorDict.lazy_stack([batch(), batch()], 0)  # [2, 2]
+    td = TensorDict({"inner": stack}, [2])
+    set_unchecked(td, ("inner", "next", "reward"), torch.zeros(2, 2, 1))
+    assert (td["inner", "next", "reward"] == 0).all()
+
+
+def test_a_locked_tensordict_refuses_a_set():
+    td = batch().lock_()
+    for key in ("obs", ("next", "reward")):
+        with pytest.raises(RuntimeError, match="locked"):
+            set_unchecked(td, key, torch.zeros(2, 1))
+    assert (td["next", "reward"] == 1).all()

@@ -70,10 +70,17 @@ def set_unchecked(tensordict: TensorDictBase, key: NestedKey, value: torch.Tenso
         [1.0, 1.0]
     """
     key = as_key(key)
-    if len(key) == 1:
-        tensordict._set_str(key[0], value, inplace=False, validated=True)
-    else:
-        tensordict._set_tuple(key, value, inplace=False, validated=True)
+    node: Any = tensordict
+    # the parents of a nested key, read from plain TensorDicts' entry dicts (TensorDict's
+    # _set_tuple walks four layers of Python per level); a missing or other kind of
+    # parent is left to _set_tuple, which makes or refuses it
+    for depth in range(len(key) - 1):
+        child = node._tensordict.get(key[depth]) if type(node) is TensorDict else None
+        if type(child) is not TensorDict:
+            node._set_tuple(key[depth:], value, inplace=False, validated=True)
+            return
+        node = child
+    node._set_str(key[-1], value, inplace=False, validated=True)
 
 
 def get_unchecked(tensordict: TensorDictBase, key: NestedKey) -> Any:
