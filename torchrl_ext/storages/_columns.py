@@ -121,8 +121,9 @@ class Layout:
     built once per kind of read; at each read it costs one reinterpreting
     ``view`` and one ``split_with_sizes`` per block and dtype (the columns of
     a dtype start at multiples of its itemsize, so the bytes around them are
-    whole elements of it; neither for a block that is one uint8 entry, such as
-    a frame), a ``view`` per entry of more than one dim, and the
+    whole elements of it; no split for a block that is one entry of its
+    dtype, and no view either when that dtype is uint8, as a frame's), a
+    ``view`` per entry of more than one dim, and the
     TensorDict (unchecked: the views have the batch's leading dims by
     construction).
 
@@ -185,7 +186,7 @@ class Layout:
             block = blocks[b]
             if block.dtype is not dtype:
                 block = block.view(dtype)
-            if len(sizes) == 1:  # one entry spans the block (a frame): the block itself, no split
+            if len(sizes) == 1:  # one entry spans the block (a frame...): the block, no split
                 values[picks[0][1]] = block
                 continue
             split = block.split_with_sizes(sizes, -1)
