@@ -29,6 +29,7 @@ import torch
 from tensordict import TensorDict
 
 from torchrl_ext.core.checks import EMPTY_BUFFER, EmptyBufferError, check_count
+from torchrl_ext.core.draws import uniform_below
 from torchrl_ext.core.kernels.frames import frame_rows
 from torchrl_ext.core.kernels.goals import goal_rows
 from torchrl_ext.core.kernels.rows import keep_transitions, window_lengths
@@ -321,7 +322,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         for _ in range(_MAX_ROUNDS):
             todo = count - filled
             # a margin for the observation-only rows, so that one round usually does
-            drawn = torch.randint(total, (todo + todo // 16 + 4,), generator=generator).numpy()
+            drawn = uniform_below(total, todo + todo // 16 + 4, generator)
             filled = keep_transitions(drawn, ends, shift, self._np["row_is_step"], rows, filled)
             if filled == count:
                 return rows

@@ -6,6 +6,7 @@ from typing import Iterator, Protocol
 import numpy as np
 import torch
 
+from torchrl_ext.core.draws import uniform_below
 from torchrl_ext.core.kernels.sequences import keep_windows, valid_starts
 
 __all__ = ["RejectionRounds", "WindowSource", "draw_windows", "valid_window"]
@@ -175,7 +176,7 @@ def _exact_windows(
             f"steps (longest: {longest}); wait for longer episodes or lower sequence_length"
             + ("." if pad else ", or pad shorter episodes (pad=True).")
         )
-    u = torch.randint(total, (count,), generator=generator).numpy()
+    u = uniform_below(total, count, generator)
     ends = windows.cumsum()
     e = np.searchsorted(ends, u, side="right")
     return key[e], first[e] + u - (ends[e] - windows[e]), np.minimum(n[e], width)

@@ -8,6 +8,7 @@ import torch
 from tensordict.utils import NestedKey
 
 from torchrl_ext.core import windows
+from torchrl_ext.core.draws import uniform_below
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, check_batch_size, storage_index
@@ -106,7 +107,7 @@ def _draw_episode_slots(
             "cannot sample whole episodes: no complete episode is stored yet "
             "(an episode is complete once a step with a done flag is written)."
         )
-    u = torch.randint(int(ends[-1]), (count,), generator=generator).numpy()
+    u = uniform_below(int(ends[-1]), count, generator)
     s = np.searchsorted(ends, u, side="right")
     slot = index.episode_slot(s, first[s] + u - (ends[s] - per_stream[s]))
     return slot, index.episode_at(slot)[2]

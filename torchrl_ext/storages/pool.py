@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from torchrl_ext.core.draws import uniform_below
 from torchrl_ext.core.kernels.sequences import pool_steps, table_runs
 from torchrl_ext.core.schema import LeafSpec, as_key
 from torchrl_ext.core.views import NumpyViews
@@ -338,7 +339,7 @@ class EpisodePool(NumpyViews):
         if not high:
             none = np.full(count, -1, dtype=np.int64)
             return none, none, none
-        r = torch.randint(high, (count,), generator=generator).numpy()
+        r = uniform_below(high, count, generator)
         slot, step, length = np.empty((3, count), dtype=np.int64)
         pool_steps(r, v["row_slot"], v["row_step"], v["length"], slot, step, length)
         return slot, step, length
@@ -394,7 +395,7 @@ class EpisodePool(NumpyViews):
         while todo.size:
             if version is not None and int(v["version"][0]) != version:
                 raise _Torn
-            s = torch.randint(high, (todo.size,), generator=generator).numpy()
+            s = uniform_below(high, todo.size, generator)
             ok = v["length"][s] > 0
             slot[todo[ok]] = s[ok]
             todo = todo[~ok]
