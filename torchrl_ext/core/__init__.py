@@ -4,6 +4,7 @@ Nothing here imports from the rest of the package: storages, writers,
 samplers, transforms and facades import from :mod:`torchrl_ext.core`, never
 the other way round.
 """
+from torchrl_ext.core.draws import uniform_below
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.schema import EntryKeyError, RowSchema, as_key, key_str
@@ -25,5 +26,6 @@ __all__ = [
     "as_key",
     "draw_windows",
     "key_str",
+    "uniform_below",
     "valid_window",
 ]

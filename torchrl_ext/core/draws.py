@@ -6,7 +6,8 @@ Every sampler draws its batch's rows (or windows, episodes, slots) as
 ``torch.randint(total, (count,), generator=generator)`` gives (the same
 generator stream, so seeds and checkpoints replay the same batches), drawn
 in place into a buffer kept per thread and per count: ``randint`` allocates
-its result, about a sixth of the cost of a W1 row draw.
+its result at every call (a W1 ``rb.sample()`` took 0.96x the time without
+that allocation, in an in-process A/B on a 2-CPU Xeon).
 """
 from __future__ import annotations
 
