@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -41,3 +42,19 @@ def test_threads_draw_into_their_own_buffers():
     worker.join()
     assert theirs[0] is not mine
     np.testing.assert_array_equal(mine, kept)
+
+
+@pytest.mark.parametrize("total, count, error, message", [
+    (0, 4, ValueError, r"uniform_below: total=0, expected an int >= 1\."),
+    (10.0, 4, TypeError, r"uniform_below: total=10\.0 \(float\), expected an int >= 1\."),
+    (10, -1, ValueError, r"uniform_below: count=-1, expected an int >= 0\."),
+    (10, True, TypeError, r"uniform_below: count=True \(bool\), expected an int >= 0\."),
+])
+def test_bad_totals_and_counts_are_refused_by_name(total, count, error, message):
+    with pytest.raises(error, match=message):
+        uniform_below(total, count, torch.Generator().manual_seed(0))
+
+
+def test_numpy_ints_are_taken_and_an_empty_draw_is_empty():
+    assert uniform_below(np.int64(10), np.int64(3), torch.Generator().manual_seed(0)).shape == (3,)
+    assert uniform_below(10, 0, None).shape == (0,)

@@ -16,6 +16,8 @@ import threading
 import numpy as np
 import torch
 
+from torchrl_ext.core.checks import check_count
+
 __all__ = ["uniform_below"]
 
 _MAX_SIZES = 8  # counts whose buffer a thread keeps (a sampler draws one or two sizes)
@@ -26,14 +28,21 @@ def uniform_below(total: int, count: int, generator: torch.Generator | None) -> 
     """``count`` i.i.d. uniform integers in ``[0, total)``: ``torch.randint``'s values, as int64 numpy.
 
     The result is this thread's buffer for ``count``: read it (or copy it)
-    before the thread's next draw of as many values. Callers check
-    ``total >= 1``.
+    before the thread's next draw of as many values.
+
+    Raises:
+        TypeError: ``total`` or ``count`` is not an int (numpy's ints are).
+        ValueError: ``total < 1`` (nothing to draw from) or ``count < 0``.
 
     Examples:
         >>> a = uniform_below(10, 5, torch.Generator().manual_seed(0))
         >>> a.tolist() == torch.randint(10, (5,), generator=torch.Generator().manual_seed(0)).tolist()
         True
     """
+    if type(total) is not int or total < 1:  # (the usual call: two type tests)
+        total = check_count("uniform_below", "total", total)
+    if type(count) is not int or count < 0:
+        count = check_count("uniform_below", "count", count, minimum=0)
     buffers: dict[int, tuple[torch.Tensor, np.ndarray]] | None = getattr(_local, "buffers", None)
     if buffers is None:
         buffers = _local.buffers = {}
