@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from conftest import run, steps, workloads
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.core.kernels import goals
-from torchrl_ext.core.kernels.rows import any_ring_end, window_rows
+from torchrl_ext.core.kernels.rows import any_ring_end, ring_divmod, window_rows
 from torchrl_ext.samplers import frame_steps
 
 
@@ -77,6 +77,18 @@ def test_window_rows_walk_the_ring(C, data):
         assert nxt[i].tolist() == [walk[min(j, n - 1) + 1] for j in range(W)]
         assert mask[i].tolist() == [j < n for j in range(W)]
         assert after[i] == walk[n]
+
+
+@given(st.integers(-(2**62) + 1, 2**62 - 1), st.integers(1, 2**40))
+def test_ring_divmod_is_pythons_divmod(x, d):
+    # exact wherever the float estimate is off (large x, small d; values near multiples)
+    assert ring_divmod(x, d) == divmod(x, d)
+
+
+@given(st.integers(1, 2**31), st.integers(0, 2**20), st.integers(-2, 2))
+def test_ring_divmod_at_multiples_of_the_divisor(d, q, off):
+    # next to a multiple, where a rounded estimate lands on the wrong side
+    assert ring_divmod(q * d + off, d) == divmod(q * d + off, d)
 
 
 def test_any_ring_end():

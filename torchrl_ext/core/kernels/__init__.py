@@ -26,7 +26,7 @@ from typing import Any, Callable, TypeVar, cast
 
 import numba
 
-__all__ = ["jit"]
+__all__ = ["inlined", "jit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,3 +48,21 @@ def jit(function: F) -> F:
         return cast(F, numba.njit(cache=True, nogil=True)(function))
     except RuntimeError:  # numba found nowhere to write its cache
         return cast(F, numba.njit(nogil=True)(function))
+
+
+def inlined(function: F) -> F:
+    """:func:`jit` for a small helper of other kernels, inlined into each caller's loop.
+
+    Inlined by numba (``inline="always"``), so the compiler sees the helper's
+    work inside the caller's loop and can lift its loop-invariant part out of
+    it (:func:`~torchrl_ext.core.kernels.rows.ring_divmod`'s reciprocal).
+
+    Examples:
+        >>> from torchrl_ext.core.kernels.rows import ring_divmod  # a helper made with inlined
+        >>> ring_divmod(7, 3)
+        (2, 1)
+    """
+    try:
+        return cast(F, numba.njit(cache=True, nogil=True, inline="always")(function))
+    except RuntimeError:  # numba found nowhere to write its cache
+        return cast(F, numba.njit(nogil=True, inline="always")(function))

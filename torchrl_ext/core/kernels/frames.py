@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from torchrl_ext.core.kernels import jit
-from torchrl_ext.core.kernels.rows import live_row
+from torchrl_ext.core.kernels.rows import live_row, ring_divmod
 
 __all__ = ["frame_rows"]
 
@@ -54,5 +54,5 @@ def frame_rows(
         for half in range(2):
             end = tau + (steps[i] if half else 0)
             for j in range(F):
-                out[i, half, j] = base + max(end - (F - 1) + j, start) % C
+                out[i, half, j] = base + ring_divmod(max(end - (F - 1) + j, start), C)[1]
     return n_lost

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from torchrl_ext.core.kernels import jit
-from torchrl_ext.core.kernels.rows import live_row
+from torchrl_ext.core.kernels.rows import live_row, ring_divmod
 
 __all__ = ["EPISODE", "FINAL", "FUTURE", "goal_rows"]
 
@@ -51,7 +51,7 @@ def goal_rows(
     for i in range(n):
         _, tau[i], episode[i] = live_row(rows[i], C, E, written, row_episode)
     for i in range(n):
-        s, e = rows[i] // C, episode[i]
+        s, e = ring_divmod(rows[i], C)[0], episode[i]
         start = episode_start[e]
         last = start + episode_length[e] - 1  # tau of the episode's last written step
         if strategy == FINAL:
@@ -62,4 +62,4 @@ def goal_rows(
             else:  # EPISODE: the episode's oldest live step
                 lo = max(start, max(written[s] - C, 0))
             goal = lo + min(np.int64(u[i] * (last - lo + 1)), last - lo)
-        out[i] = s * C + (goal + 1) % C
+        out[i] = s * C + ring_divmod(goal + 1, C)[1]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from torchrl_ext.core.kernels import jit
-from torchrl_ext.core.kernels.rows import live_row
+from torchrl_ext.core.kernels.rows import live_row, ring_divmod
 
 __all__ = [
     "candidate_steps", "episode_runs", "keep_windows", "pool_steps", "sequence_span", "table_runs",
@@ -152,8 +152,8 @@ def episode_runs(
     """
     W = out.shape[1]
     for i in range(slot.shape[0]):
-        base = slot[i] // E * C
-        first = (episode_start[slot[i]] + step[i]) % C
+        base = ring_divmod(slot[i], E)[0] * C
+        first = ring_divmod(episode_start[slot[i]] + step[i], C)[1]
         last = real[i] - 1
         for j in range(W):
             s = first + min(j, last)
@@ -181,7 +181,7 @@ def sequence_span(rows: np.ndarray, C: int, out: np.ndarray) -> bool:
     L = rows.shape[1]
     for i in range(rows.shape[0]):
         r = rows[i, 0]
-        base = r - r % C
+        base = r - ring_divmod(r, C)[1]
         for j in range(L + 1):
             if j < L:
                 if rows[i, j] != r:

@@ -26,6 +26,7 @@ from numba.core import types
 from numba.core.extending import intrinsic
 
 from torchrl_ext.core.kernels import jit
+from torchrl_ext.core.kernels.rows import ring_divmod
 
 __all__ = [
     "any_outside", "any_set", "commit_steps", "mark_rows", "owned_streams", "plan_steps", "put_bytes",
@@ -169,8 +170,8 @@ def plan_steps(
             tau[k, t] = at
             start[k, t] = opens
             episode[k, t] = ep
-            rows[k, t] = s * C + at % C
-            next_rows[k, t] = s * C + (at + 1) % C
+            rows[k, t] = s * C + ring_divmod(at, C)[1]
+            next_rows[k, t] = s * C + ring_divmod(at + 1, C)[1]
             at += 1
         most = max(most, at + 1 - base)
     return most, opened
@@ -240,7 +241,7 @@ def commit_steps(
     for k in range(K):
         base = streams[k] * E
         for t in range(T):
-            slot = base + episode[k, t] % E
+            slot = base + ring_divmod(episode[k, t], E)[1]
             if start[k, t]:
                 episode_start[slot] = tau[k, t]
             if t == T - 1 or start[k, t + 1]:  # the episode's last step in this write
