@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from conftest import run, steps, workloads
@@ -80,6 +80,13 @@ def test_window_rows_walk_the_ring(C, data):
 
 
 @given(st.integers(-(2**62) + 1, 2**62 - 1), st.integers(1, 2**40))
+@example(2**62 - 1, 1)  # the estimate one too high
+@example(2**62 - 200, 1)  # many steps too high
+@example(-(2**62) + 200, 1)  # many steps too low
+@example(3 * 2**60 - 1, 3)
+@example(49, 49)  # too low at a multiple: 49 * (1 / 49) < 1
+@example(0, 1)
+@example(-1, 1)
 def test_ring_divmod_is_pythons_divmod(x, d):
     # exact wherever the float estimate is off (large x, small d; values near multiples)
     assert ring_divmod(x, d) == divmod(x, d)
@@ -87,7 +94,7 @@ def test_ring_divmod_is_pythons_divmod(x, d):
 
 @given(st.integers(1, 2**31), st.integers(0, 2**20), st.integers(-2, 2))
 def test_ring_divmod_at_multiples_of_the_divisor(d, q, off):
-    # next to a multiple, where a rounded estimate lands on the wrong side
+    # next to a multiple, where a rounded estimate lands just below it
     assert ring_divmod(q * d + off, d) == divmod(q * d + off, d)
 
 

@@ -16,9 +16,13 @@ compiling them again. Callers give each kernel C-contiguous arrays of one
 dtype per argument (a write's entries: a byte table of their addresses, see
 :mod:`~torchrl_ext.core.kernels.writes`), so a kernel has one compiled
 signature (two processes compiling two signatures of one kernel at once
-could leave numba's cache index and files disagreeing). Each kernel's
-docstring states its contract; the modules here are private to the package
-(no kernel is public API).
+could leave numba's cache index and files disagreeing). A kernel's cache is
+checked against its own file only: after editing a helper it calls from
+another file (:func:`~torchrl_ext.core.kernels.rows.ring_divmod`,
+``live_row``), delete the ``*.nbi`` / ``*.nbc`` files under
+``torchrl_ext/core/kernels/__pycache__`` (a clean clone has none). Each
+kernel's docstring states its contract; the modules here are private to
+the package (no kernel is public API).
 """
 from __future__ import annotations
 

@@ -47,11 +47,11 @@ def goal_rows(
     n = rows.shape[0]
     # first each row's logical time and episode: the loop is short and its rows
     # independent, so their (random, mostly uncached) row_episode reads overlap
-    tau, episode = np.empty(n, np.int64), np.empty(n, np.int64)
+    stream, tau, episode = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
     for i in range(n):
-        _, tau[i], episode[i] = live_row(rows[i], C, E, written, row_episode)
+        stream[i], tau[i], episode[i] = live_row(rows[i], C, E, written, row_episode)
     for i in range(n):
-        s, e = ring_divmod(rows[i], C)[0], episode[i]
+        s, e = stream[i], episode[i]
         start = episode_start[e]
         last = start + episode_length[e] - 1  # tau of the episode's last written step
         if strategy == FINAL:

@@ -15,16 +15,19 @@ __all__ = ["any_ring_end", "keep_transitions", "live_row", "ring_divmod", "windo
 
 @inlined
 def ring_divmod(x: int, d: int) -> tuple[int, int]:
-    """``(x // d, x % d)`` for ``d >= 1`` (floored, as Python's), with no integer division.
+    """``(x // d, x % d)`` (floored, as Python's) with no integer division, for ``d >= 1`` and ``|x| < 2**62``.
 
     Every kernel's ring arithmetic (a row's stream and slot, an episode's
-    table slot) goes through here. A 64-bit integer division costs 40-90
-    cycles on the x86 server cores this runs on, and a row takes two or
-    three: in a hindsight goal draw of 820 rows they were a third of the
-    kernel's time. The float estimate ``floor(x * (1 / d))`` (the reciprocal
-    computed once per loop, lifted out of it once inlined) is at most one
-    off for ``|x| < 2**50`` and is corrected here, so the result is exact;
-    farther from zero (below ``2**62``) it takes more correction steps.
+    table slot) goes through here. A 64-bit integer division costs tens of
+    cycles on x86 server cores, and a row takes two to five: on this
+    project's 2-CPU Xeon they were a third of a hindsight goal draw's kernel
+    time (820 rows). The float estimate ``floor(x * (1 / d))`` (the
+    reciprocal computed once per loop, lifted out of it once inlined) is at
+    most one off for ``|x| < 2**53`` and is corrected here by whole steps of
+    ``d``, so the result is exact; farther from zero it takes more steps.
+    Outside the contract the result is undefined (``d <= 0`` never returns):
+    callers pass ring and episode capacities (``C >= 2``) and rows, logical
+    times and episode numbers.
 
     Examples:
         >>> ring_divmod(17, 5), ring_divmod(-1, 5)
