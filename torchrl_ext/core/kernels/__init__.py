@@ -47,11 +47,7 @@ def jit(function: F) -> F:
         >>> bool(any_ring_end(np.array([3, 7]), 4)), bool(any_ring_end(np.array([3, 6]), 8))
         (True, False)
     """
-    # a numba dispatcher: called as the function it compiles
-    try:
-        return cast(F, numba.njit(cache=True, nogil=True)(function))
-    except RuntimeError:  # numba found nowhere to write its cache
-        return cast(F, numba.njit(nogil=True)(function))
+    return _compiled(function)
 
 
 def inlined(function: F) -> F:
@@ -66,7 +62,12 @@ def inlined(function: F) -> F:
         >>> ring_divmod(7, 3)
         (2, 1)
     """
+    return _compiled(function, inline="always")
+
+
+def _compiled(function: F, **options: Any) -> F:
+    """``function`` as a numba dispatcher (called as the function it compiles), cached where possible."""
     try:
-        return cast(F, numba.njit(cache=True, nogil=True, inline="always")(function))
+        return cast(F, numba.njit(cache=True, nogil=True, **options)(function))
     except RuntimeError:  # numba found nowhere to write its cache
-        return cast(F, numba.njit(nogil=True, inline="always")(function))
+        return cast(F, numba.njit(nogil=True, **options)(function))
