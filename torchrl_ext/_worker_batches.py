@@ -17,6 +17,8 @@ import torch
 from tensordict import TensorDict
 from torch.utils.data import DataLoader, get_worker_info
 
+from torchrl_ext.core.schema import tensordict_of
+
 __all__: list[str] = []
 
 
@@ -221,7 +223,7 @@ def _unpack(tree: _Tree, spans: list[_Span], data: Any) -> TensorDict:
         values: dict[str, Any] = {}
         for name, entry in entries:
             values[name] = place(spans[entry]) if type(entry) is int else build(entry)
-        return TensorDict._new_unsafe(values, batch_size=torch.Size(batch), device=device)
+        return tensordict_of(values, torch.Size(batch), device)
 
     return build(tree)
 

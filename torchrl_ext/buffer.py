@@ -430,13 +430,16 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             values = on_device(values, device) if on_device is not None else list(
                 move_together(tuple(values), device))
         batch = data.batch_size
+        dims = len(batch)
         for key, value in zip(info, values):
             if not isinstance(value, torch.Tensor):  # a custom sampler's: TensorDict converts it
                 data.set(key, value)
                 continue
-            if value.ndim < len(batch):
+            if value.shape == batch:  # the usual [B] index: nothing more to check
+                pass
+            elif value.ndim < dims:
                 value = value.expand(batch)
-            if value.shape[: len(batch)] != batch:  # a transform changed the batch's shape
+            elif value.shape[:dims] != batch:  # a transform changed the batch's shape
                 raise ValueError(
                     f"TransitionReplayBuffer.sample: the sampler's entry {key_str(key)} has shape "
                     f"{tuple(value.shape)}, which does not fit the batch of shape {tuple(batch)} "

@@ -17,7 +17,7 @@ from tensordict.utils import NestedKey
 
 __all__ = [
     "EntryKeyError", "RowSchema", "as_key", "get_unchecked", "key_str", "missing_entry",
-    "pop_unchecked", "put_leaf", "set_unchecked", "unchecked_tensordict",
+    "pop_unchecked", "put_leaf", "set_unchecked", "tensordict_of", "unchecked_tensordict",
 ]
 
 
@@ -163,7 +163,41 @@ def unchecked_tensordict(
     tree: dict[str, Any] = {}
     for key, value in leaves.items():
         put_leaf(tree, key, value)
-    return TensorDict._new_unsafe(tree, batch_size=batch_size, device=device, names=names)
+    return tensordict_of(tree, batch_size, device, names)
+
+
+def tensordict_of(
+    tree: dict[str, Any],
+    batch_size: torch.Size,
+    device: torch.device | None = None,
+    names: list[str | None] | None = None,
+) -> TensorDict:
+    """Nested dicts of tensors to a TensorDict (each sub-dict one of the same batch size and device), unchecked.
+
+    For tensors whose leading dims are ``batch_size`` and which are on
+    ``device`` by construction. The TensorDicts carry ``device``, so entries
+    set later (masks, window lengths) are put there too; ``names``: the
+    batch dims' names (the root's). ``tree``'s sub-dicts are replaced by
+    their TensorDicts (it is consumed).
+
+    Built from the leaves up, each TensorDict's device set once it is made:
+    given a device, TensorDict's constructor converts it again and asks torch
+    whether MPS is available, for every TensorDict it makes (nested ones
+    too). A W1 ``rb.sample()`` (two TensorDicts) took 0.945-0.965x the time
+    this way (in-process A/B, 2-CPU Xeon).
+
+    Examples:
+        >>> td = tensordict_of({"next": {"r": torch.zeros(2, 1)}}, torch.Size([2]), torch.device("cpu"))
+        >>> td["next"].batch_size, td["next"].device
+        (torch.Size([2]), device(type='cpu'))
+    """
+    for name, value in tree.items():
+        if type(value) is dict:
+            tree[name] = tensordict_of(value, batch_size, device)
+    td = TensorDict._new_unsafe(tree, batch_size=batch_size, names=names, nested=False)
+    if device is not None:  # as the constructor sets it
+        td._device = device if type(device) is torch.device else torch.device(device)
+    return td
 
 
 def key_str(key: NestedKey) -> str:

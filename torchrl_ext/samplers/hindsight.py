@@ -12,12 +12,11 @@ from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.kernels import goals
-from torchrl_ext.core.schema import set_unchecked
+from torchrl_ext.core.schema import set_unchecked, tensordict_of
 from torchrl_ext.sample_index import SampleIndex, WindowReader, reader_of
 from torchrl_ext.samplers.refining import RefiningSampler, plain_rows
 from torchrl_ext.samplers.nstep import NStepSampler, StepWindows
 from torchrl_ext.samplers.uniform import draw_rows, storage_index
-from torchrl_ext.storages._columns import tensordict_of
 from torchrl_ext.storages.transition import TransitionStorage
 
 __all__ = ["HindsightSampler", "HindsightStrategy", "RealGoals"]

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
-from torchrl_ext.core.schema import LeafSpec
+from torchrl_ext.core.schema import LeafSpec, tensordict_of
 
 __all__ = ["ALIGN", "Column", "Layout", "copy_plan", "pack", "place"]
 
@@ -212,18 +212,3 @@ class Layout:
     ) -> TensorDictBase:
         """The TensorDict of ``blocks``, ``batch``-shaped, on ``device``."""
         return tensordict_of(self.tree(self.pieces(blocks)), batch, device)
-
-
-def tensordict_of(
-    tree: dict[str, Any], batch: torch.Size, device: torch.device | None = None
-) -> TensorDictBase:
-    """Nested dicts of fresh tensors on ``device`` to a TensorDict (sub-dicts share ``batch``), unchecked.
-
-    The TensorDict carries ``device``, so entries a sampler or transform adds
-    later (masks, window lengths) are put there too.
-
-    Examples:
-        >>> tensordict_of({"next": {"r": torch.zeros(2, 1)}}, torch.Size([2]))["next"].batch_size
-        torch.Size([2])
-    """
-    return TensorDict._new_unsafe(tree, batch_size=batch, device=device)

@@ -23,8 +23,8 @@ from torchrl.data import LazyMemmapStorage
 from torchrl_ext.core.kernels.rows import any_ring_end
 from torchrl_ext.core.kernels.sequences import wrapped_runs
 from torchrl_ext.core.kernels.writes import put_bytes
-from torchrl_ext.core.schema import RowSchema, get_unchecked, put_leaf
-from torchrl_ext.storages._columns import Layout, copy_plan, pack, place, tensordict_of
+from torchrl_ext.core.schema import RowSchema, get_unchecked, put_leaf, tensordict_of
+from torchrl_ext.storages._columns import Layout, copy_plan, pack, place
 from torchrl_ext.storages._host import byte_table
 from torchrl_ext.storages._memory import gather_rows, move_together, reserve, reserve_private
 

@@ -14,10 +14,10 @@ from tensordict import TensorDictBase
 
 from torchrl_ext.core.draws import uniform_below
 from torchrl_ext.core.kernels.sequences import pool_steps, table_runs
-from torchrl_ext.core.schema import LeafSpec, as_key
+from torchrl_ext.core.schema import LeafSpec, as_key, tensordict_of
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.windows import draw_windows
-from torchrl_ext.storages._columns import Layout, place, tensordict_of
+from torchrl_ext.storages._columns import Layout, place
 from torchrl_ext.storages._memory import gather_rows, reserve
 
 __all__ = ["EpisodePool"]

@@ -337,7 +337,9 @@ class TransitionStorage(TensorStorage):
             if index != slice(None):
                 raise ValueError(f"TransitionStorage.get: slice {index} unsupported; use [:].")
             index = self.live_transition_rows()
-        rows = torch.as_tensor(index, dtype=torch.int64, device=_CPU)  # index arithmetic: CPU
+        rows = index  # a sampler's rows as they are: as_tensor's argument parsing costs more than this test
+        if type(rows) is not torch.Tensor or rows.dtype is not torch.int64 or not rows.is_cpu:
+            rows = torch.as_tensor(index, dtype=torch.int64, device=_CPU)  # index arithmetic: CPU
         if rows.ndim == 1:  # drawn transitions (the usual case)
             return self.packed.gather(rows)
         if rows.ndim == 2 and rows.shape[1] > 1:
