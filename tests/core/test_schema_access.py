@@ -1,11 +1,13 @@
-"""get_unchecked / pop_unchecked / set_unchecked: TensorDict's own get / pop / set, without its layers."""
+"""get_unchecked / pop_unchecked / set_unchecked / tensordict_of: TensorDict's own get / pop / set / constructor, without its layers."""
 from __future__ import annotations
 
 import pytest
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict
 
-from torchrl_ext.core.schema import get_unchecked, pop_unchecked, set_unchecked
+from collections import OrderedDict
+
+from torchrl_ext.core.schema import get_unchecked, pop_unchecked, set_unchecked, tensordict_of
 
 
 def batch() -> TensorDict:
@@ -80,3 +82,32 @@ def test_a_locked_tensordict_refuses_a_set():
         with pytest.raises(RuntimeError, match="locked"):
             set_unchecked(td, key, torch.zeros(2, 1))
     assert (td["next", "reward"] == 1).all()
+
+
+def _trees() -> tuple[dict, dict]:
+    """Two trees of the same leaves (a tree is consumed by the TensorDict made of it)."""
+    obs, reward, done = torch.zeros(2, 3), torch.ones(2, 1), torch.zeros(2, 1, dtype=torch.bool)
+    kept = TensorDict({"x": torch.ones(2)}, [2])
+
+    def tree() -> dict:
+        return {"obs": obs, "kept": kept, "next": {"reward": reward, "deep": OrderedDict(done=done)}}
+    return tree(), tree()
+
+
+def _state(td: TensorDict) -> tuple:
+    """What a TensorDict is made of, nested ones included (entries by identity)."""
+    entries = tuple(
+        (name, _state(value) if isinstance(value, TensorDict) else id(value))
+        for name, value in td._tensordict.items())
+    return (type(td), td.batch_size, td.device, td.names, td.is_locked, entries)
+
+
+@pytest.mark.parametrize("device", [None, torch.device("cpu"), "cpu", torch.device("meta")])
+@pytest.mark.parametrize("names", [None, ["b"]])
+def test_tensordict_of_is_the_unchecked_constructor(device, names):
+    """The same TensorDicts as TensorDict._new_unsafe: devices and batch sizes nested, names at the root, dict subclasses too."""
+    a, b = _trees()
+    ours = tensordict_of(a, torch.Size([2]), device, names)
+    theirs = TensorDict._new_unsafe(b, batch_size=torch.Size([2]), device=device, names=names)
+    assert _state(ours) == _state(theirs)
+    assert isinstance(ours["next", "deep"], TensorDict)

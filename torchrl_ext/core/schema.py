@@ -192,7 +192,7 @@ def tensordict_of(
         (torch.Size([2]), device(type='cpu'))
     """
     for name, value in tree.items():
-        if type(value) is dict:
+        if isinstance(value, dict):  # (as the constructor: a dict subclass too)
             tree[name] = tensordict_of(value, batch_size, device)
     td = TensorDict._new_unsafe(tree, batch_size=batch_size, names=names, nested=False)
     if device is not None:  # as the constructor sets it
