@@ -435,16 +435,15 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             if not isinstance(value, torch.Tensor):  # a custom sampler's: TensorDict converts it
                 data.set(key, value)
                 continue
-            if value.shape == batch:  # the usual [B] index: nothing more to check
-                pass
-            elif value.ndim < dims:
-                value = value.expand(batch)
-            elif value.shape[:dims] != batch:  # a transform changed the batch's shape
-                raise ValueError(
-                    f"TransitionReplayBuffer.sample: the sampler's entry {key_str(key)} has shape "
-                    f"{tuple(value.shape)}, which does not fit the batch of shape {tuple(batch)} "
-                    "the transforms returned; a sample-time transform must keep the batch's "
-                    "leading dims (reshape the sample after rb.sample() instead)."
-                )
+            if value.shape != batch:  # (the usual [B] index fits as it is)
+                if value.ndim < dims:
+                    value = value.expand(batch)
+                elif value.shape[:dims] != batch:  # a transform changed the batch's shape
+                    raise ValueError(
+                        f"TransitionReplayBuffer.sample: the sampler's entry {key_str(key)} has shape "
+                        f"{tuple(value.shape)}, which does not fit the batch of shape {tuple(batch)} "
+                        "the transforms returned; a sample-time transform must keep the batch's "
+                        "leading dims (reshape the sample after rb.sample() instead)."
+                    )
             set_unchecked(data, key, value)  # [B, ...] on the batch's device, as just checked
         return (data, info) if return_info else data

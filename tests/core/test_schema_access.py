@@ -1,11 +1,11 @@
 """get_unchecked / pop_unchecked / set_unchecked / tensordict_of: TensorDict's own get / pop / set / constructor, without its layers."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict
-
-from collections import OrderedDict
 
 from torchrl_ext.core.schema import get_unchecked, pop_unchecked, set_unchecked, tensordict_of
 
