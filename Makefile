@@ -10,7 +10,7 @@ COMPAT_VENV := .venv-compat
 COMPAT_PY := $(COMPAT_VENV)/bin/python
 COMPAT_STAMP := $(COMPAT_VENV)/.installed-$(shell cat pyproject.toml constraints-compat.txt | md5sum | cut -c1-8)
 # the suite minus the collector tests (they use torchrl 0.14's post_collect_hook)
-COMPAT_TESTS := tests/storages/test_storage_contract.py tests/samplers/test_sampler_contract.py \
+COMPAT_TESTS := tests/storages/test_storage_contract.py tests/samplers/test_sampler_contract.py tests/core/test_schema_access.py \
 	tests/integration/test_checkpoint.py tests/transforms/test_nstep.py tests/facades tests/envs/test_gym_adapter.py
 DOCS := $(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 

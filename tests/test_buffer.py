@@ -51,6 +51,36 @@ def test_a_sampler_entry_that_no_longer_fits_the_transformed_batch_is_an_error()
         rb.sample()
 
 
+@pytest.mark.parametrize("where", ["transform", "global"])
+def test_a_sample_time_transform_s_hooks_run_as_nn_module_runs_them(where):
+    # the lean sample calls a transform's forward itself when no hook is registered
+    rb = make_replay_buffer(32, batch_size=2, n_step=2, seed=0)
+    rb.extend(episode())
+    (transform,) = rb._transform
+    seen = []
+
+    def pre(module, args):
+        seen.append(("pre", type(module).__name__, "discount" in args[0].keys()))
+
+    def post(module, args, out):
+        seen.append(("post", type(module).__name__, "discount" in out.keys()))
+
+    if where == "transform":
+        handles = [transform.register_forward_pre_hook(pre), transform.register_forward_hook(post)]
+    else:
+        handles = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
+                   torch.nn.modules.module.register_module_forward_hook(post)]
+    try:
+        rb.sample()
+        rb.sample_batch()
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert seen == [("pre", "NStepTransform", False), ("post", "NStepTransform", True)] * 2
+    seen.clear()
+    assert "discount" in rb.sample().keys() and seen == []  # removed: forward alone, the same batch
+
+
 @pytest.mark.parametrize("n_step", [None, 1, 3])
 def test_sample_batch_is_the_sample_without_the_sampler_entries(n_step):
     # two buffers, the same seed and rows: the same draws, one with and one without "index"

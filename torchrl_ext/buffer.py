@@ -10,6 +10,7 @@ from typing import Any, Literal, overload
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torch.nn.modules import module as nn_module
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._atomic import atomic_dir, reading
@@ -52,6 +53,25 @@ def _members(transform: Any) -> tuple:
     if transform is None:
         return ()
     return tuple(transform._modules["transforms"]._modules.values())
+
+
+def _forward(transform: Any, data: TensorDictBase) -> TensorDictBase:
+    """``transform(data)``, calling ``transform.forward`` itself when no hook is registered.
+
+    With no hook, nn.Module's ``__call__`` only calls ``forward``, through two
+    more Python frames: 2-5% of a W1 sample through ``NStepReplayStorage``
+    (in-process A/B, 2-CPU Xeon). With a hook of the transform's own or a
+    global one, it is called as usual. (Tracing, the other case ``__call__``
+    handles, does not take TensorDicts.)
+    """
+    if (
+        transform._forward_hooks or transform._forward_pre_hooks
+        or transform._backward_hooks or transform._backward_pre_hooks
+        or nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
+        or nn_module._global_backward_hooks or nn_module._global_backward_pre_hooks
+    ):
+        return transform(data)
+    return transform.forward(data)
 
 
 class TransitionReplayBuffer(TensorDictReplayBuffer):
@@ -348,7 +368,7 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         with self._replay_lock, self._write_lock:
             _, info, data = self._draw(batch_size)
         for transform in _members(self._transform):
-            data = transform(data)
+            data = _forward(transform, data)
         return data, info
 
     def sample_batch(self, batch_size: int | None = None) -> TensorDictBase:

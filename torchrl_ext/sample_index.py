@@ -81,9 +81,11 @@ class RowReads:
         self, storage: Any, index: torch.Tensor, *, observations: bool = True
     ) -> TensorDictBase:
         rows = index.plain if isinstance(index, SampleIndex) else index.as_subclass(torch.Tensor)
-        if observations:
-            return storage.get(rows)
-        return storage.packed.gather_steps(rows)
+        if not observations:
+            return storage.packed.gather_steps(rows)
+        # [B] rows a sampler drew from this storage, read under its get: the gather itself
+        # (get's checks and index dispatch again cost ~4 µs of a ~90 µs HER facade sample)
+        return storage.packed.gather(rows) if rows.ndim == 1 else storage.get(rows)
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = index.as_subclass(torch.Tensor)
@@ -136,6 +138,9 @@ class SampleIndex(torch.Tensor):
         return self.reader.read(storage, self)
 
 
+_ROWS = RowReads()  # the reader of every plain index (immutable: one serves all)
+
+
 def reader_of(index: Any) -> WindowReader:
     """The reader of a sampler's index: its own, or :class:`RowReads` for plain rows.
 
@@ -144,7 +149,7 @@ def reader_of(index: Any) -> WindowReader:
         >>> reader_of(torch.tensor([1, 2]))
         RowReads()
     """
-    return index.reader if isinstance(index, SampleIndex) else RowReads()
+    return index.reader if isinstance(index, SampleIndex) else _ROWS
 
 
 def splice(index: Any, positions: torch.Tensor, other: Any) -> Any:

@@ -95,11 +95,19 @@ def _trees() -> tuple[dict, dict]:
 
 
 def _state(td: TensorDict) -> tuple:
-    """What a TensorDict is made of, nested ones included (entries by identity)."""
+    """What a TensorDict is made of, nested ones included (entries by identity).
+
+    Its instance attributes first (their names, types and values, before any
+    property read sets one): tensordict_of sets them itself. ``_has_mps_val``
+    is the cache of the ``_has_mps`` property, which ``_new_unsafe`` reads
+    given a device, and which fills it on first read otherwise.
+    """
+    attrs = tuple(sorted((name, type(value), value) for name, value in vars(td).items()
+                         if name not in ("_tensordict", "_has_mps_val")))
     entries = tuple(
         (name, _state(value) if isinstance(value, TensorDict) else id(value))
         for name, value in td._tensordict.items())
-    return (type(td), td.batch_size, td.device, td.names, td.is_locked, entries)
+    return (attrs, type(td._tensordict), type(td), td.batch_size, td.device, td.names, td.is_locked, entries)
 
 
 @pytest.mark.parametrize("device", [None, torch.device("cpu"), "cpu", torch.device("meta")])

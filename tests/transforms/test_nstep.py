@@ -221,6 +221,30 @@ def test_one_step_integer_rewards_become_float_returns_in_the_batch():
     assert out["discount"].tolist() == [[0.5], [0.0]]
 
 
+def test_one_transform_follows_each_batch_s_dtype_and_a_gamma_set_between_batches():
+    # the weights are kept between batches: rebuilt for another dtype, a new gamma, a wider window
+    from tensordict import TensorDict
+
+    def batch(dtype, width=None):
+        term = torch.tensor([[False], [True]])
+        if width is None:
+            return TensorDict({"steps_to_next_obs": torch.ones(2, 1, dtype=torch.int64),
+                               "next": {"reward": torch.ones(2, 1, dtype=dtype), "terminated": term}}, [2])
+        window = TensorDict({"reward": torch.ones(2, width, 1, dtype=dtype),
+                             "mask": torch.ones(2, width, dtype=torch.bool)}, [2, width])
+        return TensorDict({"n_step": window, "next": {"terminated": term}}, [2])
+
+    transform = NStepTransform(0.5)
+    for dtype, gamma, width, discount in [(torch.float32, 0.5, None, 0.5), (torch.float64, 0.5, None, 0.5),
+                                          (torch.float64, 0.25, None, 0.25), (torch.float64, 0.25, 3, 0.25**3),
+                                          (torch.float32, 0.25, 2, 0.25**2)]:
+        if gamma != transform.gamma:  # (set only when it changes: the weights are kept otherwise)
+            transform.gamma = gamma
+        out = transform(batch(dtype, width))
+        assert out["discount"].dtype == dtype and out["discount"].view(-1).tolist() == [discount, 0.0]
+        assert out["next", "reward"].dtype == dtype
+
+
 def test_nstep_return_without_a_mask_is_for_one_step_windows_only():
     with pytest.raises(ValueError, match=r"nstep_return: mask=None is for one-step windows; "
                        r"these are 3 wide"):

@@ -56,25 +56,28 @@ class TensorclassBatch:
         def __getitem__(self, index: Any) -> Self: ...
 
 
-def as_float32(value: Any, device: torch.device) -> Any:
+def as_float32(value: Any, device: torch.device | None = None) -> Any:
     """``value`` as rllte returned it: float32 on ``device``; a TensorDict becomes a dict.
 
     Each tensor moves in its stored dtype (uint8 pixels cross to an accelerator
     at a quarter of float32's bytes), then is cast there: one copy on the CPU,
     none when it already is float32 on ``device``. Stored data keeps its dtype.
+    ``device=None``: the caller knows the values are where they are wanted
+    (a facade on the CPU, whose batches are all there): cast only, without a
+    device test per tensor.
 
     Examples:
         >>> from tensordict import TensorDict
         >>> as_float32(torch.tensor([[0, 255]], dtype=torch.uint8), torch.device("cpu"))
         tensor([[  0., 255.]])
         >>> goals = TensorDict({"goal": torch.ones(2, 1, dtype=torch.int8)}, [2])
-        >>> as_float32(goals, torch.device("cpu"))["goal"].dtype
+        >>> as_float32(goals)["goal"].dtype
         torch.float32
     """
     # (a plain tensor, the usual case, is told by its type: a fraction of the isinstance)
     if type(value) is not torch.Tensor and isinstance(value, TensorDictBase):
         return {key: as_float32(item, device) for key, item in value.items()}
-    if value.device != device:
+    if device is not None and value.device != device:
         value = value.to(device)
     # .float(): the cast of .to(torch.float32), at two thirds of its call's cost
     return value if value.dtype is torch.float32 else value.float()

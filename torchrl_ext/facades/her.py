@@ -394,15 +394,15 @@ class HerReplayStorage(HeldStepsFacade):
                 "HerReplayStorage: the storage is empty; add steps before sampling."
             ) from None
         nxt = get_unchecked(data, "next")  # (entries read without TensorDict's layers)
-        if not self.native:
-            device, keys = self.device, self._obs_keys
+        if not self.native:  # float32, on the device where the rows live: no move
+            keys = self._obs_keys
             return HerReplayTuple(
-                observations={key: as_float32(get_unchecked(data, key), device) for key in keys},
-                actions=as_float32(get_unchecked(data, "action"), device),
-                rewards=as_float32(get_unchecked(nxt, "reward"), device),
-                terminateds=as_float32(get_unchecked(nxt, "terminated"), device),
-                truncateds=as_float32(get_unchecked(nxt, "truncated"), device),
-                next_observations={key: as_float32(get_unchecked(nxt, key), device) for key in keys},
+                observations={key: as_float32(get_unchecked(data, key)) for key in keys},
+                actions=as_float32(get_unchecked(data, "action")),
+                rewards=as_float32(get_unchecked(nxt, "reward")),
+                terminateds=as_float32(get_unchecked(nxt, "terminated")),
+                truncateds=as_float32(get_unchecked(nxt, "truncated")),
+                next_observations={key: as_float32(get_unchecked(nxt, key)) for key in keys},
             )
         return HerReplayBatch(
             observations=data.select(*self._obs_keys),

@@ -264,6 +264,12 @@ class NStepReplayStorage(HeldStepsFacade):
         self.observation_space = observation_space
         self.action_space = action_space
         self.device = torch.device(device)
+        # the entries of a Dict observation space; None for one "observation" tensor
+        self._obs_keys = list(observation_space.spaces) if isinstance(
+            observation_space, gym.spaces.Dict) else None
+        # where the original's batch moves: nowhere on the CPU, where every batch is
+        # (as_float32 then tests no tensor's device)
+        self._move_to = None if self.device.type == "cpu" else self.device
         self.num_envs = int(num_envs)
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
@@ -371,7 +377,11 @@ class NStepReplayStorage(HeldStepsFacade):
             data = self._rb.sample_batch(self.batch_size)  # the original's batch has no "index": not set
             data = data if self.native else self._five(data)
         if not self.native:
-            return NStepReplayTuple(*(as_float32(x, self.device) for x in data))
+            obs, action, reward, discount, next_obs = data
+            device = self._move_to
+            return NStepReplayTuple(as_float32(obs, device), as_float32(action, device),
+                                    as_float32(reward, device), as_float32(discount, device),
+                                    as_float32(next_obs, device))
         obs, action, reward, discount, next_obs = self._five(data)
         return NStepReplayBatch(
             observations=obs,
@@ -421,14 +431,9 @@ class NStepReplayStorage(HeldStepsFacade):
                 self._held_batches.extend(map(list, zip(*parts)))
         return self._held_batches.popleft()
 
-    def _dict_keys(self) -> list[str] | None:
-        """The entries of a ``Dict`` observation space; ``None`` for one ``"observation"`` tensor."""
-        space = self.observation_space
-        return list(space.spaces) if isinstance(space, gym.spaces.Dict) else None
-
     def _five_keys(self) -> list[tuple[str, ...]]:
         """The entries :meth:`_five` reads."""
-        obs = [(k,) for k in self._dict_keys() or ["observation"]]
+        obs = [(k,) for k in self._obs_keys or ["observation"]]
         return [*obs, ("action",), ("next", "reward"), ("discount",), *(("next", *k) for k in obs)]
 
     def _five(self, data: TensorDictBase) -> list[Any]:
@@ -438,7 +443,7 @@ class NStepReplayStorage(HeldStepsFacade):
         a single ``"observation"`` entry), others the tensor itself.
         """
         nxt = get_unchecked(data, "next")  # (entries read without TensorDict's layers)
-        keys = self._dict_keys()
+        keys = self._obs_keys
         if keys is None:
             obs, next_obs = get_unchecked(data, "observation"), get_unchecked(nxt, "observation")
         else:

@@ -89,6 +89,8 @@ class HindsightSampler(RefiningSampler):
         6
     """
 
+    _real_goals: RealGoals | None = None  # the reader of the last num_goals=0 batch
+
     def __init__(
         self,
         strategy: HindsightStrategy | str = HindsightStrategy.FUTURE,
@@ -131,7 +133,10 @@ class HindsightSampler(RefiningSampler):
     def sample(self, storage: TransitionStorage, batch_size: int) -> tuple[SampleIndex, dict]:
         index, info = self.base.sample(storage, batch_size)
         if not self.num_goals:  # every row real: the base's batch as it is, no goal columns
-            return SampleIndex.wrap(index, RealGoals(reader_of(index))), info
+            inner, real = reader_of(index), self._real_goals
+            if real is None or real.inner is not inner:  # (a reader is immutable: kept while it serves)
+                real = self._real_goals = RealGoals(inner)
+            return SampleIndex.wrap(index, real), info
         columns = np.empty((batch_size, 3), dtype=np.int64)  # [B, 3] (row, steps, goal row)
         windows = index.reader if isinstance(index, SampleIndex) else None
         if isinstance(windows, StepWindows):

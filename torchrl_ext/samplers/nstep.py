@@ -162,11 +162,8 @@ class OneStepWindows(RowReads):
     def read(
         self, storage: TransitionStorage, index: torch.Tensor, *, observations: bool = True
     ) -> TensorDictBase:
-        rows = index.plain if isinstance(index, SampleIndex) else index.as_subclass(torch.Tensor)
-        # [B] rows drawn from this storage: the gather itself, not RowReads' storage.get,
-        # whose index dispatch (slices, [B, L] sequences) costs ~5 µs of a ~75 µs sample
-        out = storage.packed.gather(rows) if observations else storage.packed.gather_steps(rows)
-        steps = torch.ones(rows.shape[0], 1, dtype=torch.int64, device=out.device)
+        out = super().read(storage, index, observations=observations)
+        steps = torch.ones(index.shape[0], 1, dtype=torch.int64, device=out.device)
         set_unchecked(out, "steps_to_next_obs", steps)
         return out
 

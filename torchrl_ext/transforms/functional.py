@@ -144,7 +144,7 @@ def nstep_return(
     """
     if rewards.dim() == 3:
         rewards = rewards.squeeze(-1)
-    if not rewards.is_floating_point():  # integer rewards: returns in the default dtype
+    if not rewards.dtype.is_floating_point:  # integer rewards: returns in the default dtype
         rewards = rewards.to(torch.get_default_dtype())
     W = rewards.shape[-1]
     if weights is None:
@@ -250,7 +250,7 @@ def step_rewards(batch: TensorDictBase, reward_key: NestedKey, owner: str) -> to
         >>> step_rewards(batch, ("next", "reward"), "T").shape
         torch.Size([2, 1])
     """
-    key = as_key(reward_key)
+    key = reward_key if type(reward_key) is tuple else as_key(reward_key)
     rewards = get_unchecked(batch, key)
     if rewards is None:
         raise missing_entry(owner, "reward_key", key, list(batch.keys(True, True)),

@@ -94,9 +94,10 @@ class NStepTransform(Transform):
         self.reward_key = as_key(reward_key)
         self.terminated_key = as_key(terminated_key)
         self.discount_key = None if discount_key is None else as_key(discount_key)
-        # return_weights of the last batch's gamma, dtype and device (rebuilt when one changes)
+        # return_weights of gamma in the last batch's dtype and on its device (rebuilt when one
+        # changes; setting gamma drops them)
         self._weights: ReturnWeights | None = None
-        self._weights_gamma = self.gamma
+        self._weights_for: tuple[torch.dtype, int, torch.device | None] = (torch.float32, 0, None)
 
     @property
     def gamma(self) -> float:
@@ -106,6 +107,7 @@ class NStepTransform(Transform):
     @gamma.setter
     def gamma(self, value: float) -> None:
         self._gamma = check_number("NStepTransform", "gamma", value, 0.0, 1.0)
+        self._weights = None
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         # (entries read and dropped without TensorDict's layers: see get_unchecked)
@@ -133,12 +135,14 @@ class NStepTransform(Transform):
             shape = rewards.shape  # [B, *reward]: as [B, W = 1] (a [B, 1] reward is that already)
             if rewards.dim() != 2:
                 rewards = rewards.reshape(shape[0], 1)
+            width = 1
         else:
             mask = get_unchecked(window, "mask")
             rewards = window_rewards(window, self.reward_key, "NStepTransform")  # [B, W, *reward]
             shape = rewards.shape[:1] + rewards.shape[2:]
-        weights = self._return_weights(rewards.shape[1], rewards)
-        ret, discount = nstep_return(rewards, mask, terminated, self.gamma, weights=weights, steps=steps)
+            width = rewards.shape[1]
+        weights = self._return_weights(width, rewards)
+        ret, discount = nstep_return(rewards, mask, terminated, self._gamma, weights=weights, steps=steps)
         # [B, *reward_shape] and [B, 1], on the batch's device: set without TensorDict's checks
         # (each tensor op counts: ~10 µs a sample in a loop); a one-step window's
         # return is its reward, already in the batch
@@ -152,20 +156,23 @@ class NStepTransform(Transform):
         """:func:`return_weights` for windows of ``width`` steps, kept between samples.
 
         Building them costs as much as the rest of the return (a tensor from a
-        Python list); they change only with ``gamma``, the returns' dtype and
-        device, or a wider window.
+        Python list); they change only with ``gamma`` (whose setter drops
+        them), the returns' dtype and device, or a wider window. They are kept
+        with the dtype, device and width they were made for, as Python values:
+        each read of a tensor's attribute counts (see nstep_return), and a
+        tensor's ``device`` is a new object at each read, which only an
+        accelerator's batch reads here.
         """
-        dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
-        weights = self._weights
-        if (
-            weights is None
-            or weights.column.shape[0] < width
-            or weights.powers.dtype != dtype
-            or weights.powers.device != rewards.device
-            or self._weights_gamma != self.gamma
+        dtype = rewards.dtype
+        if not dtype.is_floating_point:  # integer rewards: returns in the default dtype
+            dtype = torch.get_default_dtype()
+        weights, made_for = self._weights, self._weights_for
+        if weights is None or made_for[0] is not dtype or made_for[1] < width or not (
+            rewards.is_cpu if made_for[2] is None else rewards.device == made_for[2]
         ):
-            weights = return_weights(self.gamma, width, dtype=dtype, device=rewards.device)
-            self._weights, self._weights_gamma = weights, self.gamma
+            weights = return_weights(self._gamma, width, dtype=dtype, device=rewards.device)
+            self._weights = weights
+            self._weights_for = (dtype, width, None if rewards.is_cpu else rewards.device)
         return weights
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
