@@ -81,6 +81,48 @@ def test_a_sample_time_transform_s_hooks_run_as_nn_module_runs_them(where):
     assert "discount" in rb.sample().keys() and seen == []  # removed: forward alone, the same batch
 
 
+class CountedCall(Transform):
+    """A sample-time transform whose class has its own ``__call__`` (counted), around ``forward``."""
+
+    _sample_time_only = True
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __call__(self, tensordict):
+        self.calls += 1
+        return super().__call__(tensordict)
+
+    def forward(self, tensordict):
+        return tensordict
+
+    def _inv_call(self, tensordict):
+        return tensordict
+
+
+@pytest.mark.parametrize("how", ["compiled", "own __call__"])
+def test_a_sample_time_transform_is_called_through_call_when_call_does_more(how):
+    # Module.compile() routes __call__ to the compiled function; a class may define __call__
+    if how == "compiled":
+        rb = make_replay_buffer(32, batch_size=2, n_step=2, seed=0)
+        (transform,) = rb._transform
+        calls = []
+
+        def compiled(*args, **kwargs):  # what Module.compile() installs, recording its calls
+            calls.append(1)
+            return transform._call_impl(*args, **kwargs)
+
+        transform._compiled_call_impl = compiled
+    else:
+        transform = CountedCall()
+        rb = make_replay_buffer(32, batch_size=2, transform=transform, seed=0)
+    rb.extend(episode())
+    rb.sample()
+    rb.sample_batch()
+    assert (len(calls) if how == "compiled" else transform.calls) == 2
+
+
 @pytest.mark.parametrize("n_step", [None, 1, 3])
 def test_sample_batch_is_the_sample_without_the_sampler_entries(n_step):
     # two buffers, the same seed and rows: the same draws, one with and one without "index"

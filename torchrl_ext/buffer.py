@@ -32,6 +32,7 @@ _THREAD_LOCKS = (type(threading.Lock()), type(threading.RLock()))
 _MAX_REDRAWS = 100
 # torchrl >= 0.14 reads a checkpoint's components under its replay lock
 _CAPTURES_UNDER_LOCK = hasattr(TensorDictReplayBuffer, "_capture_prefetch_state")
+_MODULE_CALL = torch.nn.Module.__call__
 
 
 def _sample_time_only(transform: Any) -> bool:
@@ -56,19 +57,22 @@ def _members(transform: Any) -> tuple:
 
 
 def _forward(transform: Any, data: TensorDictBase) -> TensorDictBase:
-    """``transform(data)``, calling ``transform.forward`` itself when no hook is registered.
+    """``transform(data)``, calling ``transform.forward`` itself when that is all ``__call__`` would do.
 
-    With no hook, nn.Module's ``__call__`` only calls ``forward``, through two
-    more Python frames: 2-5% of a W1 sample through ``NStepReplayStorage``
-    (in-process A/B, 2-CPU Xeon). With a hook of the transform's own or a
-    global one, it is called as usual. (Tracing, the other case ``__call__``
-    handles, does not take TensorDicts.)
+    With no hook, no ``Module.compile()`` and nn.Module's own ``__call__``, it
+    only calls ``forward``, through two more Python frames: 2-5% of a W1
+    sample through ``NStepReplayStorage`` (in-process A/B, 2-CPU Xeon).
+    Otherwise (a hook of the transform's own or a global one, a compiled
+    module, a class with its own ``__call__``) it is called as usual. (Tracing,
+    the last case ``__call__`` handles, does not take TensorDicts.)
     """
     if (
         transform._forward_hooks or transform._forward_pre_hooks
         or transform._backward_hooks or transform._backward_pre_hooks
         or nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks
         or nn_module._global_backward_hooks or nn_module._global_backward_pre_hooks
+        or transform._compiled_call_impl is not None
+        or type(transform).__call__ is not _MODULE_CALL
     ):
         return transform(data)
     return transform.forward(data)

@@ -83,9 +83,11 @@ class RowReads:
         rows = index.plain if isinstance(index, SampleIndex) else index.as_subclass(torch.Tensor)
         if not observations:
             return storage.packed.gather_steps(rows)
-        # [B] rows a sampler drew from this storage, read under its get: the gather itself
-        # (get's checks and index dispatch again cost ~4 µs of a ~90 µs HER facade sample)
-        return storage.packed.gather(rows) if rows.ndim == 1 else storage.get(rows)
+        # [B] rows a sampler drew on the CPU, read under the storage's get (which checked the
+        # storage is ready): the gather itself. get's index dispatch again (and its test of
+        # attached TorchRL samplers, which no other window read runs) cost ~4 µs of a ~90 µs
+        # HER facade sample; [B, L] rows, or rows elsewhere, still go through it.
+        return storage.packed.gather(rows) if rows.ndim == 1 and rows.is_cpu else storage.get(rows)
 
     def spans(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = index.as_subclass(torch.Tensor)

@@ -245,6 +245,25 @@ def test_one_transform_follows_each_batch_s_dtype_and_a_gamma_set_between_batche
         assert out["next", "reward"].dtype == dtype
 
 
+def test_a_transform_pickled_before_its_weights_were_kept_rebuilds_them():
+    # an older NStepTransform pickled its weights without what they were made for
+    import pickle
+
+    from tensordict import TensorDict
+
+    def batch():
+        return TensorDict({"steps_to_next_obs": torch.ones(2, 1, dtype=torch.int64),
+                           "next": {"reward": torch.ones(2, 1), "terminated": torch.tensor([[False], [True]])}},
+                          [2])
+
+    transform = NStepTransform(0.5)
+    transform(batch())
+    old = pickle.loads(pickle.dumps(transform))
+    del old.__dict__["_weights_for"]
+    old.__dict__["_gamma"] = 0.25  # (as the old pickle held it, beside its 0.5 weights)
+    assert old(batch())["discount"].view(-1).tolist() == [0.25, 0.0]
+
+
 def test_nstep_return_without_a_mask_is_for_one_step_windows_only():
     with pytest.raises(ValueError, match=r"nstep_return: mask=None is for one-step windows; "
                        r"these are 3 wide"):

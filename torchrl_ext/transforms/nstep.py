@@ -74,6 +74,9 @@ class NStepTransform(Transform):
     """
 
     _sample_time_only = True  # no inverse: TransitionReplayBuffer.extend skips it
+    # what the kept weights were made for (see _return_weights); a class default for a
+    # transform pickled before it was kept: its weights are then rebuilt
+    _weights_for: tuple[torch.dtype, int, torch.device | None] = (torch.float32, 0, None)
 
     def __init__(
         self,
@@ -97,7 +100,6 @@ class NStepTransform(Transform):
         # return_weights of gamma in the last batch's dtype and on its device (rebuilt when one
         # changes; setting gamma drops them)
         self._weights: ReturnWeights | None = None
-        self._weights_for: tuple[torch.dtype, int, torch.device | None] = (torch.float32, 0, None)
 
     @property
     def gamma(self) -> float:
