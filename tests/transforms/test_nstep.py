@@ -259,8 +259,9 @@ def test_a_transform_pickled_before_its_weights_were_kept_rebuilds_them():
     transform = NStepTransform(0.5)
     transform(batch())
     old = pickle.loads(pickle.dumps(transform))
-    del old.__dict__["_weights_for"]
-    old.__dict__["_gamma"] = 0.25  # (as the old pickle held it, beside its 0.5 weights)
+    kept = old.__dict__.pop("_kept")  # as the old pickle held them: the weights alone, of gamma 0.5
+    old.__dict__["_weights"], old.__dict__["_weights_gamma"] = kept[1], 0.5
+    old.__dict__["_gamma"] = 0.25
     assert old(batch())["discount"].view(-1).tolist() == [0.25, 0.0]
 
 

@@ -74,9 +74,9 @@ class NStepTransform(Transform):
     """
 
     _sample_time_only = True  # no inverse: TransitionReplayBuffer.extend skips it
-    # what the kept weights were made for (see _return_weights); a class default for a
-    # transform pickled before it was kept: its weights are then rebuilt
-    _weights_for: tuple[torch.dtype, int, torch.device | None] = (torch.float32, 0, None)
+    # the kept weights and what they were made for (see _return_weights); None: none kept
+    # (a class default, so that a transform pickled before this record rebuilds them)
+    _kept: tuple[tuple[torch.dtype, int, torch.device | None], ReturnWeights] | None = None
 
     def __init__(
         self,
@@ -97,9 +97,6 @@ class NStepTransform(Transform):
         self.reward_key = as_key(reward_key)
         self.terminated_key = as_key(terminated_key)
         self.discount_key = None if discount_key is None else as_key(discount_key)
-        # return_weights of gamma in the last batch's dtype and on its device (rebuilt when one
-        # changes; setting gamma drops them)
-        self._weights: ReturnWeights | None = None
 
     @property
     def gamma(self) -> float:
@@ -109,7 +106,7 @@ class NStepTransform(Transform):
     @gamma.setter
     def gamma(self, value: float) -> None:
         self._gamma = check_number("NStepTransform", "gamma", value, 0.0, 1.0)
-        self._weights = None
+        self._kept = None  # weights of the old gamma
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         # (entries read and dropped without TensorDict's layers: see get_unchecked)
@@ -168,13 +165,15 @@ class NStepTransform(Transform):
         dtype = rewards.dtype
         if not dtype.is_floating_point:  # integer rewards: returns in the default dtype
             dtype = torch.get_default_dtype()
-        weights, made_for = self._weights, self._weights_for
-        if weights is None or made_for[0] is not dtype or made_for[1] < width or not (
-            rewards.is_cpu if made_for[2] is None else rewards.device == made_for[2]
-        ):
-            weights = return_weights(self._gamma, width, dtype=dtype, device=rewards.device)
-            self._weights = weights
-            self._weights_for = (dtype, width, None if rewards.is_cpu else rewards.device)
+        kept = self._kept
+        if kept is not None:
+            (made_dtype, made_width, made_device), weights = kept
+            if made_dtype is dtype and made_width >= width and (
+                rewards.is_cpu if made_device is None else rewards.device == made_device
+            ):
+                return weights
+        weights = return_weights(self._gamma, width, dtype=dtype, device=rewards.device)
+        self._kept = ((dtype, width, None if rewards.is_cpu else rewards.device), weights)
         return weights
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
