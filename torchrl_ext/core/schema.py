@@ -71,8 +71,8 @@ def set_unchecked(tensordict: TensorDictBase, key: NestedKey, value: torch.Tenso
         >>> td["next", "reward"].view(-1).tolist()
         [1.0, 1.0]
     """
-    if type(key) is not tuple:  # (the usual keys, a str or a tuple, without a call)
-        key = (key,) if type(key) is str else as_key(key)
+    if type(key) is not tuple:
+        key = as_key(key)
     node: Any = tensordict
     # the parents of a nested key, read from plain TensorDicts' entry dicts (TensorDict's
     # _set_tuple walks four layers of Python per level); a missing or other kind of

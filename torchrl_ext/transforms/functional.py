@@ -250,10 +250,9 @@ def step_rewards(batch: TensorDictBase, reward_key: NestedKey, owner: str) -> to
         >>> step_rewards(batch, ("next", "reward"), "T").shape
         torch.Size([2, 1])
     """
-    key = reward_key if type(reward_key) is tuple else as_key(reward_key)
-    rewards = get_unchecked(batch, key)
+    rewards = get_unchecked(batch, reward_key)
     if rewards is None:
-        raise missing_entry(owner, "reward_key", key, list(batch.keys(True, True)),
+        raise missing_entry(owner, "reward_key", as_key(reward_key), list(batch.keys(True, True)),
                             "sampled transitions")
     return rewards
 
