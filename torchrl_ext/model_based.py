@@ -117,6 +117,9 @@ class ModelEpochDataset(IterableDataset):
 
     Keyword Args:
         batch_size (int, optional): defaults to the buffer's.
+        num_batches (int, optional): cut each epoch into this many batches
+            instead, of sizes that differ by at most one (as many as there
+            are transitions, when fewer). An attribute, as ``batch_size``.
         device (torch.device or str, optional): where batches are made.
             Defaults to ``"cpu"``.
         rows (torch.Tensor, optional): restrict epochs to these transition rows.
@@ -139,6 +142,7 @@ class ModelEpochDataset(IterableDataset):
         rb: TransitionReplayBuffer,
         *,
         batch_size: int | None = None,
+        num_batches: int | None = None,
         device: torch.device | str = "cpu",
         rows: torch.Tensor | None = None,
     ) -> None:
@@ -151,6 +155,7 @@ class ModelEpochDataset(IterableDataset):
             )
         self.rb, self.sampler, self.transform = rb, sampler, transform
         self.batch_size = int(batch_size if batch_size is not None else rb.batch_size or 256)
+        self.num_batches = num_batches
         self.device = torch.device(device)
         self.rows = rows
         self._table: _PairTable | None = None
@@ -233,13 +238,13 @@ class ModelEpochDataset(IterableDataset):
             generator = torch.Generator().manual_seed(info.seed - info.id)
         self.sampler.start_epoch(self.rb.storage, self.rows, generator)
         rows, order = self.sampler.epoch_state()
-        n, B = rows.numel(), self.batch_size
+        bounds = self._bounds(rows.numel())
         first, step = (0, 1) if info is None else (info.id, info.num_workers)
         inputs, targets = self._training_pairs(rows)
         order = order.to(self.device)
-        for j in range(first, -(-n // B), step):
+        for j in range(first, len(bounds) - 1, step):
             # [b] (one model) or [E, b] (ensemble) rows of the kept pairs: fresh tensors
-            index = order[..., j * B : (j + 1) * B]
+            index = order[..., bounds[j] : bounds[j + 1]]
             flat = index.reshape(-1)
             yield (
                 inputs.index_select(0, flat).view(*index.shape, -1),
@@ -259,8 +264,14 @@ class ModelEpochDataset(IterableDataset):
 
     def __len__(self) -> int:
         """Batches in an epoch of the current data (the count may change with new data)."""
-        n = self.sampler.train_rows(self.rb.storage, self.rows).numel()
-        return -(-n // self.batch_size)
+        return len(self._bounds(self.sampler.train_rows(self.rb.storage, self.rows).numel())) - 1
+
+    def _bounds(self, n: int) -> list[int]:
+        """Where the batches of an epoch of ``n`` transitions start, then ``n``."""
+        if self.num_batches is None:  # batch_size each, the last one smaller
+            return [*range(0, n, self.batch_size), n]
+        k = min(self.num_batches, n)  # k batches of n // k or n // k + 1
+        return [j * n // k for j in range(k + 1)]
 
 
 def _statistics(scaler: Any) -> tuple[torch.Tensor, ...] | None:

@@ -55,8 +55,12 @@ def decoded(buffer, batches):
 
 
 # ------------------------------------------------------------ gymnasium vector envs
-def drive(buffer, mode, steps=40, num_envs=3, pass_info=True, seed=0):
-    """Run CartPole (5-step episodes) in ``mode``, inserting pytorchrl transition dicts."""
+def drive(buffer, mode, steps=40, num_envs=3, pass_info=True, seed=0, legacy=False):
+    """Run CartPole (5-step episodes) in ``mode``, inserting pytorchrl transition dicts.
+
+    ``legacy``: a SAME_STEP env's infos passed as an SB3 ``VecEnv`` gives them, a
+    list of per-env dicts with each done env's ``"terminal_observation"``.
+    """
     env = gym.vector.SyncVectorEnv(
         [lambda: gym.make("CartPole-v1", max_episode_steps=5)] * num_envs, autoreset_mode=mode
     )
@@ -71,6 +75,9 @@ def drive(buffer, mode, steps=40, num_envs=3, pass_info=True, seed=0):
         sample = {"Observation": obs, "Action": action[:, None], "Reward": reward[:, None].astype(np.float32),
                   "NextObservation": nxt, "Done": done[:, None].astype(np.float32),
                   "NextDone": next_done[:, None].astype(np.float32)}
+        if legacy:
+            final = info.get("_final_obs", np.zeros(num_envs, bool))
+            info = [{"terminal_observation": info["final_obs"][i]} if final[i] else {} for i in range(num_envs)]
         if pass_info:
             sample["EnvironmentInformation"] = info
         buffer.insert_transition(sample)

@@ -1,6 +1,8 @@
 """BatchReplayBuffer (d3rlpy 1.0 API): the append convention, golden batches, D1-D13."""
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -181,6 +183,24 @@ def test_d5_gymnasium_vector_env_and_env_none():
         BatchReplayBuffer(30, 3)
 
 
+def test_a_same_step_vector_env_is_refused():
+    # its step ending an episode returns the next episode's reset observation, which
+    # d3rlpy's loop appends as the final one: each episode's last transition ended in
+    # the next episode and its first was lost, silently
+    env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    with pytest.raises(ValueError, match=re.escape(
+            "BatchReplayBuffer: the env resets in the step that ends an episode (autoreset_mode "
+            "SAME_STEP): that step returns the next episode's first observation, where d3rlpy's loop "
+            "appends the final one, which only the infos hold (infos['final_obs']): its transitions "
+            "would end in the next episode. Make the env with autoreset_mode=NEXT_STEP, gymnasium's "
+            "default (d3rlpy's own batch envs step so).")):
+        BatchReplayBuffer(100, env)
+    disabled = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync",
+                            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED})
+    assert BatchReplayBuffer(100, disabled).n_envs == 2  # resets by hand: the final observation is appended
+
+
 def test_d5_d3rlpy_style_env_with_len():
     class BatchEnv:  # the attributes d3rlpy's BatchEnv offers
         observation_space, action_space = BOX, DISCRETE
@@ -221,6 +241,22 @@ def test_len_never_exceeds_maxlen_with_whole_episodes_and_appends_mixed():
                 assert len(buf) <= 10
         assert len(buf) == 10
         assert -1.0 not in all_of(buf)  # the pre-fill is the oldest: evicted first, FIFO
+
+
+def test_a_whole_episode_beside_a_running_one_in_the_smallest_buffer():
+    # maxlen == n_envs was accepted: a stream of 2 rows, where a whole episode beside
+    # the env's running one needs 3; append_episode raised the storage's error and the
+    # env's held append was lost with it
+    buf = buffer(maxlen=2)
+    for t in (0, 1):
+        buf.append(np.full((1, 2), t, np.float32), np.array([0]), np.zeros(1), np.zeros(1, bool))
+    buf.append_episode(Episode(np.full((2, 2), 100.0, np.float32), np.zeros(2, np.int64), np.zeros(2), True))
+    assert buf.transitions.observations[:, 0].tolist() == [100.0]  # 3 rows: the episode, o_1 pending
+    for t in (2, 3):
+        buf.append(np.full((1, 2), t, np.float32), np.array([0]), np.zeros(1), np.zeros(1, bool))
+    assert len(buf) == 2  # FIFO: the env's newest two
+    assert buf.transitions.observations[:, 0].tolist() == [1.0, 2.0]
+    assert buf.transitions.next_observations[:, 0].tolist() == [2.0, 3.0]
 
 
 def test_whole_episodes_go_to_an_idle_env_and_a_split_chain_keeps_every_transition():
@@ -349,8 +385,9 @@ def test_shape_errors_name_the_input():
     buf = buffer(n_envs=2)
     with pytest.raises(ValueError, match=r"observations has shape \(1, 2\), expected \(2, 2\)"):
         buf.append(np.zeros((1, 2)), np.zeros(2), np.zeros(2), np.zeros(2))
-    with pytest.raises(ValueError, match=r"maxlen=1 gives no transition to each of the n_envs=2 envs"):
-        buffer(maxlen=1, n_envs=2)
+    with pytest.raises(ValueError, match=re.escape("BatchReplayBuffer: maxlen=3 gives each of the n_envs=2 "
+                                                   "envs room for 1 transition(s); expected maxlen >= 4 (2 per env).")):
+        buffer(maxlen=3, n_envs=2)
 
 
 def test_image_observations_of_another_dtype_are_refused_not_cast():

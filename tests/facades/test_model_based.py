@@ -12,6 +12,7 @@ when asked. pytorchrl's and gymnasium's ways of driving the buffer are in
 from __future__ import annotations
 
 import copy
+import re
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -32,6 +33,25 @@ def test_m1_only_real_transitions_in_every_autoreset_mode(mode):
     inputs, labels = decoded(buffer, list(buffer.generate_batches(1, 32)))
     assert inputs.shape[0] == real  # every real transition, once; reset steps left out
     assert_cartpole_dynamics(inputs, labels)  # no final -> reset jump anywhere
+
+
+def test_m1_legacy_mode_trains_on_each_envs_terminal_observation():
+    # autoreset_mode="Legacy" (an SB3 VecEnv: the final observation in each done env's
+    # info dict) was accepted, then its done steps trained on final -> reset jumps
+    buffer = MBReplayBuffer(200, "cpu", make_actor(), None, None, autoreset_mode="Legacy", seed=0)
+    real = drive(buffer, MODES.SAME_STEP, legacy=True)
+    inputs, labels = decoded(buffer, list(buffer.generate_batches(1, 32)))
+    assert inputs.shape[0] == real  # the done steps too, with their true final observations
+    assert_cartpole_dynamics(inputs, labels)
+
+
+def test_m1_legacy_mode_without_terminal_observation_is_stored_never_trained_and_named():
+    buffer = MBReplayBuffer(200, "cpu", make_actor(), None, None, autoreset_mode="Legacy", seed=0)
+    with pytest.warns(UserWarning, match=re.escape("(EnvironmentInformation[i]['terminal_observation'] "
+                                                   "missing in LEGACY autoreset mode)")):
+        drive(buffer, MODES.SAME_STEP, pass_info=False)
+    inputs, labels = decoded(buffer, list(buffer.generate_batches(1, 32)))
+    assert_cartpole_dynamics(inputs, labels)
 
 
 def test_m1_same_step_without_final_obs_is_stored_never_trained_and_warned_once():
@@ -89,6 +109,26 @@ def test_m5_reset_empties():
         buffer.generate_batches(1, 4)
     buffer.insert_transition(step(7))
     assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [7.0]
+
+
+def test_m5_reset_to_another_layout_fits_the_scaler_anew():
+    # the scaler kept the statistics of the old layout: a reset() followed by wider
+    # observations failed with torch's "size of tensor a (4) must match ..."
+    buffer = filled(5)
+    list(buffer.generate_batches(1, 4))
+    kept = buffer.scaler.input_mu.clone()
+    data = buffer.get_all_buffer_data()
+    buffer.reset()
+    buffer.insert_data_slice(data)  # a round trip, the same layout: the statistics stay
+    list(buffer.generate_batches(1, 4))
+    assert torch.equal(buffer.scaler.input_mu, kept)
+    buffer.reset()
+    for t in range(5):
+        buffer.insert_transition(step(t, obs_dim=3))
+    inputs, labels = decoded(buffer, list(buffer.generate_batches(1, 4)))
+    assert buffer.scaler.input_mu.shape[-1] == 3 + 2  # observation and one-hot action
+    assert sorted(inputs[:, 0].round().tolist()) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert torch.allclose(labels[:, :3], torch.ones(5, 3), atol=1e-4)
 
 
 def test_m6_get_all_buffer_data_copies_in_time_order_across_the_wrap():
@@ -171,6 +211,15 @@ def test_m10_num_epochs_num_mini_batch_and_holdout():
     sized = list(buffer.generate_batches(4, mini_batch_size=None))
     assert len(sized) == 4 and sum(b["train_input"].shape[0] for b in sized) == n
     assert [b["batch_number"] for b in sized] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("n, k, sizes", [(5, 4, [1, 1, 1, 2]), (9, 6, [1, 2, 1, 2, 1, 2]), (3, 5, [1, 1, 1])])
+def test_m10_num_mini_batch_cuts_the_epoch_into_that_many_batches(n, k, sizes):
+    # the batch size was ceil(n / k): 5 transitions in 4 mini-batches came as [2, 2, 1]
+    buffer = filled(n)
+    batches = list(buffer.generate_batches(k, mini_batch_size=None))
+    assert [b["train_input"].shape[0] for b in batches] == sizes  # never an empty one (M2)
+    assert [b["batch_number"] for b in batches] == list(range(len(sizes)))
 
 
 def test_m10_ensembles():

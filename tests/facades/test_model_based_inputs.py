@@ -236,6 +236,26 @@ def test_reads_of_an_empty_buffer_after_init_tensors_give_none_as_before_any_ins
         assert buffer.get_all_buffer_data()["Observation"][:, 0, 0].tolist() == [0.0]
 
 
+def test_m11_positions_counts_and_slices_of_another_type_are_refused_naming_them():
+    # get_data_slice(1.5, 3) was floored, ensemble_size=2.5 truncated (and "3" parsed),
+    # get_data_slice("a", 3) and holdout_fraction="x" failed with int()'s and float()'s
+    # messages, insert_data_slice([1, 2]) with "'list' object has no attribute 'items'"
+    buffer = filled(4)
+    for pos in (1.5, "a"):
+        with pytest.raises(TypeError, match=rf"^MBReplayBuffer.get_data_slice: start_pos={pos!r} "
+                                            rf"\({type(pos).__name__}\), expected an int >= 0\.$"):
+            buffer.get_data_slice(pos, 3)
+    with pytest.raises(ValueError, match=r"^MBReplayBuffer.get_data_slice: end_pos=-1, expected an int >= 0\.$"):
+        buffer.get_data_slice(0, -1)
+    assert buffer.get_data_slice(np.int64(1), 3)["Observation"][:, 0, 0].tolist() == [1.0, 2.0]
+    with pytest.raises(TypeError, match=r"^EpochSampler: ensemble_size=2.5 \(float\), expected an int >= 1\.$"):
+        MBReplayBuffer(10, "cpu", make_actor(), None, None, ensemble_size=2.5)
+    with pytest.raises(TypeError, match=r"^EpochSampler: holdout_fraction='x' \(str\), expected a finite number >= 0\.$"):
+        MBReplayBuffer(10, "cpu", make_actor(), None, None, holdout_fraction="x")
+    with pytest.raises(TypeError, match=r"^MBReplayBuffer.insert_data_slice: new_data is list, expected a dict "):
+        buffer.insert_data_slice([1, 2])
+
+
 @pytest.mark.parametrize("space", [gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (1,))], ids=["Discrete", "Box"])
 @pytest.mark.parametrize(("key", "value", "dtype"), [
     ("Action", np.array([["a"]]), "<U1"),

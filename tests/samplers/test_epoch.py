@@ -306,12 +306,20 @@ def _identity(batch):
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"holdout_fraction=1.0, expected a value in \[0, 1\)"):
-        EpochSampler(holdout_fraction=1.0)
+    for bad in (1.0, 1.5):
+        with pytest.raises(ValueError, match=rf"holdout_fraction={bad}, expected a value in \[0, 1\)"):
+            EpochSampler(holdout_fraction=bad)
     with pytest.raises(ValueError, match=r"bootstrap=True resamples per ensemble member; pass ensemble_size"):
         EpochSampler(bootstrap=True)
-    with pytest.raises(ValueError, match=r"ensemble_size=0, expected >= 1"):
+    with pytest.raises(ValueError, match=r"^EpochSampler: ensemble_size=0, expected an int >= 1\.$"):
         EpochSampler(ensemble_size=0)
+    # a float or a string was truncated or parsed: ensemble_size=2.5 trained 2 members
+    for bad in (2.5, "3"):
+        with pytest.raises(TypeError, match=rf"^EpochSampler: ensemble_size={bad!r} \({type(bad).__name__}\), "
+                                            r"expected an int >= 1\.$"):
+            EpochSampler(ensemble_size=bad)
+    with pytest.raises(TypeError, match=r"^EpochSampler: holdout_fraction='x' \(str\), expected a finite number >= 0\.$"):
+        EpochSampler(holdout_fraction="x")
     rb = make_replay_buffer(10, sampler=EpochSampler(), batch_size=2)
     with pytest.raises(ValueError, match=r"EpochSampler: cannot sample: the buffer holds no transition yet"):
         rb.sample()

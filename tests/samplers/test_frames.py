@@ -159,6 +159,48 @@ def test_not_served_everywhere_is_an_error():
         rb.sample()
 
 
+def test_few_held_stacks_are_served_every_time():
+    # 12 rows, one running episode of 40 steps: steps 29 .. 39 live, of which only
+    # 39 has its 10 earlier frames held. Each of the 256 positions of a batch was
+    # redrawn at most 64 times, so about 1 sample in 2 failed on the same rows.
+    rb = make_replay_buffer(12, n_frames=11, batch_size=256, seed=0)
+    obs = torch.arange(40, dtype=torch.float32).view(1, 40, 1)
+    for t in range(40):
+        rb.extend(steps(obs[:, t], obs[:, t] + 1))
+    for _ in range(40):
+        assert set(rb.sample()["observation"][:, -1, 0].tolist()) == {39.0}
+
+
+def test_a_heavy_row_whose_stack_is_lost_does_not_stop_prioritized_draws():
+    # a prioritized draw i comes from segment i of the mass: once the ring overwrote
+    # the first frames of a row holding most of it, the positions whose segments lay
+    # inside that row drew it at every redraw, and every sample failed
+    rb = make_replay_buffer(16, batch_size=8, n_frames=4, seed=0,
+                            sampler=PrioritizedTransitionSampler(alpha=1.0, beta=0.4))
+    obs = torch.arange(18, dtype=torch.float32).view(1, 18, 1)
+    rb.extend(steps(obs[:, :10], obs[:, :10] + 1))
+    rows = rb.storage.live_transition_rows()
+    rb.update_priority(rows, torch.where(rows == 3, 50.0, 1.0))  # step 3: 50 of the 59 mass
+    rb.extend(steps(obs[:, 10:], obs[:, 10:] + 1))  # the ring overwrote steps 0 .. 2
+    for _ in range(20):
+        batch = rb.sample()
+        served = batch["observation"][:, -1, 0]
+        assert bool((served >= 6).all()), served  # steps 3 .. 5 lost a frame
+        rb.update_priority(batch["index"], torch.ones(8))
+
+
+def test_not_served_anywhere_is_found_whatever_the_draws():
+    # no live transition has its stack held: the error names what the rows hold
+    rb = make_replay_buffer(4, n_frames=6, batch_size=2, seed=0)
+    obs = torch.arange(10, dtype=torch.float32).view(1, 10, 1)
+    for t in range(10):
+        rb.extend(steps(obs[:, t], obs[:, t] + 1))
+    with pytest.raises(ValueError, match=r"^FrameStackSampler: after 64 redraws, stacks of n_frames=6 "
+                       r"still reach rows the ring overwrote: 0 of the 3 live transitions have the 5 "
+                       r"earlier frames of their episode held; raise the capacity or lower n_frames\.$"):
+        rb.sample()
+
+
 def test_images_stack_along_channels_and_stay_uint8():
     T = 5
     pixels = (torch.arange(T, dtype=torch.uint8).view(1, T, 1, 1, 1) * 10).expand(1, T, 2, 3, 3)

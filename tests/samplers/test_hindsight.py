@@ -312,6 +312,26 @@ def test_frame_stacked_goals_get_the_relabelled_goal_in_every_frame(goal_shape):
     assert torch.equal(batch["next", "reward"][4:, 0], torch.where(reached, 0.0, -1.0))
 
 
+@pytest.mark.parametrize("discount_key", [None, "discount"])
+def test_frame_stacked_one_step_transitions_get_the_relabelled_reward(discount_key):
+    # under frame stacks, one-step hindsight windows are read as windows (for each
+    # step's own next achieved goal); with n_step=1 and discount_key=None no
+    # NStepTransform folded them back: relabelled rows kept the stored reward and
+    # the batch an "n_step" entry
+    T = 6
+    rb = make_her_replay_buffer(64, reward, strategy="final", num_goals=1, n_frames=2,
+                                discount_key=discount_key, batch_size=8, seed=0)
+    plain = make_her_replay_buffer(64, reward, strategy="final", num_goals=1,
+                                   discount_key=discount_key, batch_size=8, seed=0)
+    for buffer in (rb, plain):
+        buffer.extend(episodes_td([[T]]))
+    batch = rb.sample()
+    reached = batch["observation"][4:, -1, 2] == T - 1  # the last step reaches the final goal
+    assert torch.equal(batch["next", "reward"][4:, 0], torch.where(reached, 0.0, -1.0))
+    assert bool((batch["next", "reward"][:4] == -1.0).all())  # real rows: as stored
+    assert set(batch.keys(True, True)) == set(plain.sample().keys(True, True))
+
+
 @pytest.mark.parametrize("name, key, n, where", [
     ("goal_key", "target", 1, "sampled observation entries"),
     ("achieved_goal_key", "target", 1, "sampled observation entries"),

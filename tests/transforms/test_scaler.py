@@ -120,3 +120,8 @@ def test_nan_features_and_a_transform_of_another_width_are_refused_naming_them()
         scaler.transform(x)
     with pytest.raises(ValueError, match=r"inverse_transform: targets have 2 features \(shape \(1, 2\)\), expected 1"):
         scaler.inverse_transform(torch.ones(1, 2))
+    # in place: targets of another width were broadcast into silently, nothing changed on refusal
+    inputs, targets = torch.ones(1, 2), torch.ones(1, 3)
+    with pytest.raises(ValueError, match=r"transform_: targets have 3 features \(shape \(1, 3\)\), expected 1 as in fit\(\)"):
+        scaler.transform_(inputs, targets)
+    assert inputs.tolist() == [[1.0, 1.0]]

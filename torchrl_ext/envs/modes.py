@@ -13,6 +13,7 @@ __all__ = [
     "FINAL_OBS_KEYS",
     "AutoresetMode",
     "check_mode",
+    "declared_mode",
     "final_entry",
     "final_observation",
     "legacy_infos",
@@ -68,6 +69,30 @@ class AutoresetMode(StrEnum):
             f"{[m.value for m in cls]} (any case, underscores allowed: 'same_step'), "
             "an AutoresetMode or gymnasium.vector.AutoresetMode."
         )
+
+
+def declared_mode(envs: Any) -> AutoresetMode | None:
+    """The autoreset mode a vector env declares, ``None`` if it declares none.
+
+    A gymnasium 1.x vector env declares it (``envs.autoreset_mode``; a wrapped
+    one in ``envs.metadata["autoreset_mode"]``); vector envs from before
+    gymnasium 1.0 (gym's, SB3's, d3rlpy's) declare none.
+
+    Raises:
+        ValueError: the declared value is not a mode.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> from types import SimpleNamespace
+        >>> env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+        >>> declared_mode(env), declared_mode(SimpleNamespace(num_envs=2))
+        (<AutoresetMode.NEXT_STEP: 'NextStep'>, None)
+    """
+    mode = getattr(envs, "autoreset_mode", None)
+    if mode is None:
+        metadata = getattr(envs, "metadata", None)
+        mode = metadata.get("autoreset_mode") if isinstance(metadata, Mapping) else None
+    return None if mode is None else AutoresetMode.parse(mode, type(envs).__name__)
 
 
 #: where SAME_STEP vector envs put the true final observations / infos of done

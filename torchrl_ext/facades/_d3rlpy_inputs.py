@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from torchrl_ext.core.checks import is_flags
+from torchrl_ext.envs.modes import AutoresetMode, declared_mode
 from torchrl_ext.facades._convert import to_numpy
 
 __all__ = ["AppendInputs", "flags", "spaces"]
@@ -16,9 +17,22 @@ _NUMERIC = "biuf"  # numpy dtype kinds: bool, signed and unsigned integers, floa
 
 def spaces(env: Any, observation_space: Any, action_space: Any, n_envs: Any) -> tuple:
     """(observation space, action space, n_envs) from a gymnasium vector env,
-    a d3rlpy-style batch env (``len(env)``), or the keywords (D5, D13)."""
+    a d3rlpy-style batch env (``len(env)``), or the keywords (D5, D13).
+
+    A gymnasium vector env in SAME_STEP autoreset mode is refused: d3rlpy's
+    append convention needs the final observation the step returns (NEXT_STEP,
+    or DISABLED with resets by hand)."""
     if env is not None:
         if hasattr(env, "num_envs"):  # gymnasium vector env
+            if declared_mode(env) is AutoresetMode.SAME_STEP:
+                raise ValueError(
+                    "BatchReplayBuffer: the env resets in the step that ends an episode "
+                    "(autoreset_mode SAME_STEP): that step returns the next episode's first "
+                    "observation, where d3rlpy's loop appends the final one, which only the "
+                    "infos hold (infos['final_obs']): its transitions would end in the next "
+                    "episode. Make the env with autoreset_mode=NEXT_STEP, gymnasium's default "
+                    "(d3rlpy's own batch envs step so)."
+                )
             return env.single_observation_space, env.single_action_space, int(env.num_envs)
         if hasattr(env, "__len__"):  # d3rlpy BatchEnv
             return env.observation_space, env.action_space, len(env)

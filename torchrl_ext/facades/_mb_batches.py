@@ -139,7 +139,8 @@ class ModelBatches:
         in a fresh random order, in batches of ``mini_batch_size`` (the last
         one smaller, never empty: M2). With ``mini_batch_size=None`` the epoch
         is cut into ``num_mini_batch`` batches instead (pytorchrl's on-policy
-        meaning); otherwise ``num_mini_batch`` is not needed. The scaler is
+        meaning), of sizes that differ by at most one (as many as there are
+        transitions, when fewer); otherwise ``num_mini_batch`` is not needed. The scaler is
         fitted on the training transitions on the first call, then only by
         :meth:`before_gradients` / :meth:`fit_scaler` (M9).
 
@@ -182,10 +183,9 @@ class ModelBatches:
             # epoch) moved the time window, so the rows found before may hold others
             dataset = self._dataset()
             if batch_size is None:
-                n = dataset.sampler.train_rows(self._rb.storage, dataset.rows).numel()
-                dataset.batch_size = -(-n // num_mini_batch)
+                dataset.num_batches = num_mini_batch
             else:
-                dataset.batch_size = batch_size
+                dataset.batch_size, dataset.num_batches = batch_size, None
             holdout = {}
             if self.holdout_fraction > 0:
                 pairs = dataset.normalised_pairs(self._holdout)

@@ -18,6 +18,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.envs._chunk import follow_on
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.envs.modes import declared_mode
 from torchrl_ext.facades._batching import steps_held
 from torchrl_ext.facades._convert import to_numpy
 
@@ -89,6 +90,10 @@ def _check_done_flags(leaves: Mapping[tuple[str, ...], np.ndarray], where: str) 
             raise error
 
 
+_FINAL = "final_obs"  # SAME_STEP: the infos dict's final observations
+_LEGACY_FINAL = "terminal_observation"  # LEGACY: each env's info dict's
+
+
 class PytorchrlSteps:
     """Validates pytorchrl transition dicts of ``N`` envs and makes TorchRL batches of them.
 
@@ -105,7 +110,9 @@ class PytorchrlSteps:
         self, mode: AutoresetMode, reward_required: bool, num_actions: int | None, chunk: int
     ) -> None:
         self.mode = mode
-        self._same_step = mode is AutoresetMode.SAME_STEP
+        # a done step's next observation is a reset observation; its true final one is in
+        # the infos (SAME_STEP: gymnasium's "final_obs"; LEGACY: SB3's per-env dicts)
+        self._same_step = mode in (AutoresetMode.SAME_STEP, AutoresetMode.LEGACY)
         self.reward_required = reward_required
         self.num_actions = num_actions
         self.chunk = chunk
@@ -142,7 +149,7 @@ class PytorchrlSteps:
             boundary = leaves[BOUNDARY_KEY] != 0
         elif self.mode is AutoresetMode.NEXT_STEP:
             boundary = leaves[STORED[DONE]] != 0  # the step after a done: the reset step
-        elif self.mode is AutoresetMode.SAME_STEP:
+        elif self._same_step:
             done = leaves[STORED[DONE2]][:, 0] != 0
             if done.any():
                 boundary[:, 0] = self._final_observations(sample, leaves, done, where)
@@ -164,7 +171,7 @@ class PytorchrlSteps:
             boundary = leaves[BOUNDARY_KEY] != 0
         elif self.mode is AutoresetMode.NEXT_STEP:
             boundary = leaves[STORED[DONE]] != 0
-        elif self.mode is AutoresetMode.SAME_STEP:
+        elif self._same_step:
             boundary = leaves[STORED[DONE2]] != 0
             self._warn(int(boundary.sum()))
         else:
@@ -408,7 +415,11 @@ class PytorchrlSteps:
     def _final_observations(
         self, sample: Mapping[str, Any], leaves: dict, done: np.ndarray, where: str, in_place: bool = False
     ) -> np.ndarray:
-        """SAME_STEP: put ``final_obs`` in the next observation of done envs; ``[N]`` unknown ones.
+        """SAME_STEP / LEGACY: put the true final observation in the next observation of done envs; ``[N]`` unknown ones.
+
+        SAME_STEP reads ``final_obs`` (and ``_final_obs``) of the infos dict,
+        LEGACY each done env's ``"terminal_observation"`` of the list of dicts
+        an SB3 ``VecEnv`` returns.
 
         ``in_place``: ``leaves`` are staging views, written to; else they may be
         the caller's arrays, copied before the first write.
@@ -416,7 +427,10 @@ class PytorchrlSteps:
         info = sample.get(INFO)
         final = has = None
         if isinstance(info, Mapping):
-            final, has = info.get("final_obs"), info.get("_final_obs")
+            final, has = info.get(_FINAL), info.get("_final_obs")
+        elif isinstance(info, (list, tuple)) and len(info) == self.num_envs:  # SB3's per-env dicts
+            final = [i.get(_LEGACY_FINAL) if isinstance(i, Mapping) else None for i in info]
+            has = [value is not None for value in final]
         unknown = np.zeros(self.num_envs, bool)
         copied: set[tuple[str, ...]] = set()
         for i in np.flatnonzero(done).tolist():
@@ -427,7 +441,7 @@ class PytorchrlSteps:
                 if key not in leaves or value.shape != leaves[key].shape[1:]:
                     want = leaves[key].shape[1:] if key in leaves else "no such entry"
                     raise ValueError(
-                        f"{where}: {INFO}['final_obs'][{i}] gives {entry_name(key)} shape "
+                        f"{where}: {self._final_name(i)} gives {entry_name(key)} shape "
                         f"{value.shape}, expected {want}."
                     )
                 if not in_place and key not in copied:
@@ -437,13 +451,19 @@ class PytorchrlSteps:
         self._warn(int(unknown.sum()))
         return unknown
 
+    def _final_name(self, env: int | str) -> str:
+        """Where the infos hold env ``env``'s true final observation, for messages."""
+        if self.mode is AutoresetMode.LEGACY:
+            return f"{INFO}[{env}][{_LEGACY_FINAL!r}]"
+        return f"{INFO}[{_FINAL!r}][{env}]"
+
     def _warn(self, count: int) -> None:
         if count and not self.warned:
             self.warned = True
             warnings.warn(
                 f"MBReplayBuffer: {count} done step(s) without their true final observation "
-                f"({INFO}['final_obs'] missing in SAME_STEP autoreset mode): they are stored but "
-                "never trained on. Pass the vector env's infos to train on them.",
+                f"({self._final_name('i')} missing in {self.mode.name} autoreset mode): they "
+                "are stored but never trained on. Pass the vector env's infos to train on them.",
                 UserWarning,
                 stacklevel=4,
             )
@@ -490,7 +510,7 @@ class PytorchrlSteps:
         T, self.staged = self.staged, 0
         leaves = {k: v[:T].swapaxes(0, 1) for k, v in self._stage.items()}
         derived = np.frombuffer(self._derived, bool, T)
-        if self.mode is not AutoresetMode.SAME_STEP and derived.any():
+        if not self._same_step and derived.any():
             boundary = leaves[BOUNDARY_KEY]
             if self.mode is AutoresetMode.NEXT_STEP:  # a Done step is the reset step
                 boundary[:, derived] = leaves[STORED[DONE]][:, derived] != 0
@@ -538,14 +558,13 @@ class PytorchrlSteps:
             {k: v.swapaxes(0, 1) for k, v in entries.items()}, [T, n], time_first=True)
 
 
-def declared_autoreset_mode(envs: Any) -> AutoresetMode | str:
+def declared_autoreset_mode(envs: Any) -> AutoresetMode:
     """The autoreset mode of the vector env ``envs``, as :class:`MBReplayBuffer` defaults to it.
 
-    A gymnasium 1.x vector env declares it (``envs.autoreset_mode``; a wrapped
-    one in ``envs.metadata["autoreset_mode"]``). An env that declares none is
-    taken for a vector env from before gymnasium 1.0 (pytorchrl's, gym's,
-    SB3's), which resets inside the step that ends an episode: ``SAME_STEP``.
-    No env: gymnasium's default, ``NEXT_STEP``.
+    The mode a gymnasium 1.x vector env declares (:func:`~torchrl_ext.envs.modes.declared_mode`).
+    An env that declares none is taken for a vector env from before gymnasium
+    1.0 (pytorchrl's, gym's, SB3's), which resets inside the step that ends an
+    episode: ``SAME_STEP``. No env: gymnasium's default, ``NEXT_STEP``.
 
     Examples:
         >>> import gymnasium as gym
@@ -558,10 +577,7 @@ def declared_autoreset_mode(envs: Any) -> AutoresetMode | str:
     """
     if envs is None:
         return AutoresetMode.NEXT_STEP
-    mode = getattr(envs, "autoreset_mode", None)
-    if mode is None:
-        metadata = getattr(envs, "metadata", None)
-        mode = metadata.get("autoreset_mode") if isinstance(metadata, Mapping) else None
+    mode = declared_mode(envs)
     return AutoresetMode.SAME_STEP if mode is None else mode
 
 

@@ -204,10 +204,16 @@ class BatchReplayBuffer:
     env-side: a gymnasium vector env resets once, and appending its
     ``reset()`` observation then each ``step()``'s gives no such transition.
 
-    Capacity: ``len() <= maxlen`` whatever comes. Each env's stream keeps its
-    last ``maxlen // n_envs`` transitions, FIFO (d3rlpy's one FIFO of
-    ``maxlen`` for envs appended in lockstep): whole episodes written first
-    (a pre-fill) are the first evicted by the envs' appends, as in d3rlpy.
+    Capacity: ``len() <= maxlen`` whatever comes. Each env has a stream of
+    ``maxlen // n_envs + 1`` rows, FIFO (d3rlpy's one FIFO of ``maxlen``
+    for envs appended in lockstep): whole episodes written first (a
+    pre-fill) are the first evicted by the envs' appends, as in d3rlpy. A
+    row holds a step; an episode of ``L`` transitions takes ``L + 1`` rows
+    (its final observation has its own), so a stream holds ``maxlen //
+    n_envs`` transitions of one running episode and about ``L / (L + 1)``
+    of that in episodes of ``L`` transitions, where d3rlpy holds ``maxlen``.
+    A whole episode goes into one stream: an episode of more than ``maxlen
+    // n_envs`` transitions keeps its last ``maxlen // n_envs``.
 
     Args:
         maxlen (int): capacity in transitions.
@@ -271,10 +277,11 @@ class BatchReplayBuffer:
         self.maxlen = int(maxlen)
         streams = self.n_envs  # whole episodes go into the envs' streams too
         per_stream = self.maxlen // self.n_envs
-        if per_stream < 1:
+        if per_stream < 2:  # a whole episode beside a running one needs 3 rows of a stream
             raise ValueError(
-                f"BatchReplayBuffer: maxlen={maxlen} gives no transition to each of the "
-                f"n_envs={self.n_envs} envs; expected maxlen >= {self.n_envs}."
+                f"BatchReplayBuffer: maxlen={maxlen} gives each of the n_envs={self.n_envs} "
+                f"envs room for {per_stream} transition(s); expected maxlen >= "
+                f"{2 * self.n_envs} (2 per env)."
             )
         self.create_mask, self.mask_size = bool(create_mask), int(mask_size)
         # a stream's episode of L transitions uses L + 1 rows: per_stream + 1 rows
@@ -354,8 +361,9 @@ class BatchReplayBuffer:
         """Write the held appends as one ``[streams, T]`` batch (reads call this first)."""
         if not self._pending:
             return
-        pending, self._pending = self._pending, []
-        self._rb.extend(self._transitions_td(*(np.stack(a, axis=1) for a in zip(*pending))))
+        # held until written: a write that raises drops none of them
+        self._rb.extend(self._transitions_td(*(np.stack(a, axis=1) for a in zip(*self._pending))))
+        self._pending = []
 
     @staticmethod
     def _transitions_td(*arrays: np.ndarray) -> TensorDictBase:

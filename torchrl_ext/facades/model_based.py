@@ -1,7 +1,7 @@
 """pytorchrl's ``MBReplayBuffer`` API over the episode-aware components."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl_ext.buffer import TransitionReplayBuffer
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._mb_batches import ModelBatches
 from torchrl_ext.facades._mb_steps import (
@@ -51,9 +52,10 @@ class MBReplayBuffer(ModelBatches):
     * only real transitions are trained on: in NEXT_STEP autoreset mode (the
       gymnasium default) a step that starts at a final observation (``"Done"``
       set) is the reset step; in SAME_STEP mode the true final observation is
-      taken from ``EnvironmentInformation["final_obs"]``, and a done step
-      without it is stored but never trained on (with one warning); in
-      DISABLED mode every step is a transition (M1);
+      taken from ``EnvironmentInformation["final_obs"]`` (in LEGACY mode,
+      an SB3 ``VecEnv``'s, from each env's ``"terminal_observation"``), and a
+      done step without it is stored but never trained on (with one
+      warning); in DISABLED mode every step is a transition (M1);
     * no empty batch (M2), a fixed one-hot width (M3), a real resize (M4),
       ``reset()`` empties (M5), copies in chronological order across the wrap
       (M6, M12), ``N > 1`` envs (M7), native dtypes (M8), the scaler fitted on
@@ -125,6 +127,8 @@ class MBReplayBuffer(ModelBatches):
     """
 
     storage_tensors = STORAGE_TENSORS
+    # the key set, shapes and dtypes of the steps before the last reset(), until the next insert
+    _layout_before_reset: dict | None = None
 
     def __init__(
         self,
@@ -233,6 +237,9 @@ class MBReplayBuffer(ModelBatches):
 
     def _build(self) -> None:
         steps = self._steps
+        if self._layout_before_reset not in (None, steps.specs):
+            self._scaler_fitted = False  # its statistics describe data of another layout
+        self._layout_before_reset = None
         n = steps.num_envs
         self._rb = make_model_based_buffer(
             n * (2 * self.max_size + 2),
@@ -385,6 +392,11 @@ class MBReplayBuffer(ModelBatches):
             ValueError: the keys have different lengths, or more than ``size`` steps.
         """
         where = "MBReplayBuffer.insert_data_slice"
+        if not isinstance(new_data, Mapping):
+            raise TypeError(
+                f"{where}: new_data is {type(new_data).__name__}, expected a dict of pytorchrl "
+                "keys to [T, N, ...] arrays (as get_data_slice returns)."
+            )
         staged: dict[str, Any] = {}
         lengths = {
             key: self.insert_single_tensor_slice(staged, key, value)
@@ -425,15 +437,16 @@ class MBReplayBuffer(ModelBatches):
             ValueError: a position is outside the stored steps.
         """
         # an empty buffer has no position to start at, but (0, 0) is its empty slice
-        for name, pos, hi in (("start_pos", start_pos, max(self.size - 1, 0)), ("end_pos", end_pos, self.size)):
-            if not 0 <= int(pos) <= hi:
+        where = "MBReplayBuffer.get_data_slice"
+        start, end = check_count(where, "start_pos", start_pos, 0), check_count(where, "end_pos", end_pos, 0)
+        for name, pos, hi in (("start_pos", start, max(self.size - 1, 0)), ("end_pos", end, self.size)):
+            if pos > hi:
                 raise ValueError(
-                    f"MBReplayBuffer.get_data_slice: {name}={pos}, expected 0 <= {name} <= {hi} "
+                    f"{where}: {name}={pos}, expected 0 <= {name} <= {hi} "
                     f"(the buffer holds {self.size} steps)."
                 )
         # positions [0, size) form the ring (size < max_size: not wrapped yet, step == size);
         # end_pos == size with start_pos == 0 is all of it, start_pos == end_pos none
-        start, end = int(start_pos), int(end_pos)
         count = end - start if end >= start else end - start + self.size
         return self._copy((start + torch.arange(count)) % self.size)
 
@@ -496,10 +509,14 @@ class MBReplayBuffer(ModelBatches):
     def reset(self) -> None:
         """Empty the buffer: ``size`` and ``step`` to zero, no step kept (M5).
 
-        The scaler keeps its statistics; the next insert fixes the key set,
-        shapes and dtypes anew.
+        The next insert fixes the key set, shapes and dtypes anew. The scaler
+        keeps its statistics when they are the same (a collector's round trip
+        through :meth:`get_all_buffer_data`); data of another layout is
+        normalised as in a new buffer, by statistics fitted on its first epoch.
         """
+        layout = self._steps.specs
         self._clear()
+        self._layout_before_reset = layout
 
     def before_gradients(self) -> None:
         """Refit the scaler on the current training transitions (new data has arrived).

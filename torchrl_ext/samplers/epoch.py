@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
+from torchrl_ext.core.checks import check_count, check_number
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.storages.transition import TransitionStorage
@@ -176,12 +177,12 @@ class EpochSampler(Sampler):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
-        if not 0.0 <= float(holdout_fraction) < 1.0:
+        if check_number("EpochSampler", "holdout_fraction", holdout_fraction, 0.0) >= 1.0:
             raise ValueError(
                 f"EpochSampler: holdout_fraction={holdout_fraction}, expected a value in [0, 1)."
             )
-        if ensemble_size is not None and int(ensemble_size) < 1:
-            raise ValueError(f"EpochSampler: ensemble_size={ensemble_size}, expected >= 1.")
+        if ensemble_size is not None:  # 2.5 and "3" refused, not truncated or parsed
+            check_count("EpochSampler", "ensemble_size", ensemble_size)
         if bootstrap and ensemble_size is None:
             raise ValueError(
                 "EpochSampler: bootstrap=True resamples per ensemble member; pass ensemble_size=E."

@@ -37,7 +37,10 @@ class HindsightTransform(Transform):
     place (a sampled batch owns the rows it gathered), the rewards into a new
     tensor. Put it before
     :class:`~torchrl_ext.transforms.NStepTransform`, which then sums the
-    recomputed rewards (``make_her_replay_buffer`` does).
+    recomputed rewards (``make_her_replay_buffer`` does). One-step windows
+    come as windows under frame stacks (for each step's own next achieved
+    goal); they leave this transform as transitions, each reward under
+    ``reward_key``, with or without an ``NStepTransform`` after it.
 
     Args:
         reward_fn (callable): batched ``reward_fn(achieved_goal, desired_goal, infos)``
@@ -108,6 +111,19 @@ class HindsightTransform(Transform):
         self.info_key = None if info_key is None else as_key(info_key)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self._relabel(tensordict)
+        window = get_unchecked(tensordict, "n_step")
+        if window is not None and window.batch_size[1] == 1:
+            # one-step windows, read as windows for each step's own next observation
+            # entries (frame stacks hold stacks under "next"): a batch of transitions,
+            # with each step's reward (relabelled or not) as its own, and no window
+            pop_unchecked(tensordict, "n_step")
+            rewards = window_rewards(window, self.reward_key, "HindsightTransform")
+            set_unchecked(tensordict, self.reward_key, rewards.squeeze(1))
+        return tensordict
+
+    def _relabel(self, tensordict: TensorDictBase) -> None:
+        """Write the goals of the rows the sampler relabelled, and their rewards, in place."""
         # (entries read and dropped without TensorDict's layers: see get_unchecked)
         her = pop_unchecked(tensordict, "her")
         if her is None:
@@ -117,7 +133,7 @@ class HindsightTransform(Transform):
             )
         relabel = get_unchecked(her, "relabel")  # [B] bool
         if relabel is None:  # no goal drawn (HindsightSampler(num_goals=0)): every row real
-            return tensordict
+            return
         reached = get_unchecked(her, self.achieved_goal_key)  # [B, *goal]: at the goal rows
         for name, key, value in (("goal_key", self.goal_key, get_unchecked(her, self.goal_key)),
                                  ("achieved_goal_key", self.achieved_goal_key, reached)):
@@ -127,7 +143,7 @@ class HindsightTransform(Transform):
                                     "sampled observation entries")
         idx = relabel.nonzero().view(-1)  # [V] the relabelled rows
         if not idx.numel():
-            return tensordict
+            return
         goal = reached.index_select(0, idx)  # [V, *goal]
         # the goal entries, root and next, written in place at the relabelled rows
         # only: the sampled batch owns its gathered rows (no second copy of them)
@@ -163,7 +179,6 @@ class HindsightTransform(Transform):
             self._recompute_terminated(
                 self.terminated_fn, tensordict, idx, flat_achieved, goals, infos, W
             )
-        return tensordict
 
     def _recompute_terminated(
         self, terminated_fn: Callable[..., Any], td, idx, achieved, goals, infos, width

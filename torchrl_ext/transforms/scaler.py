@@ -101,6 +101,11 @@ class StandardScaler:
     def transform_(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> None:
         """:meth:`transform` in place (float tensors the caller owns; saves two copies).
 
+        Raises:
+            RuntimeError: the scaler was never fitted.
+            ValueError: ``inputs`` / ``targets`` have another number of features
+                than in :meth:`fit` (checked before either is changed).
+
         Examples:
             >>> import torch
             >>> scaler = StandardScaler()
@@ -112,14 +117,17 @@ class StandardScaler:
         """
         if self.input_mu is None or self.input_std is None:
             raise RuntimeError(_UNFITTED.format(where="transform_"))
-        inputs.sub_(self.input_mu).div_(self.input_std)
+        self._check_width("transform_", "inputs", inputs, self.input_mu)
+        target_mu, target_std = self.target_mu, self.target_std
         if targets is not None:
-            if self.target_mu is None or self.target_std is None:
+            if target_mu is None or target_std is None:
                 raise RuntimeError(
                     "StandardScaler.transform_: got targets, but fit() was called without "
                     "targets; call fit(inputs, targets)."
                 )
-            targets.sub_(self.target_mu).div_(self.target_std)
+            self._check_width("transform_", "targets", targets, target_mu)
+            targets.sub_(target_mu).div_(target_std)  # checked both first: none changed on refusal
+        inputs.sub_(self.input_mu).div_(self.input_std)
 
     def inverse_transform(self, targets: torch.Tensor) -> torch.Tensor:
         """Normalised targets back to their units: ``targets * target_std + target_mu``."""
