@@ -19,6 +19,7 @@ from gymnasium.vector import AutoresetMode as GymMode
 
 from torchrl_ext import make_replay_buffer
 from torchrl_ext.envs import GymVectorAdapter
+from torchrl_ext.facades._batching import StepBatcher
 
 NUM_ENVS = 3
 CARTPOLE_KEYS = ("observation",)
@@ -415,6 +416,32 @@ def test_a_step_refused_as_non_finite_is_never_glued_over():
     pairs = list(zip(td["observation"][:, 0].tolist(), td["next", "observation"][:, 0].tolist()))
     assert sorted(pairs) == [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0), (4.0, 5.0)]
     assert rb.storage.index.episode_count.tolist() == [2]
+
+
+def test_the_reset_step_after_a_refused_episode_end_is_left_out_by_a_facade():
+    """NEXT_STEP, steps held in chunks (the facades): a refused step that ends the episode
+    is still followed by the env's reset step (the final observation again, the action
+    ignored); it was stored as a transition (3 -> 100), and an n-step window ran on
+    across it into the next episode."""
+    rb, adapter = make_replay_buffer(100, n_step=2, seed=0), GymVectorAdapter(1)
+    batcher = StepBatcher(rb, adapter, chunk=8)
+
+    def one(obs, nxt, reward=1.0, terminated=False):
+        return (np.array([[obs]], np.float32), np.zeros((1, 1), np.float32), np.array([reward], np.float32),
+                np.array([terminated]), np.zeros(1, bool), {}, np.array([[nxt]], np.float32))
+
+    batcher.add(*one(0.0, 1.0))
+    batcher.add(*one(1.0, 2.0, reward=np.nan))
+    batcher.add(*one(2.0, 3.0, terminated=True))
+    with pytest.raises(ValueError, match=r"\(step 1\): \('next', 'reward'\) of env 0 is nan"):
+        batcher.flush()
+    batcher.add(*one(3.0, 100.0, reward=0.0))  # the reset step
+    batcher.add(*one(100.0, 101.0))
+    batcher.flush()
+    td = rb.storage.get(slice(None))  # every stored transition
+    pairs = sorted(zip(td["observation"][:, 0].tolist(), td["next", "observation"][:, 0].tolist()))
+    assert pairs == [(0.0, 1.0), (100.0, 101.0)]
+    assert bool((rb.sample(32)["steps_to_next_obs"] == 1).all())  # no window across the episodes
 
 
 def test_a_step_retried_after_a_non_finite_one_continues_the_episode():

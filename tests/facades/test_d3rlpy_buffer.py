@@ -390,6 +390,16 @@ def test_shape_errors_name_the_input():
         buffer(maxlen=3, n_envs=2)
 
 
+def test_mask_settings_are_checked_in_this_api_s_names():
+    # mask_size=2.5 was truncated to 2 members, "a" failed in int(), and 0 or mask_p=1.5
+    # were named by make_replay_buffer / BootstrapMaskSampler
+    for bad, error in ((2.5, TypeError), ("a", TypeError), (0, ValueError)):
+        with pytest.raises(error, match=rf"^BatchReplayBuffer: mask_size={bad!r}.* expected an int >= 1\.$"):
+            buffer(create_mask=True, mask_size=bad)
+    with pytest.raises(ValueError, match=r"^BatchReplayBuffer: mask_p=1.5, expected a finite number in \(0, 1\]\.$"):
+        buffer(create_mask=True, mask_p=1.5)
+
+
 def test_image_observations_of_another_dtype_are_refused_not_cast():
     # d3rlpy asserted uint8 images; a cast would turn 0..1 float frames into zeros
     buf = buffer(obs_space=IMAGE)

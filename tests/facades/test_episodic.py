@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 import torch
 
@@ -237,6 +238,25 @@ def test_an_evictor_returning_a_bad_position_is_a_clear_error():
     dataset.add_episode(episode(0, 6))
     with pytest.raises(ValueError, match=r"Bad returned 5, expected an episode position in \[0, 1\)"):
         dataset.add_episode(episode(1, 6))
+
+
+def test_an_evictor_may_return_a_numpy_or_tensor_integer():
+    # np.argmin's np.int64 was refused ("returned np.int64(0), expected an episode
+    # position in [0, 2)"), where the original's list.pop takes it; a flag is no position
+    for position in (np.int64(0), torch.tensor(0), True):
+        class Shortest(Evictor):
+            def __call__(self, dataset, position=position):
+                return position
+
+        dataset = RingBufferDataset(8, evictor=Shortest())
+        for eid, n in enumerate((3, 4)):
+            dataset.add_episode(episode(eid, n))
+        if position is True:
+            with pytest.raises(ValueError, match=r"Shortest returned True, expected an episode position"):
+                dataset.add_episode(episode(2, 3))
+            continue
+        dataset.add_episode(episode(2, 3))  # 7 + 3 > 8: the first episode goes
+        assert dataset.episode_lengths == [4, 3]
 
 
 # --------------------------------------------------------- B18: weighting

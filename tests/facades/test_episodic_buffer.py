@@ -18,7 +18,7 @@ from tensordict import TensorDict
 
 from _episodic_helpers import episode, within_one_episode
 from torchrl_ext import EpisodeReplayBuffer, IndividualFileDataset, RingBufferDataset
-from torchrl_ext.facades.episodic import EpisodeDatasetInfo, RandomEvictor, VerificationMode
+from torchrl_ext.facades.episodic import EpisodeDatasetInfo, Fields, RandomEvictor, Vector, VerificationMode
 
 
 # -------------------------------------------------- B2, B4, B5, B6: add_step
@@ -344,6 +344,17 @@ def test_a_field_kept_on_another_device_than_the_pool_comes_back_there():
     batch = EpisodeReplayBuffer(restored, batch_size=2, sequence_length=2, seed=0).sample()
     assert batch["x"].device == torch.device("meta")
     assert all(batch[k].device == torch.device("cpu") for k in restored.fields if k != "x")
+
+
+def test_the_padding_mask_goes_with_fields_kept_on_another_device():
+    # whole episodes come padded, with a "mask": it stayed on the pool's device while
+    # every field went back to its own (the meta device stands in for the GPU)
+    info = EpisodeDatasetInfo(fields=Fields({"obs": Vector("meta", torch.float32, (2,))}))
+    dataset = RingBufferDataset(20, info=info)
+    for n in (3, 5):
+        dataset.add_episode({"obs": torch.zeros(n, 2)})
+    batch = EpisodeReplayBuffer(dataset, batch_size=2, sequence_length=None, seed=0).sample()
+    assert batch["obs"].device == batch["mask"].device == torch.device("meta")
 
 
 def test_load_state_dict_without_running_steps_drops_the_running_episodes():

@@ -47,6 +47,27 @@ def drawn(store, rounds=60):
     return torch.cat([b.observations for b in batches]), batches
 
 
+@pytest.mark.parametrize("first", ["flat", "column"])
+def test_discrete_actions_in_either_accepted_form_after_the_first(first):
+    # [num_envs] and [num_envs, 1] are both accepted; the first add fixed the stored
+    # shape and the other form then failed in the writer ("'action' has shape (2, 1),
+    # expected (2,) ... as in the first write")
+    store = storage(num_envs=2, n_step=1, batch_size=64)
+    flat, column = np.array([0, 1]), np.array([[1], [2]])
+    forms = [flat, column, torch.tensor([[2], [0]]), torch.tensor([1, 2])]
+    if first == "column":
+        forms = forms[1:] + forms[:1]
+    zeros = np.zeros(2, bool)
+    for t, action in enumerate(forms):
+        obs = np.array([[t, 0], [t, 1]], np.float32)  # (step, env)
+        store.add(obs, action, np.ones(2), zeros, zeros, {}, obs + [1, 0])
+    assert len(store) == 8
+    batch = store.sample()
+    assert batch.actions.shape == ((64,) if first == "flat" else (64, 1))
+    for (t, env), action in zip(batch.observations.long().tolist(), batch.actions.view(-1).tolist()):
+        assert action == int(np.asarray(forms[t]).reshape(-1)[env])
+
+
 def test_n1_terminal_cuts_bootstrap():
     store = storage()
     play(store, [6])

@@ -222,6 +222,37 @@ class GymVectorAdapter:
         """
         self._holders.append(flush)
 
+    def episodes_ended_at(self, resolved: ResolvedSteps) -> None:
+        """The caller ended every running episode at a refused step of ``resolved``: stand after its last step.
+
+        A facade that writes held steps in chunks ends the buffer's running
+        episodes where a step is refused (:meth:`resolve_steps`' ``error``),
+        so the steps after it open new episodes, glued to nothing. The
+        adapter then stands after the last step it was given, not the last
+        one stored: in NEXT_STEP mode, an env whose episode ended at that step
+        resets at its next one, which observes the final observation again
+        and is left out like any reset step (it was stored as a transition).
+
+        Examples:
+            >>> import numpy as np
+            >>> adapter = GymVectorAdapter(1)
+            >>> raw = adapter.convert(np.zeros((1, 1)), np.zeros(1), np.array([np.nan]), np.ones(1, bool),
+            ...                       np.zeros(1, bool), {}, np.ones((1, 1)))  # refused, and the episode ends
+            >>> adapter.episodes_ended_at(adapter.resolve_steps({k: v[:, None] for k, v in raw.items()}))
+            >>> reset_step = adapter.convert(np.ones((1, 1)), np.zeros(1), np.zeros(1), np.zeros(1, bool),
+            ...                              np.zeros(1, bool), {}, np.full((1, 1), 5.0))
+            >>> adapter.resolve_steps({k: v[:, None] for k, v in reset_step.items()}).entries[MASK].tolist()
+            [[False]]
+        """
+        entries = resolved.entries
+        was_done = entries[DONE][:, -1, 0] & entries[MASK][:, -1]
+        obs_keys = [k for k in entries if k[0] != "next" and ("next", *k) in entries]
+        self._last_next = {("next", *k): entries[("next", *k)][:, -1].copy() for k in obs_keys}
+        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+            self._resetting = was_done.copy()
+        self._was_done = was_done
+        self._cut[:] = False
+
     def _resolve_held(self) -> None:
         for flush in self._holders:
             flush()

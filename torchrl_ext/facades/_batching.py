@@ -300,6 +300,7 @@ class StepBatcher:
                     steps, [hi - lo, self.adapter.num_envs], time_first=True))
         if resolved.error is not None:
             self.rb.writer.end_episodes(np.ones(self.adapter.num_envs, dtype=bool))
+            self.adapter.episodes_ended_at(resolved)
             raise ValueError(
                 f"{resolved.error} That step and the {held - kept - 1 + pending} added after it were not "
                 "stored (steps are written in chunks); the running episodes end before it."

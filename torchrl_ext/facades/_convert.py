@@ -89,7 +89,9 @@ class SpaceInput:
         num_envs (int): rows of every input.
 
     Keyword Args:
-        column (bool): store ``Discrete`` values as ``[num_envs, 1]``.
+        column (bool): store ``Discrete`` values as ``[num_envs, 1]``; without it,
+            in the form of the first value, to which later values of the
+            other form are reshaped.
 
     Raises:
         TypeError: ``space`` is or holds a ``Tuple`` / ``Sequence`` / ``Graph`` space.
@@ -130,6 +132,9 @@ class SpaceInput:
         self.shapes = [self.shape]
         if self.discrete:
             self.shapes.append((num_envs, 1))
+        # without column: the form of the first value, [num_envs] or [num_envs, 1], which
+        # the storage then holds; values of the other form are laid out as it
+        self._form: tuple[int, ...] | None = None
         self.integral = self.dtype is not None and self.dtype.kind in "iub"
         # a Discrete space's values, start .. start + n - 1 (as Python ints, read once)
         self._range = (0, 0)
@@ -190,6 +195,10 @@ class SpaceInput:
             self._check_range(out)
             if self.column:
                 out = out.reshape(self.num_envs, 1)
+            elif self._form is None:  # the first value's form is the stored one
+                self._form = out.shape
+            elif out.shape != self._form:  # the other accepted form: as the first
+                out = out.reshape(self._form)
         return out
 
     def _dict(self, value: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.builders import make_replay_buffer
-from torchrl_ext.core.checks import EmptyBufferError, check_number
+from torchrl_ext.core.checks import EmptyBufferError, check_count, check_number
 from torchrl_ext.facades._d3rlpy_inputs import AppendInputs, flags, spaces
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.sample_index import SampleIndex
@@ -283,7 +283,10 @@ class BatchReplayBuffer:
                 f"envs room for {per_stream} transition(s); expected maxlen >= "
                 f"{2 * self.n_envs} (2 per env)."
             )
-        self.create_mask, self.mask_size = bool(create_mask), int(mask_size)
+        # checked here, in this API's names (2.5 was truncated to 2 members)
+        self.create_mask = bool(create_mask)
+        self.mask_size = check_count("BatchReplayBuffer", "mask_size", mask_size)
+        mask_p = check_number("BatchReplayBuffer", "mask_p", mask_p, 0.0, 1.0, low_open=True)
         # a stream's episode of L transitions uses L + 1 rows: per_stream + 1 rows
         # hold at most per_stream transitions, so the envs' appends keep <= maxlen
         # (D2); rows are committed to memory only as they are written

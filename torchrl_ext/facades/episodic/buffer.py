@@ -121,8 +121,11 @@ class EpisodeReplayBuffer:
         # None: the loader serves the batches
         in_process = not self.loader.num_workers and not self.loader.pin_memory
         self._chunks: int | None = self.loader.batch_size if in_process else None
-        # (fields, the batches' device, [(field, its device)] of the fields stored elsewhere)
-        self._moves: tuple[Any, torch.device | None, list[tuple[str, torch.device]]] | None = None
+        # (fields, the batches' device, [(field, its device)] of the fields stored elsewhere,
+        # the device the padding mask goes to with them, or None)
+        self._moves: tuple[
+            Any, torch.device | None, list[tuple[str, torch.device]], torch.device | None
+        ] | None = None
         self._num_envs: int | None = None  # 0: single env, fixed by the first call
         self._keys: tuple[str, ...] | None = None
         self._key_set: frozenset[str] = frozenset()  # the same, to compare a step's keys with
@@ -432,13 +435,21 @@ class EpisodeReplayBuffer:
         if moves is None or moves[0] is not fields or moves[1] != device:
             # every entry is on the pool's device: the first one tells it
             pool = device if device is not None else batch.get(next(iter(fields))).device
+            # each field to its recorded device; the padding mask with them when they agree
+            targets = {kind.device for kind in fields.values()}
+            (common,) = targets if len(targets) == 1 else (pool,)
             moves = self._moves = (fields, device, [
-                (key, kind.device) for key, kind in fields.items() if kind.device != pool])
+                (key, kind.device) for key, kind in fields.items() if kind.device != pool
+            ], None if common == pool else common)
         if moves[2]:
             if device is not None:  # a batch with a device would move the fields back to it
                 batch.clear_device_()
             for key, to in moves[2]:
                 batch.set(key, batch.get(key).to(to))
+            if moves[3] is not None:
+                for key in batch.keys():
+                    if key not in fields:  # the padding mask
+                        batch.set(key, batch.get(key).to(moves[3]))
         return batch
 
     def __iter__(self) -> Iterator[TensorDictBase]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from typing import Any, Iterator
 
 import numpy as np
@@ -256,10 +257,14 @@ class EpisodeDataset(IterableDataset):
         verify(episode, fields, self.info.verification_mode)
         self._stored_pool().check_range(episode, type(self).__name__)  # refused before evicting
         while self.num_timesteps + length > self.capacity:
-            position = self._choose(self)
-            if not isinstance(position, int) or not 0 <= position < self.num_episodes:
+            chosen = self._choose(self)
+            try:  # an int, or an integer numpy scalar or 0-d tensor (np.argmin's), as list.pop takes
+                position = operator.index(chosen)
+            except TypeError:
+                position = -1  # neither: refused below
+            if isinstance(chosen, bool) or not 0 <= position < self.num_episodes:
                 raise ValueError(
-                    f"add_episode: {type(self.evictor).__name__} returned {position!r}, "
+                    f"add_episode: {type(self.evictor).__name__} returned {chosen!r}, "
                     f"expected an episode position in [0, {self.num_episodes})."
                 )
             self.evict_episode(position)
