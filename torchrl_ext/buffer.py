@@ -118,6 +118,27 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         self._built_in_pid = os.getpid()
         guard_forks(self, level=0)  # no forked child inherits a lock held mid-call
 
+    def _initialize_prioritized_sampler(self) -> None:
+        """Priorities for a storage that already holds transitions when the buffer is built.
+
+        TorchRL's gives rows ``arange(len(storage))`` its default priority.
+        In a :class:`~torchrl_ext.storages.TransitionStorage` those are not
+        the transitions (rows are laid out by stream), and a sampler that
+        already holds priorities (a spawned DataLoader worker's, sharing the
+        main process's tree) lost them to the maximum. Here a
+        :class:`~torchrl_ext.samplers.PrioritizedTransitionSampler` that holds
+        none gives its default priority to every live transition; one that
+        holds some keeps them.
+        """
+        sampler = drawing_sampler(self._sampler)
+        if not isinstance(sampler, PrioritizedTransitionSampler):
+            super()._initialize_prioritized_sampler()
+            return
+        storage = self._storage
+        if sampler.total == 0.0 and len(storage) > 0:
+            rows = storage.live_transition_rows()
+            sampler.update_priority(rows, torch.full(rows.shape, sampler.default_priority), storage=storage)
+
     def _fork_locks(self) -> list[Any]:
         """The locks :func:`~torchrl_ext.core.process.guard_forks` holds across a fork: ``extend``'s, in its order."""
         locks = (self.__dict__.get("_replay_lock"), self.__dict__.get("_write_lock"))

@@ -501,3 +501,24 @@ def test_priority_tree_helpers_stay_consistent_at_scale():
     assert bool(rb.storage.index.row_is_step[sample["index"]].all())
     leaves = rb.sampler.priorities()[sample["index"]]
     assert bool((leaves > 0).all())
+
+
+def test_a_buffer_built_over_a_filled_storage_keeps_the_priorities():
+    # TorchRL gives rows arange(len(storage)) the default priority when a buffer is built
+    # over a filled storage: here not the transitions (rows are laid out by stream), and
+    # a spawned DataLoader worker's buffer, sharing the tree, reset the main process's
+    # priorities to the maximum
+    rb = build(alpha=1.0, eps=0.0)
+    rb.extend(episodes(0))
+    rows = live_rows(rb)
+    rb.update_priority(rows, torch.linspace(0.1, 2.0, rows.numel()))
+    before = rb.sampler.priorities()
+    again = TransitionReplayBuffer(storage=rb.storage, sampler=rb.sampler, batch_size=4)
+    again.sample()
+    assert torch.equal(rb.sampler.priorities(), before)
+    # a sampler holding no priority yet gives its default one to every live transition
+    fresh = PrioritizedTransitionSampler(alpha=1.0, eps=0.0)
+    TransitionReplayBuffer(storage=rb.storage, sampler=fresh, batch_size=4).sample()
+    mass = fresh.priorities()
+    assert torch.equal(mass.nonzero().view(-1).sort().values, rows.sort().values)
+    assert bool((mass[rows] == 1.0).all())
