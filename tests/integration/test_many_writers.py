@@ -415,6 +415,43 @@ def test_forked_processes_are_writers_of_their_own():
     assert owners[0] == 0 and len(set(owners)) == 3 and min(owners[1:]) >= 2**32
 
 
+def _write_through_handle_in_fork(handle, k: int) -> None:
+    from conftest import steps as make_steps
+
+    for t in range(20):
+        obs = torch.tensor([[1000.0 * k + t]])
+        handle.extend(make_steps(obs, obs + 1))
+
+
+def test_a_handle_s_copies_in_other_processes_are_writers_of_their_own():
+    """One handle given to a multi-process collector (replay_buffer=rb.writer_handle())
+    reaches each worker as a copy; every copy wrote as the handle's id, into the same
+    streams: with trajectory ids each write cut the other process's running episode
+    (n-step windows stopped short), without them the two processes' steps were
+    stitched into one episode. Each copy now writes as a writer of its own, and the handle's
+    release() in its own process frees the copies' streams too."""
+    from conftest import steps as make_steps
+
+    rb = make_replay_buffer(96, num_streams=3, batch_size=8, seed=0).share()
+    rb.extend(make_steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))  # rows exist: shared
+    handle = rb.writer_handle()
+    ctx = multiprocessing.get_context("fork")
+    children = [ctx.Process(target=_write_through_handle_in_fork, args=(handle, k)) for k in (1, 2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    assert len(rb) == 41
+    everything = rb.storage.get(slice(None))
+    assert torch.equal(everything["next", "observation"], everything["observation"] + 1)
+    owners = rb.storage.index.stream_writer.tolist()
+    assert owners[0] == 0 and len(set(owners[1:])) == 2 and handle.writer_id not in owners  # one writer per process
+    assert rb.storage.index.episode_count.tolist() == [1, 1, 1]  # never cut by the other process
+    handle.release()
+    assert rb.storage.index.writers().tolist() == [0]
+
+
 def _write_then_end_in_fork(rb) -> None:
     from conftest import steps as make_steps
 

@@ -7,9 +7,24 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 
+from torchrl_ext.core.process import current_pid
 from torchrl_ext.core.schema import as_key
 
-__all__ = ["WriterHandle"]
+__all__ = ["WriterHandle", "copy_writer_id"]
+
+# ids of a handle's copies in other processes: above every handle id and every
+# process copy's own id (2**32 + pid); a pid is below 2**22 (Linux's largest pid_max)
+COPY_IDS, _PID_BITS = 1 << 33, 22
+
+
+def copy_writer_id(writer_id: int, pid: int) -> int:
+    """The writer id of a copy of handle ``writer_id`` writing in process ``pid``.
+
+    Examples:
+        >>> copy_writer_id(1, 4321) == COPY_IDS + (1 << 22) + 4321
+        True
+    """
+    return COPY_IDS + (writer_id << _PID_BITS) + pid
 
 
 class WriterHandle:
@@ -23,7 +38,12 @@ class WriterHandle:
     ``len``...) is the buffer's, so a handle goes wherever a buffer does: a
     collector's ``replay_buffer=``, a thread, a gymnasium loop. Handles pickle
     (with the buffer, or with a Ray client of it: see
-    :func:`~torchrl_ext.make_replay_buffer`'s ``service_backend``).
+    :func:`~torchrl_ext.make_replay_buffer`'s ``service_backend``). A copy
+    in another process (each worker of a multi-process collector given the
+    handle, or a forked process) writes as a writer of its own,
+    :func:`copy_writer_id` of the handle's id and its process, so two
+    processes never share streams; :meth:`release` in the handle's own
+    process frees its copies' streams too.
 
     Get handles from :meth:`TransitionReplayBuffer.writer_handle
     <torchrl_ext.TransitionReplayBuffer.writer_handle>` (fresh ids), or build
@@ -63,8 +83,15 @@ class WriterHandle:
         if isinstance(writer_id, bool) or not isinstance(writer_id, int) or writer_id < 0:
             raise ValueError(f"WriterHandle: writer_id={writer_id!r}, expected an int >= 0.")
         self.rb = rb
-        self.writer_id = writer_id
+        self._writer_id = writer_id
+        self._home = current_pid()  # the process the handle was made in
         self.writer_key = as_key(writer_key)
+
+    @property
+    def writer_id(self) -> int:
+        """The id this handle writes as in this process: its own, or its copy's (:func:`copy_writer_id`)."""
+        pid = current_pid()
+        return self._writer_id if pid == self._home else copy_writer_id(self._writer_id, pid)
 
     def _tagged(self, data: TensorDictBase) -> TensorDictBase:
         if not isinstance(data, TensorDictBase):

@@ -19,6 +19,7 @@ from torchrl_ext.core.process import current_pid
 from torchrl_ext.core.schema import RowSchema, as_key, key_str
 from torchrl_ext.writers._first import check_first_batch, first_batch_streams
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
+from torchrl_ext.writers.handle import _PID_BITS, COPY_IDS
 from torchrl_ext.storages._memory import move_together
 from torchrl_ext.storages._host import byte_table, host_array
 from torchrl_ext.storages.transition import TransitionStorage
@@ -316,12 +317,21 @@ class TransitionWriter(Writer):
         restarts its envs (e.g. a new collector after ``rb.loads``).
 
         Args:
-            writer (int, optional): the writer id (``handle.writer_id``). Defaults to
-                the writer of data without a ``writer_key`` entry in this process
-                (``0`` in the process that built the buffer; a process copy's own).
+            writer (int, optional): the writer id (``handle.writer_id``; a
+                handle's id also frees the streams of its copies in other
+                processes). Defaults to the writer of data without a
+                ``writer_key`` entry in this process (``0`` in the process that
+                built the buffer; a process copy's own).
         """
-        if self._storage.index is not None:
-            self._storage.index.release_streams(self._writer_here() if writer is None else int(writer))
+        index = self._storage.index
+        if index is None:
+            return
+        writer = self._writer_here() if writer is None else int(writer)
+        index.release_streams(writer)
+        if writer < _PROCESS_IDS:  # a handle's: its copies in other processes too
+            for copy in index.writers().tolist():
+                if copy >= COPY_IDS and (copy - COPY_IDS) >> _PID_BITS == writer:
+                    index.release_streams(copy)
 
     def end_episodes(self, envs: Any, writer: int | None = None) -> None:
         """End the running episodes of ``writer``'s envs ``envs`` at their last written step.
