@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tensordict import LazyStackedTensorDict, NonTensorData
+from tensordict import LazyStackedTensorDict, NonTensorData, TensorDict
 
 from conftest import steps
 from torchrl_ext import make_replay_buffer
@@ -128,3 +128,24 @@ def test_a_cut_trajectory_of_one_step_episodes_is_written_in_time_chunks():
     assert got["observation"].view(-1).tolist() == [5.0, 7.0]
     assert got["next", "observation"].view(-1).tolist() == [6.0, 8.0]
     assert got["next", "terminated"].view(-1).tolist() == [True, False]
+
+
+def test_flat_trajectories_ended_without_a_done_flag_reuse_their_stream():
+    # a single-env collector with reset_at_each_iter=True gives [T] batches whose trajectory
+    # id changes with no done flag: each new id claimed a stream of its own and left the
+    # old episode open on its stream forever, until the buffer refused the writer
+    # ("... none of the 4 streams is free") however many streams it had
+    rb = make_replay_buffer(200, num_streams=4, n_step=3, batch_size=64, seed=0)
+    for k in range(10):  # trajectory k: obs 1000 k + t, next obs + 1, never done
+        obs = (1000.0 * k + torch.arange(4.0)).view(4, 1)
+        rb.extend(TensorDict({
+            "observation": obs, "action": torch.zeros(4, 1),
+            "next": {"observation": obs + 1, "reward": torch.ones(4, 1),
+                     "done": torch.zeros(4, 1, dtype=torch.bool), "terminated": torch.zeros(4, 1, dtype=torch.bool)},
+            "collector": {"traj_ids": torch.full((4,), k)}}, [4]))
+    assert rb.storage.index.writers().tolist() == [0] and rb.storage.index.owned_streams(0).tolist() == [0]
+    assert len(rb) == 40
+    batch = rb.sample()
+    first, after = batch["observation"][:, 0], batch["next", "observation"][:, 0]
+    assert bool((after // 1000 == first // 1000).all())  # no window runs into the next trajectory
+    assert torch.equal(after - first, batch["steps_to_next_obs"][:, 0].float())

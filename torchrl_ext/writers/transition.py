@@ -417,11 +417,18 @@ class TransitionWriter(Writer):
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             tid = int(traj[lo])
             owned = index.owned_streams(writer)
-            match = owned[index.stream_traj.numpy()[owned] == tid]
+            stream_traj = index.stream_traj.numpy()[owned]
+            match = owned[stream_traj == tid]
             if match.size:
                 stream = int(match[0])
             else:
                 free: np.ndarray | None = owned[~index.is_open.numpy()[owned]]
+                if free is not None and not free.size:
+                    # a running trajectory of this writer that this batch does not continue
+                    # ended without a done flag (an env reset, a collector's
+                    # reset_at_each_iter): the new one cuts it in its stream, as in a
+                    # [num_envs, T] batch, rather than leaving it open on a stream of its own
+                    free = owned[~np.isin(stream_traj, traj)]
                 if free is not None and not free.size:
                     free = index.claim_streams(writer, 1)
                 if free is None:
