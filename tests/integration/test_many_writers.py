@@ -387,10 +387,10 @@ def _write_in_fork(rb, k: int) -> None:
         rb.extend(make_steps(obs, obs + 1))
 
 
-def _write_in_two_forks(rb) -> None:
-    """Two forked processes write to ``rb`` (``_write_in_fork`` 1 and 2), then exit cleanly."""
+def _write_in_two_forks(rb, target=_write_in_fork) -> None:
+    """Two forked processes write to ``rb`` (``target(rb, 1)`` and ``target(rb, 2)``), then exit cleanly."""
     ctx = multiprocessing.get_context("fork")
-    children = [ctx.Process(target=_write_in_fork, args=(rb, k)) for k in (1, 2)]
+    children = [ctx.Process(target=target, args=(rb, k)) for k in (1, 2)]
     for child in children:
         child.start()
     for child in children:
@@ -435,13 +435,7 @@ def test_a_handle_s_copies_in_other_processes_are_writers_of_their_own():
     rb = make_replay_buffer(96, num_streams=3, batch_size=8, seed=0).share()
     rb.extend(make_steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))  # rows exist: shared
     handle = rb.writer_handle()
-    ctx = multiprocessing.get_context("fork")
-    children = [ctx.Process(target=_write_through_handle_in_fork, args=(handle, k)) for k in (1, 2)]
-    for child in children:
-        child.start()
-    for child in children:
-        child.join(60)
-        assert child.exitcode == 0
+    _write_in_two_forks(handle, _write_through_handle_in_fork)  # each fork writes through the handle
     assert len(rb) == 41
     everything = rb.storage.get(slice(None))
     assert torch.equal(everything["next", "observation"], everything["observation"] + 1)
