@@ -10,6 +10,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.builders import make_replay_buffer
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import unchecked_tensordict
 from torchrl_ext.samplers.epoch import EpochSampler
 from torchrl_ext.transforms.model_pair import ModelPairTransform
@@ -155,7 +156,8 @@ class ModelEpochDataset(IterableDataset):
             )
         self.rb, self.sampler, self.transform = rb, sampler, transform
         self.batch_size = int(batch_size if batch_size is not None else rb.batch_size or 256)
-        self.num_batches = num_batches
+        self.num_batches = None if num_batches is None else check_count(
+            "ModelEpochDataset", "num_batches", num_batches)
         self.device = torch.device(device)
         self.rows = rows
         self._table: _PairTable | None = None

@@ -331,3 +331,10 @@ def test_errors():
         rb.sampler.start_epoch(rb.storage, torch.empty(0, dtype=torch.int64))
     with pytest.raises(TypeError, match=r"ModelEpochDataset: the buffer needs an EpochSampler"):
         ModelEpochDataset(make_replay_buffer(10))
+
+
+def test_the_number_of_batches_is_checked_naming_it():
+    rb = make_model_based_buffer(20, batch_size=4, seed=0)
+    for bad, error in ((0, ValueError), (2.5, TypeError)):
+        with pytest.raises(error, match=rf"^ModelEpochDataset: num_batches={bad!r}.* expected an int >= 1\.$"):
+            ModelEpochDataset(rb, num_batches=bad)

@@ -19,8 +19,8 @@ __all__ = ["StreamOwnership"]
 class StreamOwnership:
     """Claim, list and release streams per writer id (a mixin of ``EpisodeIndex``).
 
-    Expects ``self._np`` to hold numpy views ``stream_writer`` and ``is_open``
-    (as :class:`~torchrl_ext.core.views.NumpyViews` binds them).
+    Expects ``self._np`` to hold numpy views ``stream_writer``, ``is_open`` and
+    ``stream_traj`` (as :class:`~torchrl_ext.core.views.NumpyViews` binds them).
 
     Examples:
         >>> from torchrl_ext.core.episodes import EpisodeIndex
@@ -58,6 +58,32 @@ class StreamOwnership:
             return None
         self._np["stream_writer"][free] = writer
         return free
+
+    def trajectory_stream(self, writer: int, traj: int, batch_trajs: np.ndarray) -> int | None:
+        """The stream of ``writer`` that trajectory ``traj`` (of a batch of fragments ``batch_trajs``) writes to.
+
+        The stream that holds it; else one of the writer's whose episode
+        ended; else one whose trajectory the batch does not continue (it
+        ended without a done flag: an env reset, a collector's
+        ``reset_at_each_iter``; the new one cuts it there, as in a
+        ``[num_envs, T]`` batch, instead of leaving it open on a stream of
+        its own); else a free stream, claimed. ``None`` if there is none.
+
+        Examples:
+            >>> import numpy as np
+            >>> from torchrl_ext.core.episodes import EpisodeIndex
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=4)
+            >>> index.trajectory_stream(0, 5, np.array([5]))  # a free stream, claimed
+            0
+        """
+        owned = self.owned_streams(writer)
+        held = self._np["stream_traj"][owned]
+        for candidates in (owned[held == traj], owned[~self._np["is_open"][owned]],
+                           owned[~np.isin(held, batch_trajs)]):
+            if candidates.size:
+                return int(candidates[0])
+        claimed = self.claim_streams(writer, 1)
+        return None if claimed is None else int(claimed[0])
 
     def release_streams(self, writer: int) -> np.ndarray:
         """Free ``writer``'s streams; their running episodes end at their last written step.

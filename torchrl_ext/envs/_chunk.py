@@ -1,4 +1,4 @@
-"""Which of ``T`` vector-env steps are transitions, and where episodes break, in one pass.
+"""Which of ``T`` vector-env steps are transitions, and where episodes break, in one pass; and the result.
 
 Pure functions over ``[num_envs, T]`` arrays: :class:`~torchrl_ext.envs.GymVectorAdapter`
 resolves one step as ``T = 1`` and a facade's chunk of held steps as ``T = chunk``
@@ -8,13 +8,56 @@ loop over time only at the rare steps where it chains.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from torchrl_ext.core.checks import sums_finite
 
-__all__ = ["first_nonfinite_step", "follow_on", "reset_steps"]
+__all__ = ["ResolvedSteps", "first_nonfinite_step", "follow_on", "observation_keys", "reset_steps"]
+
+
+class ResolvedSteps(NamedTuple):
+    """:meth:`~torchrl_ext.envs.GymVectorAdapter.resolve_steps`' result for ``T`` steps of ``num_envs`` envs.
+
+    Attributes:
+        entries: TorchRL entries by key, ``[num_envs, T, ...]`` each, with
+            ``("collector", "mask")`` False at the steps that are not transitions.
+        unseen: ``[num_envs, T]`` bool, the steps whose observation does not
+            follow on from the previous next observation while the env's
+            episode was running (a reset the adapter did not see): each opens
+            a new episode.
+        kept: the steps before the first one holding a NaN or infinity (``T``
+            when all are finite, or with ``check_finite=False``).
+        error: the ``ValueError`` naming that step's entry, env and step
+            number; ``None`` when there is none.
+
+    Examples:
+        >>> import numpy as np
+        >>> from torchrl_ext.envs import GymVectorAdapter
+        >>> adapter = GymVectorAdapter(1)
+        >>> raw = adapter.convert(np.zeros((1, 2)), np.zeros(1), np.array([np.nan]), np.zeros(1),
+        ...                       np.zeros(1), {}, np.ones((1, 2)))
+        >>> resolved = adapter.resolve_steps({k: v[:, None] for k, v in raw.items()})
+        >>> resolved.kept, type(resolved.error).__name__  # the only step holds a NaN reward
+        (0, 'ValueError')
+    """
+
+    entries: dict[tuple[str, ...], np.ndarray]
+    unseen: np.ndarray
+    kept: int
+    error: ValueError | None
+
+
+def observation_keys(entries: Mapping[tuple[str, ...], Any]) -> list[tuple[str, ...]]:
+    """The observation entries of a step's ``entries``: each root key also held under ``"next"``.
+
+    Examples:
+        >>> observation_keys({("obs",): 0, ("action",): 0, ("next", "obs"): 0})
+        [('obs',)]
+    """
+    return [k for k in entries if k[0] != "next" and ("next", *k) in entries]
 
 
 def follow_on(obs: np.ndarray, nxt: np.ndarray, last: np.ndarray | None) -> np.ndarray:

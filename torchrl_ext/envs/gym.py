@@ -4,7 +4,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -12,7 +12,9 @@ from tensordict import TensorDict
 
 from torchrl_ext.core.checks import check_count, check_finite_entries
 from torchrl_ext.core.schema import unchecked_tensordict
-from torchrl_ext.envs._chunk import first_nonfinite_step, follow_on, reset_steps
+from torchrl_ext.envs._chunk import (
+    ResolvedSteps, first_nonfinite_step, follow_on, observation_keys, reset_steps,
+)
 from torchrl_ext.envs._inputs import column, env_mask, flat, rows
 from torchrl_ext.envs.modes import (
     CONVENTIONS,
@@ -31,37 +33,6 @@ ACTION, REWARD, DONE, MASK = ("action",), ("next", "reward"), ("next", "done"), 
 TERMINATED, TRUNCATED = ("next", "terminated"), ("next", "truncated")
 #: the [num_envs] columns of a converted step, [num_envs, 1] entries once resolved
 _COLUMNS = (REWARD, TERMINATED, TRUNCATED)
-
-
-class ResolvedSteps(NamedTuple):
-    """:meth:`GymVectorAdapter.resolve_steps`' result for ``T`` steps of ``num_envs`` envs.
-
-    Attributes:
-        entries: TorchRL entries by key, ``[num_envs, T, ...]`` each, with
-            ``("collector", "mask")`` False at the steps that are not transitions.
-        unseen: ``[num_envs, T]`` bool, the steps whose observation does not
-            follow on from the previous next observation while the env's
-            episode was running (a reset the adapter did not see): each opens
-            a new episode.
-        kept: the steps before the first one holding a NaN or infinity (``T``
-            when all are finite, or with ``check_finite=False``).
-        error: the ``ValueError`` naming that step's entry, env and step
-            number; ``None`` when there is none.
-
-    Examples:
-        >>> import numpy as np
-        >>> adapter = GymVectorAdapter(1)
-        >>> raw = adapter.convert(np.zeros((1, 2)), np.zeros(1), np.array([np.nan]), np.zeros(1),
-        ...                       np.zeros(1), {}, np.ones((1, 2)))
-        >>> resolved = adapter.resolve_steps({k: v[:, None] for k, v in raw.items()})
-        >>> resolved.kept, type(resolved.error).__name__  # the only step holds a NaN reward
-        (0, 'ValueError')
-    """
-
-    entries: dict[tuple[str, ...], np.ndarray]
-    unseen: np.ndarray
-    kept: int
-    error: ValueError | None
 
 
 logger = logging.getLogger(__name__)
@@ -245,12 +216,14 @@ class GymVectorAdapter:
             [[False]]
         """
         entries = resolved.entries
-        was_done = entries[DONE][:, -1, 0] & entries[MASK][:, -1]
-        obs_keys = [k for k in entries if k[0] != "next" and ("next", *k) in entries]
-        self._last_next = {("next", *k): entries[("next", *k)][:, -1].copy() for k in obs_keys}
+        self._stand_after(entries, entries[DONE][:, -1, 0] & entries[MASK][:, -1], -1)
+
+    def _stand_after(self, entries: Mapping[tuple[str, ...], np.ndarray], was_done: np.ndarray, t: int) -> None:
+        """The state after step ``t`` of ``entries`` (``[num_envs, T, ...]``), whose episodes ended where ``was_done``."""
         if self.autoreset_mode is AutoresetMode.NEXT_STEP:
             self._resetting = was_done.copy()
-        self._was_done = was_done
+        self._was_done = was_done.copy()
+        self._last_next = {("next", *k): entries[("next", *k)][:, t].copy() for k in observation_keys(entries)}
         self._cut[:] = False
 
     def _resolve_held(self) -> None:
@@ -515,9 +488,8 @@ class GymVectorAdapter:
         n, T = term.shape
         done = term | trunc
         last = self._last_next
-        obs_keys = [k for k in raw if k[0] != "next" and ("next", *k) in raw]
         follows = np.ones((n, T), dtype=bool)
-        for key in obs_keys:
+        for key in observation_keys(raw):
             before = None if last is None else last.get(("next", *key))
             same = follow_on(raw[key], raw[("next", *key)], before)
             if last is not None and before is None:
@@ -568,11 +540,7 @@ class GymVectorAdapter:
         # are not, so a step that follows on from them is an unseen reset (never glued
         # onto the episode across the steps left out)
         if kept:
-            if self.autoreset_mode is AutoresetMode.NEXT_STEP:
-                self._resetting = was_done[:, kept - 1].copy()
-            self._was_done = was_done[:, kept - 1].copy()
-            self._last_next = {("next", *k): raw[("next", *k)][:, kept - 1].copy() for k in obs_keys}
-            self._cut[:] = False
+            self._stand_after(raw, was_done[:, kept - 1], kept - 1)
         self.unseen_resets = unseen[:, kept - 1] if kept else np.zeros(n, dtype=bool)
         self.steps += kept
         return ResolvedSteps(entries, unseen, kept, error)

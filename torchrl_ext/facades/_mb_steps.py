@@ -18,7 +18,6 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.envs._chunk import follow_on
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
-from torchrl_ext.envs.modes import declared_mode
 from torchrl_ext.facades._batching import steps_held
 from torchrl_ext.facades._convert import to_numpy
 
@@ -556,29 +555,6 @@ class PytorchrlSteps:
             entries[STORED[REW]] = np.zeros((n, T, 1), np.float32)
         return GymVectorAdapter.to_tensordict(
             {k: v.swapaxes(0, 1) for k, v in entries.items()}, [T, n], time_first=True)
-
-
-def declared_autoreset_mode(envs: Any) -> AutoresetMode:
-    """The autoreset mode of the vector env ``envs``, as :class:`MBReplayBuffer` defaults to it.
-
-    The mode a gymnasium 1.x vector env declares (:func:`~torchrl_ext.envs.modes.declared_mode`).
-    An env that declares none is taken for a vector env from before gymnasium
-    1.0 (pytorchrl's, gym's, SB3's), which resets inside the step that ends an
-    episode: ``SAME_STEP``. No env: gymnasium's default, ``NEXT_STEP``.
-
-    Examples:
-        >>> import gymnasium as gym
-        >>> from types import SimpleNamespace
-        >>> env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
-        >>> declared_autoreset_mode(env), declared_autoreset_mode(None)
-        (<AutoresetMode.NEXT_STEP: 'NextStep'>, <AutoresetMode.NEXT_STEP: 'NextStep'>)
-        >>> declared_autoreset_mode(SimpleNamespace(num_envs=2))  # an old-API vector env
-        <AutoresetMode.SAME_STEP: 'SameStep'>
-    """
-    if envs is None:
-        return AutoresetMode.NEXT_STEP
-    mode = declared_mode(envs)
-    return AutoresetMode.SAME_STEP if mode is None else mode
 
 
 def discrete_count(space: Any) -> int | None:

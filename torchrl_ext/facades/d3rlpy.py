@@ -18,6 +18,7 @@ from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensor
 from torchrl_ext.sample_index import SampleIndex
 from torchrl_ext.samplers import FrameStackSampler, NStepSampler
 from torchrl_ext.samplers.nstep import StepWindows
+from torchrl_ext.samplers.refining import sampler_of_kind
 from torchrl_ext.transforms import NStepTransform
 
 __all__ = ["BatchReplayBatch", "BatchReplayBuffer", "Episode"]
@@ -161,13 +162,6 @@ class Episode:
         return len(self.observations) - 1
 
 
-def _find(sampler: Any, kind: type) -> Any:
-    """The sampler of type ``kind`` in a chain of refining samplers."""
-    while not isinstance(sampler, kind):
-        sampler = sampler.base
-    return sampler
-
-
 class BatchReplayBuffer:
     """d3rlpy 1.0's ``BatchReplayBuffer`` (online, multi-env), minus its bugs D1-D13.
 
@@ -295,8 +289,8 @@ class BatchReplayBuffer:
             mask_size=self.mask_size if self.create_mask else None, mask_p=mask_p, seed=seed,
         )
         # the per-call knobs: frame count, window length, discount
-        self._frames = _find(self._rb.sampler, FrameStackSampler)
-        self._windows = _find(self._rb.sampler, NStepSampler)
+        self._frames = sampler_of_kind(self._rb.sampler, FrameStackSampler)
+        self._windows = sampler_of_kind(self._rb.sampler, NStepSampler)
         self._nstep = next(t for t in self._rb.transform if isinstance(t, NStepTransform))
         self._frames.keys = (("observation",),)  # actions and rewards are stored once too
         n = self.n_envs

@@ -11,6 +11,7 @@ from tensordict import TensorDictBase
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
+from torchrl_ext.envs.modes import declared_mode
 from torchrl_ext.facades._mb_batches import ModelBatches
 from torchrl_ext.facades._mb_steps import (
     BOUNDARY,
@@ -19,7 +20,6 @@ from torchrl_ext.facades._mb_steps import (
     STORAGE_TENSORS,
     STORED,
     PytorchrlSteps,
-    declared_autoreset_mode,
     discrete_count,
     numpy_tree,
     tail,
@@ -164,8 +164,10 @@ class MBReplayBuffer(ModelBatches):
             )
         self.reward_function = model.reward_function
         self.num_actions = discrete_count(getattr(actor, "action_space", None))
-        if autoreset_mode is None:
-            autoreset_mode = declared_autoreset_mode(envs)
+        if autoreset_mode is None:  # the mode envs declare; one declaring none is from before
+            # gymnasium 1.0 (pytorchrl's, gym's, SB3's), which resets in the step: SAME_STEP
+            autoreset_mode = AutoresetMode.NEXT_STEP if envs is None else (
+                declared_mode(envs) or AutoresetMode.SAME_STEP)
         self.autoreset_mode = GymVectorAdapter(1, autoreset_mode=autoreset_mode).autoreset_mode
         # the sampler's own checks, now rather than at the first insert
         EpochSampler(holdout_fraction=holdout_fraction, ensemble_size=ensemble_size, bootstrap=bootstrap)

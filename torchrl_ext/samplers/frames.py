@@ -12,7 +12,8 @@ from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.core.schema import EntryKeyError, as_key, get_unchecked, key_str, set_unchecked
 from torchrl_ext.sample_index import SampleIndex, WindowReader, reader_of, splice
-from torchrl_ext.samplers.refining import RefiningSampler
+from torchrl_ext.samplers.hindsight import HindsightSampler
+from torchrl_ext.samplers.refining import RefiningSampler, sampler_of_kind
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 from torchrl_ext.transforms.functional import stack_frames
@@ -291,14 +292,8 @@ class FrameStackSampler(RefiningSampler):
         """
         if not shift:
             return redo
-        cut = 0  # where the relabelled rows start
-        sampler = self.base
-        while sampler is not None:
-            n_virtual = getattr(sampler, "n_virtual", None)
-            if n_virtual is not None:
-                cut = batch_size - n_virtual(batch_size)
-                break
-            sampler = getattr(sampler, "base", None)
+        hindsight = sampler_of_kind(self.base, HindsightSampler)
+        cut = batch_size - (0 if hindsight is None else hindsight.n_virtual(batch_size))  # relabelled from here
         relabelled = redo >= cut
         lo = np.where(relabelled, cut, 0)
         size = np.where(relabelled, batch_size - cut, cut)

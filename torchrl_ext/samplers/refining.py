@@ -10,7 +10,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.sample_index import RowReads, SampleIndex
 
-__all__ = ["RefiningSampler", "drawing_sampler", "plain_rows"]
+__all__ = ["RefiningSampler", "drawing_sampler", "plain_rows", "sampler_of_kind"]
 
 
 def plain_rows(index: Any, sampler: Sampler) -> torch.Tensor:
@@ -49,6 +49,22 @@ def drawing_sampler(sampler: Sampler) -> Sampler:
         'UniformTransitionSampler'
     """
     while isinstance(sampler, RefiningSampler):
+        sampler = sampler.base
+    return sampler
+
+
+def sampler_of_kind(sampler: Sampler, kind: type) -> Any:
+    """The first sampler of type ``kind`` in ``sampler``'s chain (itself, then its bases); ``None`` if none.
+
+    Examples:
+        >>> from torchrl_ext.samplers import FrameStackSampler, HindsightSampler, NStepSampler
+        >>> chain = FrameStackSampler(4, base=NStepSampler(3))
+        >>> type(sampler_of_kind(chain, NStepSampler)).__name__, sampler_of_kind(chain, HindsightSampler)
+        ('NStepSampler', None)
+    """
+    while not isinstance(sampler, kind):
+        if not isinstance(sampler, RefiningSampler):
+            return None
         sampler = sampler.base
     return sampler
 

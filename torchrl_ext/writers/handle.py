@@ -10,7 +10,7 @@ from tensordict.utils import NestedKey
 from torchrl_ext.core.process import current_pid
 from torchrl_ext.core.schema import as_key
 
-__all__ = ["WriterHandle", "copy_writer_id"]
+__all__ = ["WriterHandle", "copy_writer_id", "handle_of_copy"]
 
 # ids of a handle's copies in other processes: above every handle id and every
 # process copy's own id (2**32 + pid); a pid is below 2**22 (Linux's largest pid_max)
@@ -25,6 +25,16 @@ def copy_writer_id(writer_id: int, pid: int) -> int:
         True
     """
     return COPY_IDS + (writer_id << _PID_BITS) + pid
+
+
+def handle_of_copy(writer: int) -> int | None:
+    """The handle id whose copy writes as ``writer`` (:func:`copy_writer_id`); ``None`` for any other writer.
+
+    Examples:
+        >>> handle_of_copy(copy_writer_id(3, 4321)), handle_of_copy(3), handle_of_copy(2**32 + 4321)
+        (3, None, None)
+    """
+    return (writer - COPY_IDS) >> _PID_BITS if writer >= COPY_IDS else None
 
 
 class WriterHandle:

@@ -19,7 +19,7 @@ from torchrl_ext.core.process import current_pid
 from torchrl_ext.core.schema import RowSchema, as_key, key_str
 from torchrl_ext.writers._first import check_first_batch, first_batch_streams
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
-from torchrl_ext.writers.handle import _PID_BITS, COPY_IDS
+from torchrl_ext.writers.handle import handle_of_copy
 from torchrl_ext.storages._memory import move_together
 from torchrl_ext.storages._host import byte_table, host_array
 from torchrl_ext.storages.transition import TransitionStorage
@@ -328,10 +328,9 @@ class TransitionWriter(Writer):
             return
         writer = self._writer_here() if writer is None else int(writer)
         index.release_streams(writer)
-        if writer < _PROCESS_IDS:  # a handle's: its copies in other processes too
-            for copy in index.writers().tolist():
-                if copy >= COPY_IDS and (copy - COPY_IDS) >> _PID_BITS == writer:
-                    index.release_streams(copy)
+        for copy in index.writers().tolist():  # a handle's copies in other processes too
+            if handle_of_copy(copy) == writer:
+                index.release_streams(copy)
 
     def end_episodes(self, envs: Any, writer: int | None = None) -> None:
         """End the running episodes of ``writer``'s envs ``envs`` at their last written step.
@@ -416,30 +415,15 @@ class TransitionWriter(Writer):
         bounds = [0, *cuts.tolist(), n]
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             tid = int(traj[lo])
-            owned = index.owned_streams(writer)
-            stream_traj = index.stream_traj.numpy()[owned]
-            match = owned[stream_traj == tid]
-            if match.size:
-                stream = int(match[0])
-            else:
-                free: np.ndarray | None = owned[~index.is_open.numpy()[owned]]
-                if free is not None and not free.size:
-                    # a running trajectory of this writer that this batch does not continue
-                    # ended without a done flag (an env reset, a collector's
-                    # reset_at_each_iter): the new one cuts it in its stream, as in a
-                    # [num_envs, T] batch, rather than leaving it open on a stream of its own
-                    free = owned[~np.isin(stream_traj, traj)]
-                if free is not None and not free.size:
-                    free = index.claim_streams(writer, 1)
-                if free is None:
-                    raise ValueError(
-                        f"{where}: trajectory {key_str(self.traj_key)}={tid} of writer "
-                        f"{writer} starts while its {owned.size} streams hold running "
-                        f"episodes and none of the {index.num_streams} streams is free; raise "
-                        "TransitionWriter(num_streams=...) to the number of envs of all "
-                        "writers, or end episodes with a done flag before a new trajectory id."
-                    )
-                stream = int(free[0])
+            stream = index.trajectory_stream(writer, tid, traj)
+            if stream is None:
+                raise ValueError(
+                    f"{where}: trajectory {key_str(self.traj_key)}={tid} of writer "
+                    f"{writer} starts while its {index.owned_streams(writer).size} streams hold running "
+                    f"episodes and none of the {index.num_streams} streams is free; raise "
+                    "TransitionWriter(num_streams=...) to the number of envs of all "
+                    "writers, or end episodes with a done flag before a new trajectory id."
+                )
             part = {k: v[lo:hi] for k, v in leaves.items()}
             placed = self._write_block(
                 np.array([stream]), done[None, lo:hi], traj[None, lo:hi], part, where

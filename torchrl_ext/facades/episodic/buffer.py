@@ -437,7 +437,7 @@ class EpisodeReplayBuffer:
             pool = device if device is not None else batch.get(next(iter(fields))).device
             # each field to its recorded device; the padding mask with them when they agree
             targets = {kind.device for kind in fields.values()}
-            (common,) = targets if len(targets) == 1 else (pool,)
+            common = targets.pop() if len(targets) == 1 else pool
             moves = self._moves = (fields, device, [
                 (key, kind.device) for key, kind in fields.items() if kind.device != pool
             ], None if common == pool else common)
