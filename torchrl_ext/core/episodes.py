@@ -35,6 +35,7 @@ from torchrl_ext.core.kernels.goals import goal_rows
 from torchrl_ext.core.kernels.rows import keep_transitions, window_lengths
 from torchrl_ext.core.kernels.sequences import candidate_steps, episode_runs
 from torchrl_ext.core.plan import WritePlan
+from torchrl_ext.core.process import current_pid
 from torchrl_ext.core.streams import StreamOwnership
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.writes import IndexWrites
@@ -67,7 +68,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         array([4, 1])
     """
 
-    _VIEWED = _TENSORS = (
+    _TENSORS = (
         "written",  # [S] rows ever written per stream
         "is_open",  # [S] the stream's last episode still runs
         "episode_count",  # [S] episodes ever opened per stream
@@ -80,6 +81,9 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         "episode_start",  # [S, E] tau of each episode's step 0
         "episode_length",  # [S, E] steps written per episode
     )
+    # and, not checkpointed (a process of this run): [S] the process writing to the
+    # stream, whose exit frees it (-1: free)
+    _VIEWED = (*_TENSORS, "stream_pid")
 
     def __init__(self, num_streams: int, stream_capacity: int) -> None:
         if stream_capacity < 2:
@@ -96,6 +100,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         self.episode_count = torch.zeros(S, dtype=torch.int64)
         self.stream_traj = torch.full((S,), -1, dtype=torch.int64)
         self.stream_writer = torch.full((S,), -1, dtype=torch.int64)
+        self.stream_pid = torch.full((S,), -1, dtype=torch.int64)
         self.write_seq = torch.zeros(1, dtype=torch.int64)
         self.row_version = torch.zeros(S * C, dtype=torch.int64)
         self.row_episode = torch.full((S * C,), -1, dtype=torch.int64)
@@ -511,6 +516,7 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         self.row_is_step.zero_()
         self.stream_traj.fill_(-1)
         self.stream_writer.fill_(-1)
+        self.stream_pid.fill_(-1)
         self.row_episode.fill_(-1)
 
     def backdate(self, stream: int, steps: int) -> None:
@@ -557,10 +563,12 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         on from here (the caller marks the load, see :meth:`rewriting`).
         """
         self.state().exclude("write_seq", "row_version").update_(state.exclude("write_seq", "row_version"))
+        # the checkpoint's writers go on from this process (see claim_streams)
+        self._np["stream_pid"][:] = np.where(self._np["stream_writer"] >= 0, current_pid(), -1)
 
     def share_memory_(self) -> EpisodeIndex:
         """Move every index tensor to shared memory, in place."""
-        for name in self._TENSORS:
+        for name in self._VIEWED:
             getattr(self, name).share_memory_()
         self._bind()
         return self

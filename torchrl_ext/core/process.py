@@ -19,7 +19,7 @@ import os
 import weakref
 from typing import Any
 
-__all__ = ["current_pid", "guard_forks"]
+__all__ = ["current_pid", "guard_forks", "process_exited"]
 
 _pid = os.getpid()
 
@@ -93,3 +93,23 @@ def current_pid() -> int:
         True
     """
     return _pid
+
+
+def process_exited(pid: int) -> bool:
+    """Whether no process ``pid`` runs on this machine any more.
+
+    A process that exists but is not ours to signal counts as running (never
+    taken for gone); so does a child that exited but was not waited for yet.
+
+    Examples:
+        >>> import os
+        >>> process_exited(os.getpid())
+        False
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

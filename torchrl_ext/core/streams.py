@@ -3,7 +3,12 @@
 Each writer (an env group, a worker) claims its own streams, so steps of
 different writers never interleave within a stream. The owner of stream ``s``
 is ``stream_writer[s]`` (``-1``: free), a tensor of the index's state, so
-ownership is checkpointed and shared with the data.
+ownership is checkpointed and shared with the data. Beside it,
+``stream_pid[s]`` is the process that claimed the stream (the one writing to
+the shared rows: a collector's worker, or a Ray actor for its clients); when
+streams run short, those of processes that exited are freed, as a release
+would (a collector's workers after ``shutdown()``, so the next collector finds
+their streams free).
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from torchrl_ext.core.kernels.writes import owned_streams
+from torchrl_ext.core.process import current_pid, process_exited
 
 __all__ = ["StreamOwnership"]
 
@@ -19,8 +25,10 @@ __all__ = ["StreamOwnership"]
 class StreamOwnership:
     """Claim, list and release streams per writer id (a mixin of ``EpisodeIndex``).
 
-    Expects ``self._np`` to hold numpy views ``stream_writer``, ``is_open`` and
-    ``stream_traj`` (as :class:`~torchrl_ext.core.views.NumpyViews` binds them).
+    Expects ``self._np`` to hold numpy views ``stream_writer``, ``stream_pid``,
+    ``is_open`` and ``stream_traj`` (as :class:`~torchrl_ext.core.views.NumpyViews`
+    binds them). The caller holds the writers' lock of every process sharing
+    them (:meth:`~torchrl_ext.storages.TransitionStorage.writing`).
 
     Examples:
         >>> from torchrl_ext.core.episodes import EpisodeIndex
@@ -47,17 +55,48 @@ class StreamOwnership:
     def claim_streams(self, writer: int, count: int) -> np.ndarray | None:
         """Give ``count`` free streams to ``writer`` (the lowest ids); ``None`` if too few are free.
 
+        The streams are this process's (``stream_pid``). With too few free,
+        the streams of processes that exited are released first
+        (:meth:`release_exited`).
+
         Examples:
             >>> from torchrl_ext.core.episodes import EpisodeIndex
             >>> index = EpisodeIndex(num_streams=3, stream_capacity=4)
             >>> index.claim_streams(1, 2).tolist(), index.claim_streams(2, 2)
             ([0, 1], None)
         """
-        free = np.flatnonzero(self._np["stream_writer"] < 0)[:count]
+        owners = self._np["stream_writer"]
+        if int((owners < 0).sum()) < count and not self.release_exited().size:
+            return None
+        free = np.flatnonzero(owners < 0)[:count]
         if free.size < count:
             return None
-        self._np["stream_writer"][free] = writer
+        owners[free] = writer
+        self._np["stream_pid"][free] = current_pid()
         return free
+
+    def release_exited(self) -> np.ndarray:
+        """Release the streams claimed by processes that exited (:meth:`release_streams`); returns them.
+
+        Their running episodes end at their last written step. A process
+        still there, or not known to have exited, keeps its streams.
+
+        Examples:
+            >>> from torchrl_ext.core.episodes import EpisodeIndex
+            >>> index = EpisodeIndex(num_streams=2, stream_capacity=4)
+            >>> _ = index.claim_streams(7, 2)
+            >>> index.release_exited().tolist()  # this process runs: nothing is freed
+            []
+        """
+        owners, pids = self._np["stream_writer"], self._np["stream_pid"]
+        here = current_pid()
+        gone = [pid for pid in np.unique(pids[owners >= 0]).tolist()
+                if pid >= 0 and pid != here and process_exited(pid)]
+        streams = np.flatnonzero((owners >= 0) & np.isin(pids, gone))
+        self.end_episodes(streams)
+        owners[streams] = -1
+        pids[streams] = -1
+        return streams
 
     def trajectory_stream(self, writer: int, traj: int, batch_trajs: np.ndarray) -> int | None:
         """The stream of ``writer`` that trajectory ``traj`` (of a batch of fragments ``batch_trajs``) writes to.
@@ -103,6 +142,7 @@ class StreamOwnership:
         streams = self.owned_streams(writer)
         self.end_episodes(streams)
         self._np["stream_writer"][streams] = -1
+        self._np["stream_pid"][streams] = -1
         return streams
 
     def end_episodes(self, streams: np.ndarray) -> None:

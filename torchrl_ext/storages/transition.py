@@ -1,8 +1,11 @@
 """Episode-aware storage: per-stream rings, each observation stored once."""
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
 import threading
+from multiprocessing.context import get_spawning_popen
 from pathlib import Path
 from typing import Any, Literal
 
@@ -142,6 +145,7 @@ class TransitionStorage(TensorStorage):
         self._live_cache: tuple[Any, torch.Tensor] | None = None  # see _transition_rows
         self._rows_lock = threading.RLock()  # a write, or the rows' move to shared memory
         guard_forks(self, level=1)  # rows shared before a fork, which waits for a write under way
+        self._writes_lock: Any = None  # the writers' lock of every process: see writing()
         self.__dict__["_storage_keys"] = None
 
     # ----------------------------------------------------------------- set-up
@@ -168,6 +172,8 @@ class TransitionStorage(TensorStorage):
                 f"each of {num_streams} streams; need at least 2 per stream."
             )
         index = EpisodeIndex(num_streams, stream_capacity).share_memory_()
+        # shared with the processes the storage goes to (forked, or spawned with it)
+        self._writes_lock = multiprocessing.get_context("spawn").RLock()
         self.packed: PackedRows | CompressedRows
         if self.compress:
             self.packed = CompressedRows(schema, num_streams, stream_capacity, self.compress,
@@ -216,6 +222,34 @@ class TransitionStorage(TensorStorage):
 
     _before_fork = _share_rows  # a forked child sees the rows written after the fork
 
+    def writing(self) -> contextlib.AbstractContextManager[Any]:
+        """Held by every change of the rows or the episode index, in every process sharing them.
+
+        Writers in several processes (a multi-process collector's workers, each
+        with a copy of the buffer, and the process that built it) share the
+        index: without this lock two of them could claim the same free stream
+        (their episodes would be stitched together) or open writes at once
+        (the write sequence number that readers check would lose counts). A
+        write holds it from the claim of its streams to its publication.
+        Reentrant. The lock reaches processes forked after the first write and
+        processes spawned with the storage; a copy pickled any other way
+        (which copies the rows) gets a lock of its own.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl_ext import make_replay_buffer
+            >>> rb = make_replay_buffer(100)
+            >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
+            ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
+            ...              "done": torch.ones(2, 1, dtype=torch.bool)}}, [2]))
+            >>> with rb.storage.writing():  # no other process writes meanwhile
+            ...     rb.storage.index.writers().tolist()
+            [0]
+        """
+        lock = self._writes_lock
+        return contextlib.nullcontext() if lock is None else lock
+
     # ----------------------------------------------------------------- writes
     def write(
         self,
@@ -240,7 +274,8 @@ class TransitionStorage(TensorStorage):
         """
         index = plan.index
         order: Literal["C", "F"] = "F" if time_major else "C"  # [K, T] -> [K * T] in the copy order
-        with self._rows_lock:  # the rows stay where they are until the write is published
+        # the rows stay where they are until the write is published
+        with self.writing(), self._rows_lock:
             index.begin_write(plan)
             self.packed.write(
                 leaves, plan.rows.reshape(-1, order=order), plan.next_rows.reshape(-1, order=order),
@@ -448,7 +483,7 @@ class TransitionStorage(TensorStorage):
     # ---------------------------------------------------- state and persistence
     def _empty(self) -> None:
         if self.index is not None:
-            with self.index.rewriting():  # a worker's draw across it is stale
+            with self.writing(), self.index.rewriting():  # a worker's draw across it is stale
                 self.index.reset()
         # torchrl >= 0.14 caches metadata per storage revision; 0.13 has none
         bump = getattr(self, "_bump_mutation_revision", None)
@@ -527,7 +562,7 @@ class TransitionStorage(TensorStorage):
             return
         self._restore_meta(state_dict["meta"])
         index = self._ready("load_state_dict")[1]
-        with index.rewriting():  # a worker's draw across the load is stale
+        with self.writing(), index.rewriting():  # a worker's draw across the load is stale
             self._put_rows(state_dict["index"]["written"].cpu(), state_dict["rows"])
             index.load_state(state_dict["index"])
             if isinstance(self.packed, CompressedRows):
@@ -564,7 +599,7 @@ class TransitionStorage(TensorStorage):
         self._restore_meta(meta)
         index = self._ready("loads")[1]
         saved_index = TensorDict.load_memmap(path / "index")
-        with index.rewriting():
+        with self.writing(), index.rewriting():
             self._put_rows(saved_index.get("written").clone(), TensorDict.load_memmap(path / "rows"))
             index.load_state(saved_index)
             if isinstance(self.packed, CompressedRows):
@@ -572,10 +607,10 @@ class TransitionStorage(TensorStorage):
 
     def __getstate__(self) -> dict[str, Any]:
         self.share_memory_()  # another process gets the rows by their shared memory
-        state = Storage.__getstate__(self)
-        # the buffers using this storage re-attach themselves when rebuilt
-        state["_attached_entities_list"] = []
+        state = Storage.__getstate__(self)  # with the buffers it tells of its writes
         state.pop("_rows_lock", None)
+        if get_spawning_popen() is None:  # pickled, not spawned with: the rows are copied
+            state["_writes_lock"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -586,6 +621,8 @@ class TransitionStorage(TensorStorage):
             restore(self, state)
         self._rows_lock = threading.RLock()
         guard_forks(self, level=1)
+        if self.__dict__.get("_writes_lock") is None and self.schema is not None:
+            self._writes_lock = multiprocessing.get_context("spawn").RLock()
 
     def __repr__(self) -> str:
         streams = "?" if self.index is None else self.index.num_streams

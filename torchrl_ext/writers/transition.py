@@ -197,20 +197,21 @@ class TransitionWriter(Writer):
             # entries on an accelerator into host rows: one transfer for them all, not one per entry
             moved = cast(tuple[torch.Tensor, ...], move_together(tuple(leaves.values()), storage.device))
             leaves = dict(zip(leaves, moved))
-        if layout is None:
-            placed = self._write_fragments(leaves, mask, writer, where)
-            rows = torch.from_numpy(placed)
-        else:
-            streams = self._streams_of(writer, layout.streams, batch, where)
+        if layout is not None:
             if not layout.flat:
                 leaves = {k: layout.flatten(v) for k, v in leaves.items()}
             keep = None if mask is None else (
                 layout.grid(host_array(layout.flatten(mask.reshape(batch))).reshape(-1))
             )
-            placed = self._write_streams(streams, leaves, layout, keep, where)
-            rows = layout.restore(placed)
-        # skipped (masked) steps are -1
-        self._counts_np[0] += placed.size if mask is None else int((placed >= 0).sum())  # _write_count
+        with storage.writing():  # from the claim of streams to the count: no other process writes
+            if layout is None:
+                placed = self._write_fragments(leaves, mask, writer, where)
+            else:
+                streams = self._streams_of(writer, layout.streams, batch, where)
+                placed = self._write_streams(streams, leaves, layout, keep, where)
+            # skipped (masked) steps are -1
+            self._counts_np[0] += placed.size if mask is None else int((placed >= 0).sum())  # _write_count
+        rows = torch.from_numpy(placed) if layout is None else layout.restore(placed)
         self._mark_update_entities(rows)
         return rows
 
@@ -256,7 +257,8 @@ class TransitionWriter(Writer):
                     f"free (writers {index.writers().tolist()} own the others). Build the "
                     "writer with num_streams= the total env count of all writers, e.g. "
                     f"make_replay_buffer(..., num_streams={index.num_streams + count}), or "
-                    "release the streams of a finished writer (handle.release())."
+                    "release the streams of a finished writer (handle.release()); those of "
+                    "processes that exited are freed by themselves."
                 )
             return claimed
         if streams.size != count:
@@ -327,10 +329,11 @@ class TransitionWriter(Writer):
         if index is None:
             return
         writer = self._writer_here() if writer is None else int(writer)
-        index.release_streams(writer)
-        for copy in index.writers().tolist():  # a handle's copies in other processes too
-            if handle_of_copy(copy) == writer:
-                index.release_streams(copy)
+        with self._storage.writing():
+            index.release_streams(writer)
+            for copy in index.writers().tolist():  # a handle's copies in other processes too
+                if handle_of_copy(copy) == writer:
+                    index.release_streams(copy)
 
     def end_episodes(self, envs: Any, writer: int | None = None) -> None:
         """End the running episodes of ``writer``'s envs ``envs`` at their last written step.
@@ -346,10 +349,10 @@ class TransitionWriter(Writer):
         index = self._storage.index
         if index is None:
             return
-        streams = index.owned_streams(self._writer_here() if writer is None else int(writer))
-        if not streams.size:  # nothing written since rb.empty(): no episode runs
-            return
-        index.end_episodes(streams[np.asarray(envs)])
+        with self._storage.writing():
+            streams = index.owned_streams(self._writer_here() if writer is None else int(writer))
+            if streams.size:  # (none: nothing written since rb.empty(), no episode runs)
+                index.end_episodes(streams[np.asarray(envs)])
 
     # ---------------------------------------------------------------- writing
     def _write_streams(
