@@ -482,7 +482,7 @@ def test_rounding_never_draws_a_zero_mass_row(size):
         rows = rng.choice(size, int(rng.integers(1, 6)), replace=False)
         _tree_set(tree, pairs, rows, 10.0 ** rng.uniform(-20, 20, rows.size))
         for r in (np.full(7, top), np.zeros(7), rng.random(7)):
-            drawn, mass, total = _tree_sample(tree, pairs, r)
+            drawn, mass, total = _tree_sample(tree, pairs, r, rng.permutation(7))
             assert total > 0
             assert set(drawn.tolist()) <= set(rows.tolist())
             assert np.array_equal(mass, tree[drawn + size]) and (mass > 0).all()
@@ -522,3 +522,34 @@ def test_a_buffer_built_over_a_filled_storage_keeps_the_priorities():
     mass = fresh.priorities()
     assert torch.equal(mass.nonzero().view(-1).sort().values, rows.sort().values)
     assert bool((mass[rows] == 1.0).all())
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_copied_buffer_s_writes_reach_its_sampler(how):
+    """A pickled or deep-copied buffer's storage forgot the buffer it tells of its
+    writes: the copy's new transitions got mass 0 (never drawn), and the rows they
+    overwrote kept theirs. Every live transition of the copy now has the max priority."""
+    import copy as copies
+
+    rb = build(8, alpha=1.0, eps=0.0)
+    rb.extend(episodes(0, T=4, envs=1))
+    copy = pickle.loads(pickle.dumps(rb)) if how == "pickle" else copies.deepcopy(rb)
+    copy.extend(episodes(4, T=6, envs=1))  # the 8-row ring wraps
+    mass = copy.sampler.priorities()
+    live = live_rows(copy)
+    assert torch.equal(mass[live], torch.ones(len(live), dtype=torch.float64))
+    assert float(mass.sum()) == len(live)  # no mass left on rows that are not transitions
+    drawn = set(copy.sample(256)["observation"][:, 0].tolist())
+    assert drawn == set(obs_of(copy, live))
+
+
+def test_priorities_whose_total_would_overflow_are_refused():
+    """A finite priority whose mass (p + eps) ** alpha summed over the rows overflows
+    made the total infinite, and draws silently picked a light row."""
+    rb = build(16, alpha=1.0, eps=0.0)
+    rb.extend(episodes(0, T=5, envs=1))
+    with pytest.raises(ValueError, match=r"priority 1e\+308 gives the mass .* too large for the sum over 16 rows"):
+        rb.update_priority(live_rows(rb)[:2], torch.tensor([1e308, 1e308], dtype=torch.float64))
+    assert rb.sampler.total == len(rb) and rb.sampler.max_priority == 1.0  # nothing changed
+    with pytest.raises(ValueError, match=r"max_priority=1e\+200 gives an infinite mass"):
+        PrioritizedTransitionSampler(alpha=2.0, max_priority=1e200)

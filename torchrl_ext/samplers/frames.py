@@ -12,8 +12,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.core.schema import EntryKeyError, as_key, get_unchecked, key_str, set_unchecked
 from torchrl_ext.sample_index import SampleIndex, WindowReader, reader_of, splice
-from torchrl_ext.samplers.hindsight import HindsightSampler
-from torchrl_ext.samplers.refining import RefiningSampler, sampler_of_kind
+from torchrl_ext.samplers.refining import RefiningSampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 from torchrl_ext.transforms.functional import stack_frames
@@ -182,10 +181,10 @@ class FrameStackSampler(RefiningSampler):
     each position keeps its role, e.g. real or relabelled under a
     :class:`~torchrl_ext.samplers.HindsightSampler`; with a prioritized base
     the redrawn rows' importance weights are normalized within their redraw).
-    The first redraw of a position takes the same position of the new batch,
-    later ones the next positions of its role, so a position whose draw
-    always gives the same row (a prioritized segment that one heavy row
-    fills) is served from other segments.
+    A redrawn position takes the same position of the new batch: a draw from
+    the base's whole distribution (a prioritized base orders its stratified
+    draws at random), so the transitions served keep the base's
+    probabilities, restricted to those whose stack is held.
     It is an error when no live transition has its stack held (the ring
     holds too few steps of each stream for ``n_frames``), found after 64
     rounds of redraws, or when a position is still not served after 4,096
@@ -268,36 +267,15 @@ class FrameStackSampler(RefiningSampler):
             # batch positions whose stack needs a frame the ring already overwrote
             redo = np.flatnonzero(lost.reshape(lost.shape[0], -1).any(1))
             # a whole batch, of which the redrawn positions are kept: a position's
-            # draw can depend on where it is in the batch (HindsightSampler
-            # relabels the last rows, a prioritized draw i comes from segment i)
+            # role can depend on where it is in the batch (HindsightSampler
+            # relabels the last rows)
             more, more_info = self.base.sample(storage, batch_size)
             positions = torch.from_numpy(redo)
-            source = torch.from_numpy(self._sources(redo, batch_size, rounds - 1))
-            index = splice(index, positions, more[source])
+            index = splice(index, positions, more[positions])
             for key, value in info.items():
                 if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == batch_size:
-                    info[key] = splice(value, positions, more_info[key][source])
+                    info[key] = splice(value, positions, more_info[key][positions])
             rounds += 1
-
-    def _sources(self, redo: np.ndarray, batch_size: int, shift: int) -> np.ndarray:
-        """The positions of a new batch of ``base`` whose draws replace the ``redo`` positions.
-
-        At the first redraw (``shift = 0``) each position's own. A base can
-        give a position the same row at every draw: a prioritized draw ``i``
-        comes from segment ``i`` of the priority mass, which one heavy row
-        can fill; if its stack is not held, that position would never be
-        served. So redraw ``r`` takes position ``i + r`` of the new batch,
-        cycling among the positions of the same role (the real rows, then the
-        relabelled ones, under a :class:`~torchrl_ext.samplers.HindsightSampler`).
-        """
-        if not shift:
-            return redo
-        hindsight = sampler_of_kind(self.base, HindsightSampler)
-        cut = batch_size - (0 if hindsight is None else hindsight.n_virtual(batch_size))  # relabelled from here
-        relabelled = redo >= cut
-        lo = np.where(relabelled, cut, 0)
-        size = np.where(relabelled, batch_size - cut, cut)
-        return lo + (redo - lo + shift) % size
 
     def _refuse(self, storage: TransitionStorage, rounds: int) -> None:
         """Raise after ``rounds`` redraws if no live transition's stack is held (after

@@ -89,12 +89,13 @@ def _tree_descend(
 
 
 def _tree_sample(
-    tree: np.ndarray, pairs: np.ndarray, r: np.ndarray
+    tree: np.ndarray, pairs: np.ndarray, r: np.ndarray, segments: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Stratified proportional draws: draw ``i`` falls in segment ``i`` of the mass.
+    """Stratified proportional draws: draw ``i`` falls in segment ``segments[i]`` of the mass.
 
     Args:
         r: ``[B]`` uniform draws in ``[0, 1)``.
+        segments: ``[B]`` a permutation of ``0 .. B - 1``.
 
     Returns:
         ``(rows, mass, total)``: the drawn leaves ``[B]``, their masses ``[B]``
@@ -109,9 +110,9 @@ def _tree_sample(
     B = r.shape[0]
     if total <= 0.0:
         return np.empty(0, dtype=np.int64), np.empty(0), total
-    u = (np.arange(B) + r) * (total / B)  # [B] ascending, one per segment
+    u = (segments + r) * (total / B)  # [B] one per segment
     pos = np.searchsorted(cum, u, side="right")  # first node whose cumulated mass exceeds u
-    if pos[-1] >= top.shape[0]:  # u rounded up to the total: take the last positive node
+    if pos.max() >= top.shape[0]:  # u rounded up to the total: take the last positive node
         np.minimum(pos, np.flatnonzero(top)[-1], out=pos)
     u -= cum[pos] - top[pos]
     node = _tree_descend(tree, pairs, pos + first, u, guarded=False)
@@ -121,7 +122,7 @@ def _tree_sample(
         # rounding carried u past a subtree's mass into a zero-mass sibling: redo
         # those draws from the root, never entering a zero-mass child
         redo = np.flatnonzero(zero)
-        u_redo = np.minimum((redo + r[redo]) * (tree[1] / B), tree[1])
+        u_redo = np.minimum((segments[redo] + r[redo]) * (tree[1] / B), tree[1])
         node[redo] = _tree_descend(tree, pairs, np.ones(redo.size, np.int64), u_redo, guarded=True)
         mass = tree[node]
     return node - size, mass, total
@@ -144,8 +145,10 @@ class PrioritizedTransitionSampler(Sampler):
 
     the sum running over live transitions only (Schaul et al., 2016,
     "Prioritized Experience Replay", proportional variant). A batch of ``B`` is
-    stratified: the total mass is cut in ``B`` equal segments and draw ``i``
-    is uniform within segment ``i``. Each draw comes with the importance weight
+    stratified: the total mass is cut in ``B`` equal segments, one draw is
+    uniform within each, and the draws come in random order (so that a
+    position of the batch is a draw from the whole distribution, whatever a
+    refining sampler does with it). Each draw comes with the importance weight
 
     .. math::
 
@@ -175,7 +178,14 @@ class PrioritizedTransitionSampler(Sampler):
       ``rb.update_tensordict_priority(td)`` acts in a plain TorchRL
       ``TensorDictReplayBuffer`` too (the class is registered as a virtual
       subclass of TorchRL's ``PrioritizedSampler``, whose instances only that
-      method serves; ``reduction = "max"`` reduces per-step priorities).
+      method serves; ``reduction = "max"`` reduces per-step priorities). Not
+      so under a refining sampler (``NStepSampler(3, base=...)``, hindsight,
+      frame stacks), which that check does not know: a plain
+      ``TensorDictReplayBuffer`` then ignores the call, silently. Call
+      ``rb.update_priority(td["index"], td["td_error"])`` there, or build the
+      buffer as a :class:`~torchrl_ext.TransitionReplayBuffer`
+      (:func:`~torchrl_ext.make_replay_buffer`), whose
+      ``update_tensordict_priority`` serves every chain.
 
     The tree (float64, 2 entries per row rounded up to a power of two: 16 MiB
     for 1M rows) is allocated on first use, in shared memory: DataLoader
@@ -242,6 +252,12 @@ class PrioritizedTransitionSampler(Sampler):
         self.beta = beta
         # the priority of new transitions
         self._initial_max_priority = check_number(owner, "max_priority", max_priority, 0.0, low_open=True)
+        with np.errstate(over="ignore"):
+            if not np.isfinite(self._mass(np.array(self._initial_max_priority))):
+                raise ValueError(
+                    f"{owner}: max_priority={max_priority} gives an infinite mass (max_priority + "
+                    f"eps) ** alpha with alpha={alpha}; expected a smaller max_priority."
+                )
         self.max_priority = self._initial_max_priority
         self.generator = generator
         self._tree: torch.Tensor | None = None  # [2 * size] float64, shared memory
@@ -391,7 +407,18 @@ class PrioritizedTransitionSampler(Sampler):
         rows, values = rows[keep], values[keep]
         if not rows.size:
             return
-        self.max_priority = max(self.max_priority, float(values.max()))
+        # every row at the largest mass must still sum to a finite total (else draws go astray)
+        largest = float(values.max())
+        with np.errstate(over="ignore"):
+            mass_of_largest = float(self._mass(np.array(largest)))
+        if not mass_of_largest * num_rows < np.finfo(np.float64).max:
+            raise ValueError(
+                f"update_priority: priority {largest} gives the mass (priority + eps) ** alpha = "
+                f"{mass_of_largest} (alpha={self._alpha}, eps={self._eps}), too large for the "
+                f"sum over {num_rows} rows to stay finite; scale the priorities down "
+                "(e.g. td_error.abs().clamp(max=1e6))."
+            )
+        self.max_priority = max(self.max_priority, largest)
         # last write wins: the last occurrence of each row, rows sorted
         rows, last = np.unique(rows[::-1], return_index=True)
         values = values[::-1][last]
@@ -426,7 +453,11 @@ class PrioritizedTransitionSampler(Sampler):
         tree, pairs = views
         generator = self._generator()
         r = torch.rand(batch_size, generator=generator, dtype=torch.float64).numpy()
-        rows, mass, total = _tree_sample(tree, pairs, r)
+        # segments in random order: where a draw lies in the batch says nothing of
+        # its row (HindsightSampler relabels the last positions; a frame stack
+        # redraws a position from a new batch)
+        segments = torch.randperm(batch_size, generator=generator).numpy()
+        rows, mass, total = _tree_sample(tree, pairs, r, segments)
         if total <= 0.0:
             raise ValueError(
                 f"cannot sample: all {len(storage)} live transitions have priority 0 "
