@@ -322,6 +322,28 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         with self._replay_lock, self._write_lock:
             self._writer.release(writer_id)
 
+    def end_episodes(self, envs: Any, writer_id: int | None = None) -> None:
+        """End the running episodes of a writer's envs ``envs``, e.g. after ``env.reset()`` by hand.
+
+        See :meth:`TransitionWriter.end_episodes
+        <torchrl_ext.writers.TransitionWriter.end_episodes>`; a method of
+        the buffer, so that a writer handle and a Ray client reach it.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl_ext import make_replay_buffer
+            >>> rb = make_replay_buffer(32)
+            >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 1), "action": torch.zeros(2, 1),
+            ...     "next": {"observation": torch.ones(2, 1), "reward": torch.ones(2, 1),
+            ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
+            >>> rb.end_episodes([1])  # env 1 was reset by hand
+            >>> rb.storage.index.is_open.tolist()
+            [True, False]
+        """
+        with self._replay_lock, self._write_lock:
+            self._writer.end_episodes(envs, writer_id)
+
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from a sample's ``"index"`` and ``priority_key`` entries.
 

@@ -105,6 +105,16 @@ class RayTransitionReplayBuffer(RayReplayBuffer):
         base = super().client()
         return WriterHandle(base, writer_id, writer_key=base.writer_key())
 
-    def release_writer(self, writer_id: int = 0) -> None:
-        """End a writer's running episodes and free its streams, in the actor."""
+    def release_writer(self, writer_id: int | None = None) -> None:
+        """End a writer's running episodes and free its streams, in the actor.
+
+        ``None``: the writer of what was written through this object itself
+        (the actor's default writer, not writer ``0``: the buffer was built
+        in another process).
+        """
         return self._client.release_writer(writer_id)
+
+    def end_episodes(self, envs: Any, writer_id: int | None = None) -> None:
+        """End the running episodes of a writer's envs ``envs``, in the actor (see
+        :meth:`TransitionReplayBuffer.end_episodes <torchrl_ext.TransitionReplayBuffer.end_episodes>`)."""
+        return self._client.end_episodes(envs, writer_id)

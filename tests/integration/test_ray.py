@@ -176,3 +176,48 @@ def test_ray_sequences_and_hindsight_goals_stay_in_their_episodes(collected):
     assert sequences.shape == (64, 4)
     reference.check_sequences(sequences)
     assert reference.check_hindsight(goals) == 200
+
+
+def _one_step(value: float):
+    from tensordict import TensorDict
+
+    return TensorDict({"observation": torch.full((1, 1), value), "action": torch.zeros(1, 1),
+                       "next": {"observation": torch.full((1, 1), value + 1.0), "reward": torch.ones(1, 1),
+                                "done": torch.zeros(1, 1, dtype=torch.bool)}}, [1])
+
+
+def _pairs(batch) -> set:
+    return set(zip(batch["observation"].view(-1).tolist(), batch["next", "observation"].view(-1).tolist()))
+
+
+def test_ray_release_writer_and_adapter_reset_end_the_running_episode(cluster):
+    """rb.release_writer() on the Ray buffer released writer 0, which owns nothing
+    there (the actor's default writer is its process copy): a restarted env was
+    glued onto the old episode (a transition 1 -> 101). adapter.reset(rb) with
+    the Ray buffer or a client of it raised AttributeError."""
+    import numpy as np
+
+    from torchrl_ext.envs import GymVectorAdapter
+
+    rb = make_replay_buffer(64, num_streams=1, batch_size=32, seed=0,
+                            service_backend="ray", service_backend_options=ACTOR)
+    steps = make_replay_buffer(64, num_streams=2, batch_size=64, seed=0,
+                               service_backend="ray", service_backend_options=ACTOR)
+    try:
+        rb.extend(_one_step(0.0))  # an episode running
+        rb.release_writer()  # the env restarts
+        rb.extend(_one_step(100.0))
+        assert _pairs(rb.sample()) == {(0.0, 1.0), (100.0, 101.0)}
+        for target, start in ((steps, 200.0), (steps.client(), 400.0)):
+            adapter = GymVectorAdapter(1)
+            for o in (start, start + 1, start + 100):  # reset by hand before the third step
+                if o == start + 100:
+                    adapter.reset(target)
+                target.extend(adapter.step(
+                    np.array([[o]], np.float32), np.zeros((1, 1), np.float32), np.ones(1, np.float32),
+                    [False], [False], {}, np.array([[o + 1.0]], np.float32)))
+        assert len(steps) == 6
+        assert _pairs(steps.sample()) == {(o, o + 1) for o in (200.0, 201.0, 300.0, 400.0, 401.0, 500.0)}
+    finally:
+        rb.shutdown()
+        steps.shutdown()

@@ -144,9 +144,10 @@ class GymVectorAdapter:
         Forgets their pending NEXT_STEP reset steps and last observations.
         Their episodes still running in the buffer must end there, or the
         buffer would glue the new episodes onto them: given ``rb``, they are
-        ended (``rb.writer.end_episodes``); without it, each reset env's next
-        step is reported as an unseen reset (:attr:`unseen_resets`), which
-        :meth:`step` refuses and the facades end themselves.
+        ended (``rb.end_episodes``: a buffer's, a handle's or a Ray client's);
+        without it, each reset env's next step is reported as an unseen reset
+        (:attr:`unseen_resets`), which :meth:`step` refuses and the facades
+        end themselves.
 
         Args:
             rb: the buffer (or writer handle) this adapter's steps go to.
@@ -172,7 +173,11 @@ class GymVectorAdapter:
             self._cut |= ending
         else:
             if ending.any():
-                rb.writer.end_episodes(ending, writer=getattr(rb, "writer_id", None))
+                end = getattr(rb, "end_episodes", None)  # ours, a handle, a Ray client
+                if end is None:  # a TorchRL buffer around our writer
+                    rb.writer.end_episodes(ending)
+                else:
+                    end(ending)
             self._cut &= ~reset
         self._resetting[reset] = False
         self._was_done[reset] = True

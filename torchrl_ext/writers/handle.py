@@ -122,6 +122,10 @@ class WriterHandle:
         """End this writer's running episodes and free its streams (``rb.release_writer``)."""
         self.rb.release_writer(self.writer_id)
 
+    def end_episodes(self, envs: Any) -> None:
+        """End the running episodes of this writer's envs ``envs`` (``rb.end_episodes``)."""
+        self.rb.end_episodes(envs, self.writer_id)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or "rb" not in self.__dict__:
             raise AttributeError(name)
