@@ -14,7 +14,7 @@ from torch.nn.modules import module as nn_module
 from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._atomic import atomic_dir, reading
-from torchrl_ext._checkpoint import check_saved_components, write_components
+from torchrl_ext._checkpoint import check_components, check_saved_components, components, write_components
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.process import current_pid, guard_forks
 from torchrl_ext.core.schema import key_str, set_unchecked
@@ -206,9 +206,15 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
                 yield
 
     def state_dict(self) -> dict[str, Any]:
-        """TorchRL's ``state_dict``, every component read at one moment (see :meth:`dumps`)."""
+        """TorchRL's ``state_dict``, every component read at one moment (see :meth:`dumps`).
+
+        With how the sampler and writer were built (``"components"``), which
+        :meth:`load_state_dict` checks before loading anything.
+        """
         with self._captured():
-            return super().state_dict()
+            state = super().state_dict()
+            state["components"] = components(self._sampler, self._writer)
+            return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """TorchRL's ``load_state_dict``, also for a state loaded onto another device.
@@ -216,6 +222,10 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         ``torch.load(..., map_location="cuda")`` moves every tensor of the
         state, the random generator's too, which ``Generator.set_state`` takes
         only as a CPU byte tensor: it is brought back first.
+
+        Raises:
+            ValueError: this buffer's sampler kinds, sampler settings or writer keys
+                differ from the checkpoint's (each is named); nothing is loaded then.
 
         Examples:
             >>> import io
@@ -234,6 +244,11 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             >>> torch.equal(copy.sample()["observation"], rb.sample()["observation"])
             True
         """
+        saved = state_dict.get("components")  # (none in a state from before it was kept)
+        if saved is not None:
+            check_components("TransitionReplayBuffer.load_state_dict", saved,
+                             components(self._sampler, self._writer))
+            state_dict = {k: v for k, v in state_dict.items() if k != "components"}
         rng = state_dict.get("_rng")
         if rng is not None:
             state, device = rng

@@ -51,7 +51,7 @@ def _check_terminated_key(
         ...
         ValueError: make_replay_buffer: terminated_key=('next', 'terminated') is not one of done_keys=[('next', 'done')]: ...
     """
-    done = [as_key(k) for k in done_keys]
+    done = [as_key(k) for k in ([done_keys] if isinstance(done_keys, str) else done_keys)]
     if as_key(terminated_key) not in done:
         raise ValueError(
             f"{where}: terminated_key={as_key(terminated_key)!r} is not one of "

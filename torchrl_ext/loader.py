@@ -14,6 +14,7 @@ from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._worker_batches import _CollateByValue, _WidePipeLoader
 from torchrl_ext.buffer import TransitionReplayBuffer
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import as_key, missing_entry
 from torchrl_ext.storages.transition import TransitionStorage
 
@@ -190,7 +191,7 @@ class ReplayDataset(SampleStream):
             raise ValueError("ReplayDataset: batch_size is None and the buffer has none.")
         super().__init__(num_batches=num_batches)
         self.rb = rb
-        self.batch_size = int(batch_size)
+        self.batch_size = check_count("ReplayDataset", "batch_size", batch_size)
         self.seed = seed
         self.keys = None if keys is None else _batch_keys(keys)
         self._generator: torch.Generator | None = None  # in-process, made once (see below)

@@ -155,7 +155,8 @@ class ModelEpochDataset(IterableDataset):
                 f"(got sampler {type(sampler).__name__}); build it with make_model_based_buffer()."
             )
         self.rb, self.sampler, self.transform = rb, sampler, transform
-        self.batch_size = int(batch_size if batch_size is not None else rb.batch_size or 256)
+        self.batch_size = check_count("ModelEpochDataset", "batch_size",
+                                      batch_size if batch_size is not None else rb.batch_size or 256)
         self.num_batches = None if num_batches is None else check_count(
             "ModelEpochDataset", "num_batches", num_batches)
         self.device = torch.device(device)

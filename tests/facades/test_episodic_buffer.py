@@ -208,7 +208,7 @@ def test_a_worker_that_drew_before_long_episodes_came_back_does_not_fail_sample(
 
 
 def test_construction_and_loader_errors(tmp_path):
-    with pytest.raises(ValueError, match="capacity=0, expected >= 1 steps"):
+    with pytest.raises(ValueError, match="RingBufferDataset: capacity=0, expected an int >= 1"):
         RingBufferDataset(0)
     with pytest.raises(TypeError, match="expected an EpisodeDataset"):
         EpisodeReplayBuffer(object(), batch_size=2)
@@ -217,7 +217,7 @@ def test_construction_and_loader_errors(tmp_path):
         dataset.get_loader(8, 2, chunk_size=3)
     with pytest.raises(ValueError, match="sequence_length=0, expected >= 1 or None"):
         dataset.get_loader(8, 0)
-    with pytest.raises(ValueError, match="batch_size=0, expected >= 1"):
+    with pytest.raises(ValueError, match="get_loader: batch_size=0, expected an int >= 1"):
         dataset.get_loader(0, 1)
     with pytest.raises(ValueError, match="a dataset cannot extend itself"):
         dataset.extend(dataset)

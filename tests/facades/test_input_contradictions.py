@@ -217,7 +217,8 @@ def test_her_infos_final_info_and_keys_declared_later():
         infos = {} if t == 0 else {"dist": np.array([float(t)])}  # the first add has none
         nxt = o(t + 1)
         if done[0]:  # the reset step's info, and the true last step's in final_info
-            infos = {"dist": np.array([-1.0]), "final_obs": np.array([o(6)], dtype=object),
+            final = {k: v[0] for k, v in o(6).items()}  # one env's observation, as gymnasium's
+            infos = {"dist": np.array([-1.0]), "final_obs": np.array([final], dtype=object),
                      "_final_obs": done, "final_info": {"dist": np.array([5.0])},
                      "_final_info": done}
             nxt = o(100)

@@ -145,6 +145,25 @@ def test_n6_snapshot_reopens_in_its_directory(tmp_path):
     assert torch.equal(reopened.sample().observations, store.sample().observations)
 
 
+def test_n6_a_snapshot_reopens_with_the_constructor_s_n_step_and_its_own_observations(tmp_path):
+    """A reopened snapshot served the saved n_step, not the constructor's; one saved
+    with other observations reopened, and the first add failed without naming it."""
+    import gymnasium as gym
+
+    store = storage(save_snapshot=True, snapshot_dir=tmp_path / "snap", n_step=3)
+    play(store, [4, 4])
+    store.save()
+    reopened = storage(save_snapshot=True, snapshot_dir=tmp_path / "snap", n_step=1)
+    assert reopened.rb.sampler.n == 1 and "n_step=1" in repr(reopened)
+    assert torch.equal(reopened.sample().rewards, torch.ones(2, 1))  # one-step returns
+    wider = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    with pytest.raises(ValueError, match=r"the snapshot in .*snap.buffer holds observations 'observation' of "
+                                         r"\(shape, dtype\) \(\(2,\), torch.float32\), but observation_space "
+                                         r"gives \(\(3,\), torch.float32\)"):
+        NStepReplayStorage(wider, ACT, num_envs=1, batch_size=2, num_workers=0, save_snapshot=True,
+                           snapshot_dir=tmp_path / "snap")
+
+
 def test_n7_length_counts_transitions():
     store = storage()
     play(store, [6])

@@ -117,14 +117,21 @@ def _epoch(**kwargs):
     ids=["uniform-to-prioritized", "prioritized-to-uniform", "epoch-to-uniform", "nstep-to-plain",
          "ensemble", "holdout", "done-keys"],
 )
-def test_loads_into_a_buffer_built_otherwise_names_what_differs(saved, built, message, tmp_path):
+@pytest.mark.parametrize("route", ["loads", "load_state_dict"])
+def test_loads_into_a_buffer_built_otherwise_names_what_differs(saved, built, message, route, tmp_path):
+    """load_state_dict checked nothing: a prioritized checkpoint loaded into a uniform
+    buffer without its priorities, and a failed load left rows without priorities."""
     rb = saved()
     fill(rb)
-    rb.dumps(tmp_path / "ckpt")
     other = built()
-    with pytest.raises(ValueError, match=r"TransitionReplayBuffer.loads\('.*ckpt'\): the checkpoint was "
-                                         r"written by a buffer built otherwise: .*" + message):
-        other.loads(tmp_path / "ckpt")
+    if route == "loads":
+        rb.dumps(tmp_path / "ckpt")
+        where, load = r"TransitionReplayBuffer.loads\('.*ckpt'\)", lambda: other.loads(tmp_path / "ckpt")
+    else:
+        where, load = r"TransitionReplayBuffer.load_state_dict", lambda: other.load_state_dict(rb.state_dict())
+    with pytest.raises(ValueError, match=where + r": the checkpoint was written by a buffer built otherwise: .*"
+                       + message):
+        load()
     assert len(other) == 0  # refused before anything was loaded
 
 

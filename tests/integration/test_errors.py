@@ -141,7 +141,7 @@ def test_storage_too_small_for_streams():
 def test_storage_arguments():
     with pytest.raises(ValueError, match="backend='disk', expected 'tensor' or 'memmap'"):
         TransitionStorage(10, backend="disk")
-    with pytest.raises(ValueError, match="max_size=1, expected at least 2 rows"):
+    with pytest.raises(ValueError, match="TransitionStorage: max_size=1, expected an int >= 2"):
         TransitionStorage(1)
 
 
@@ -151,7 +151,7 @@ def test_writer_needs_episode_storage():
 
 
 def test_writer_arguments():
-    with pytest.raises(ValueError, match="num_streams=0, expected >= 1"):
+    with pytest.raises(ValueError, match="TransitionWriter: num_streams=0, expected an int >= 1"):
         TransitionWriter(num_streams=0)
 
 

@@ -15,11 +15,12 @@ import pytest
 import torch
 from hypothesis import event, given
 from hypothesis import strategies as st
+from tensordict import TensorDict
 from torchrl.data import TensorDictReplayBuffer
 
 from conftest import CountingSource, run, steps, workloads
 from reference import sequence_reference
-from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer
+from torchrl_ext import TransitionStorage, TransitionWriter, TransitionReplayBuffer, make_replay_buffer
 from torchrl_ext.samplers import SequenceSampler
 from torchrl_ext.core import windows
 from torchrl_ext.samplers import sequence as sequence_module
@@ -516,3 +517,28 @@ def test_pad_and_max_rounds_are_checked_not_converted(kwargs, error, message):
     # max_rounds=2.5 was truncated to 2
     with pytest.raises(error, match=message):
         SequenceSampler(3, **kwargs)
+
+
+def test_windows_and_goals_refuse_a_base_drawing_sequences():
+    """make_replay_buffer(sampler=SequenceSampler(4), n_step=3) was built, then
+    every sample failed with numpy's 'could not broadcast (4,4) into (4,)'."""
+    from torchrl_ext import make_her_replay_buffer
+    from torchrl_ext.samplers import NStepSampler
+
+    message = r"NStepSampler: base draws sequences \(SequenceSampler\), not the \[B\] transitions"
+    with pytest.raises(TypeError, match=message):
+        make_replay_buffer(64, sampler=SequenceSampler(4), n_step=3)
+    with pytest.raises(TypeError, match=message):
+        make_her_replay_buffer(64, lambda a, d, i: -(a - d).abs().sum(-1), sampler=SequenceSampler(3))
+    with pytest.raises(TypeError, match=message):
+        NStepSampler(1, base=SequenceSampler(2))
+
+
+def test_a_stock_storage_is_named_with_the_one_to_use():
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(16), sampler=SequenceSampler(2), batch_size=2)
+    rb.extend(TensorDict({"observation": torch.zeros(4, 1)}, [4]))
+    with pytest.raises(TypeError, match=r"read the episode index of a torchrl_ext.storages.TransitionStorage, "
+                                        r"not a LazyTensorStorage; build the buffer with storage="):
+        rb.sample()

@@ -86,7 +86,7 @@ def test_errors():
         encode_actions(torch.zeros(1, 2), 2, batch_dims=1)
     with pytest.raises(ValueError, match=r"observation_keys='observation', expected a non-empty sequence"):
         ModelPairTransform(observation_keys="observation")
-    with pytest.raises(ValueError, match=r"num_actions=0, expected >= 1"):
+    with pytest.raises(ValueError, match=r"ModelPairTransform: num_actions=0, expected an int >= 1"):
         ModelPairTransform(num_actions=0)
     with pytest.raises(TypeError, match=r"scaler is int without a transform"):
         ModelPairTransform(scaler=3)

@@ -55,6 +55,27 @@ def check_count(owner: str, name: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_flag(owner: str, name: str, value: Any) -> bool:
+    """``value`` as a bool: ``True`` / ``False`` (numpy's too) or a number ``1`` / ``0``; nothing else is read as one.
+
+    Raises:
+        TypeError: another value (``"no"``, ``None``, ``0.5``), which ``bool()`` would take.
+
+    Examples:
+        >>> check_flag("Storage", "native", 1)
+        True
+        >>> check_flag("Storage", "native", "no")
+        Traceback (most recent call last):
+        ...
+        TypeError: Storage: native='no' (str), expected True or False.
+    """
+    if isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, (int, float, np.integer, np.floating)) and value in (0, 1)
+    ):
+        return bool(value)
+    raise TypeError(f"{owner}: {name}={value!r} ({type(value).__name__}), expected True or False.")
+
+
 def check_number(owner: str, name: str, value: Any, low: float, high: float = math.inf,
                  *, low_open: bool = False) -> float:
     """``value`` as a float in ``[low, high]`` (``(low, high]`` with ``low_open``), finite.

@@ -1,15 +1,16 @@
 """A vector-env step's inputs as numpy arrays, checked for one row per env (``GymVectorAdapter.convert``)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
 from torchrl_ext.core.checks import is_flags
+from torchrl_ext.core.schema import EntryKeyError, key_str
 
-__all__ = ["column", "env_mask", "flat", "rows"]
+__all__ = ["column", "env_mask", "flat", "put_final", "rows"]
 
 
 def rows(name: str, value: Any, num_envs: int) -> np.ndarray:
@@ -118,3 +119,72 @@ def env_mask(where: str, envs: Any, num_envs: int) -> np.ndarray:
         f"{where}: envs={envs!r}, expected env positions in [0, {num_envs}) or a bool mask "
         f"of {num_envs} envs."
     )
+
+
+def put_final(
+    where: str,
+    name: str,
+    targets: Mapping[tuple[str, ...], np.ndarray],
+    env: int,
+    final: Mapping[tuple[str, ...], np.ndarray],
+    describe: Callable[[tuple[str, ...]], str] = key_str,
+) -> None:
+    """Write one env's true final observation into row ``env`` of the step's next-observation arrays.
+
+    Held to what the step's own next observation passed: every entry of
+    ``targets`` and no other, each of the entry's shape, and of values its
+    dtype holds exactly (``300`` into ``uint8`` would wrap around to ``44``,
+    ``3.7`` be cut to ``3``: refused). Float values go to float entries as
+    observations do (``float64`` to ``float32``).
+
+    Args:
+        where: the caller, for messages.
+        name: where the final observation was read (``"infos['final_obs'][0]"``).
+        targets: ``[num_envs, ...]`` arrays by key, written to.
+        env: the row.
+        final: the final observation's entries by key (``targets``' keys).
+        describe: a key's name in messages.
+
+    Raises:
+        KeyError: an entry is missing or not in the step (an ``EntryKeyError``).
+        ValueError: an entry's shape differs, or its values do not fit the dtype.
+
+    Examples:
+        >>> import numpy as np
+        >>> nxt = {("next", "observation"): np.zeros((2, 2), np.uint8)}
+        >>> put_final("step", "final_obs[1]", nxt, 1, {("next", "observation"): np.array([3.0, 4.0])})
+        >>> nxt[("next", "observation")].tolist()
+        [[0, 0], [3, 4]]
+        >>> put_final("step", "final_obs[1]", nxt, 1, {("next", "observation"): np.array([300, 4])})
+        Traceback (most recent call last):
+        ...
+        ValueError: step: final_obs[1] holds values of ('next', 'observation') that uint8 cannot hold exactly (300 in its place), the dtype of the step's next observations; pass the final observation as the env returns its observations.
+    """
+    if final.keys() != targets.keys():
+        missing = [describe(k) for k in targets if k not in final]
+        extra = [describe(k) for k in final if k not in targets]
+        raise EntryKeyError(
+            f"{where}: {name} has entries {[describe(k) for k in final]}, expected those of the "
+            f"step's next observations {[describe(k) for k in targets]} (missing {missing}, "
+            f"not in the step {extra})."
+        )
+    for key, value in final.items():
+        target = targets[key]
+        value = np.asarray(value)
+        if value.shape != target.shape[1:]:
+            raise ValueError(
+                f"{where}: {name} gives {describe(key)} shape {value.shape}, expected "
+                f"{target.shape[1:]} as the step's next observations."
+            )
+        if value.dtype != target.dtype and target.dtype.kind in "iub":
+            cast = value.astype(target.dtype)
+            off = cast != value  # NaN too
+            if off.any():
+                raise ValueError(
+                    f"{where}: {name} holds values of {describe(key)} that {target.dtype.name} "
+                    f"cannot hold exactly ({value[off].reshape(-1)[0].item()!r} in its place), the "
+                    "dtype of the step's next observations; pass the final observation as the "
+                    "env returns its observations."
+                )
+            value = cast
+        target[env] = value

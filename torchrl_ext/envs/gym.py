@@ -10,12 +10,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from torchrl_ext.core.checks import check_count, check_finite_entries
+from torchrl_ext.core.checks import check_count, check_finite_entries, check_flag
 from torchrl_ext.core.schema import unchecked_tensordict
 from torchrl_ext.envs._chunk import (
     ResolvedSteps, first_nonfinite_step, follow_on, observation_keys, reset_steps,
 )
-from torchrl_ext.envs._inputs import column, env_mask, flat, rows
+from torchrl_ext.envs._inputs import column, env_mask, flat, put_final, rows
 from torchrl_ext.envs.modes import (
     CONVENTIONS,
     FINAL_INFO_KEYS,
@@ -109,7 +109,7 @@ class GymVectorAdapter:
         check_finite: bool = True,
     ) -> None:
         self.num_envs = check_count("GymVectorAdapter", "num_envs", num_envs)
-        self.check_finite = bool(check_finite)
+        self.check_finite = check_flag("GymVectorAdapter", "check_finite", check_finite)
         self.steps = 0  #: steps resolved so far (named in error messages)
         defaulted = autoreset_mode is None
         self.autoreset_mode = AutoresetMode.parse(autoreset_mode)
@@ -456,10 +456,13 @@ class GymVectorAdapter:
             return step
         if not owned:
             step = {k: v.copy() if k[0] == "next" else v for k, v in step.items()}
+        targets = {("next", *k): step[("next", *k)] for k in observation_keys(step)}
+        where = f"GymVectorAdapter.step (step {self.steps})"
         for i in np.flatnonzero(done).tolist():
-            final = flat("final observation", final_observation(self.autoreset_mode, infos, i, self.num_envs), ("next",), self.observation_key)
-            for key, value in final.items():
-                step[key][i] = value
+            final = final_observation(self.autoreset_mode, infos, i, self.num_envs)
+            name = (f"infos[{i}]['terminal_observation']" if self.autoreset_mode is AutoresetMode.LEGACY
+                    else f"the final observation of env {i}")
+            put_final(where, name, targets, i, flat(name, final, ("next",), self.observation_key))
         return step
 
     def resolve_steps(self, raw: dict[tuple[str, ...], np.ndarray]) -> ResolvedSteps:

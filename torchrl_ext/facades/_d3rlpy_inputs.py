@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from torchrl_ext.core.checks import is_flags
+from torchrl_ext.core.checks import check_count, is_flags
 from torchrl_ext.envs.modes import AutoresetMode, declared_mode
 from torchrl_ext.facades._convert import to_numpy
 
@@ -48,7 +48,7 @@ def spaces(env: Any, observation_space: Any, action_space: Any, n_envs: Any) -> 
             f"BatchReplayBuffer: env=None needs {', '.join(m + '=' for m in missing)} "
             "(the spaces and number of envs an env would give)."
         )
-    return observation_space, action_space, int(n_envs)
+    return observation_space, action_space, check_count("BatchReplayBuffer", "n_envs", n_envs)
 
 
 def flags(value: Any, name: str, n: int) -> np.ndarray:

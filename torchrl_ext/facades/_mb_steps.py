@@ -17,6 +17,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.envs._chunk import follow_on
+from torchrl_ext.envs._inputs import put_final
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import steps_held
 from torchrl_ext.facades._convert import to_numpy
@@ -431,22 +432,16 @@ class PytorchrlSteps:
             final = [i.get(_LEGACY_FINAL) if isinstance(i, Mapping) else None for i in info]
             has = [value is not None for value in final]
         unknown = np.zeros(self.num_envs, bool)
-        copied: set[tuple[str, ...]] = set()
+        prefix = STORED[OBS2]
+        targets = None  # the next observation's arrays, written to (copied first unless in_place)
         for i in np.flatnonzero(done).tolist():
             if final is None or has is None or not has[i]:
                 unknown[i] = True  # the next observation is a reset observation: keep, never train
                 continue
-            for key, value in _leaves(final[i], STORED[OBS2]):
-                if key not in leaves or value.shape != leaves[key].shape[1:]:
-                    want = leaves[key].shape[1:] if key in leaves else "no such entry"
-                    raise ValueError(
-                        f"{where}: {self._final_name(i)} gives {entry_name(key)} shape "
-                        f"{value.shape}, expected {want}."
-                    )
-                if not in_place and key not in copied:
-                    leaves[key] = leaves[key].copy()
-                    copied.add(key)
-                leaves[key][i] = value
+            if targets is None:
+                targets = {k: v if in_place else v.copy() for k, v in leaves.items() if k[: len(prefix)] == prefix}
+                leaves.update(targets)
+            put_final(where, self._final_name(i), targets, i, dict(_leaves(final[i], prefix)), entry_name)
         self._warn(int(unknown.sum()))
         return unknown
 

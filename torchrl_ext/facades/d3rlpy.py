@@ -12,7 +12,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.builders import make_replay_buffer
-from torchrl_ext.core.checks import EmptyBufferError, check_count, check_number
+from torchrl_ext.core.checks import EmptyBufferError, check_count, check_flag, check_number
 from torchrl_ext.facades._d3rlpy_inputs import AppendInputs, flags, spaces
 from torchrl_ext.facades._tensorclass import TensorclassBatch, documented_tensorclass
 from torchrl_ext.sample_index import SampleIndex
@@ -268,7 +268,7 @@ class BatchReplayBuffer:
         self.action_size = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
         self._inputs = AppendInputs(self.observation_shape, self.discrete, self.action_size, self.n_envs)
         self.image, self.obs_dtype = self._inputs.image, self._inputs.obs_dtype
-        self.maxlen = int(maxlen)
+        self.maxlen = check_count("BatchReplayBuffer", "maxlen", maxlen)
         streams = self.n_envs  # whole episodes go into the envs' streams too
         per_stream = self.maxlen // self.n_envs
         if per_stream < 2:  # a whole episode beside a running one needs 3 rows of a stream
@@ -278,7 +278,7 @@ class BatchReplayBuffer:
                 f"{2 * self.n_envs} (2 per env)."
             )
         # checked here, in this API's names (2.5 was truncated to 2 members)
-        self.create_mask = bool(create_mask)
+        self.create_mask = check_flag("BatchReplayBuffer", "create_mask", create_mask)
         self.mask_size = check_count("BatchReplayBuffer", "mask_size", mask_size)
         mask_p = check_number("BatchReplayBuffer", "mask_p", mask_p, 0.0, 1.0, low_open=True)
         # a stream's episode of L transitions uses L + 1 rows: per_stream + 1 rows
@@ -415,10 +415,11 @@ class BatchReplayBuffer:
             out[stream] = x
             return out
 
+        terminal = check_flag("BatchReplayBuffer.append_episode", "episode.terminal", episode.terminal)
         term = np.zeros((L, 1), bool)
-        term[-1] = bool(episode.terminal)
+        term[-1] = terminal
         trunc = np.zeros((L, 1), bool)
-        trunc[-1] = not bool(episode.terminal)
+        trunc[-1] = not terminal
         order = np.arange(self._order, self._order + L)
         self._order += L
         traj = np.zeros((n, L), np.int64)

@@ -10,7 +10,7 @@ import torch
 from tensordict.utils import NestedKey
 
 from torchrl_ext.builders import make_her_replay_buffer
-from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.checks import check_count, check_flag
 from torchrl_ext.core.schema import EntryKeyError, as_key, get_unchecked, key_str
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
@@ -294,9 +294,9 @@ class HerReplayStorage(HeldStepsFacade):
         self.device = torch.device(device)
         self.batch_size = int(batch_size)
         self.reward_fn = goal_match_reward if reward_fn is None else reward_fn
-        self.copy_info_dict = bool(copy_info_dict)
+        self.copy_info_dict = check_flag("HerReplayStorage", "copy_info_dict", copy_info_dict)
         self.seed = seed
-        self.native = bool(native)
+        self.native = check_flag("HerReplayStorage", "native", native)
         # no silent remainder (H12): every env gets ceil(storage_size / num_envs) rows
         self.capacity_per_env = -(-int(storage_size) // self.num_envs)
         check_rows_per_env(owner, storage_size, num_envs, self.capacity_per_env, num_envs + 1)
@@ -325,7 +325,8 @@ class HerReplayStorage(HeldStepsFacade):
             f"{owner}.add", observation_space, action_space, self.num_envs, column=True
         )
         self._obs_keys = list(observation_space.spaces)
-        self._info_keys = [str(k) for k in info_keys]
+        # one name is one key, not the sequence of its characters
+        self._info_keys = [info_keys] if isinstance(info_keys, str) else [str(k) for k in info_keys]
         self._info_schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
         self._info_unknown: set[str] = set()  # entries seen after the set was fixed
         self._batcher = StepBatcher(self._rb, self.adapter, chunk=ADD_CHUNK,
@@ -468,19 +469,38 @@ class HerReplayStorage(HeldStepsFacade):
         out: dict[tuple[str, ...], np.ndarray] = {}
         for key, (dtype, shape) in self._info_schema.items():
             value = found.get(key)
-            if value is None or value.shape[1:] != shape:
-                value = np.zeros((n, *shape), dtype)
-            out[(*INFO_KEY, key)] = value.astype(dtype, copy=False)
+            out[(*INFO_KEY, key)] = np.zeros((n, *shape), dtype) if value is None else _as_info(
+                f"infos[{key!r}]", value, dtype, (n, *shape))
         if self.adapter.autoreset_mode is AutoresetMode.SAME_STEP and done.any():
             out = {k: v.copy() for k, v in out.items()}
             for i in np.flatnonzero(done).tolist():
                 final = final_entry(infos, FINAL_INFO_KEYS, i)
                 if not isinstance(final, Mapping):
                     continue
-                for key in self._info_schema:
+                for key, (dtype, shape) in self._info_schema.items():
                     if key in final:
-                        out[(*INFO_KEY, key)][i] = final[key]
+                        out[(*INFO_KEY, key)][i] = _as_info(
+                            f"the final info of env {i}, [{key!r}]", to_numpy(final[key]), dtype, shape)
         return out
+
+
+def _as_info(name: str, value: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """An info entry as stored: the first add's shape, and values its dtype holds exactly."""
+    if value.shape != shape:
+        raise ValueError(
+            f"HerReplayStorage.add: {name} has shape {value.shape}, expected {shape} as in the "
+            "first add (which fixed each info entry's shape and dtype)."
+        )
+    if value.dtype == dtype:
+        return value
+    cast = value.astype(dtype)
+    if dtype.kind in "iub" and (cast != value).any():  # 0.5 into int64, 0.3 into bool
+        raise ValueError(
+            f"HerReplayStorage.add: {name} holds {value[cast != value].reshape(-1)[0].item()!r}, "
+            f"which the entry's dtype {dtype.name} (fixed by the first add) cannot hold exactly; "
+            "give the entry one dtype at every step (floats from the first step on, if any step has them)."
+        )
+    return cast
 
 
 def _numeric_entries(infos: Any, n: int) -> dict[str, np.ndarray]:

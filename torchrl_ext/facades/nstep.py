@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Sequence
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from tensordict import TensorDictBase
@@ -15,7 +16,7 @@ from torchrl_ext._atomic import atomic_dir, recover
 from torchrl_ext.builders import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
-from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.checks import check_count, check_flag
 from torchrl_ext.core.schema import get_unchecked
 from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs
 from torchrl_ext.facades._tensorclass import (
@@ -256,7 +257,7 @@ class NStepReplayStorage(HeldStepsFacade):
                                  ("n_step", n_step, 1), ("fetch_every", fetch_every, 1)):
             check_count(owner, name, count, low)
         check_rows_per_env(owner, storage_size, num_envs, storage_size // num_envs, 2 * num_envs)
-        if save_snapshot and snapshot_dir is None:
+        if check_flag(owner, "save_snapshot", save_snapshot) and snapshot_dir is None:
             raise ValueError(
                 "NStepReplayStorage: save_snapshot=True needs snapshot_dir=...; "
                 "nothing is written to the current directory."
@@ -275,10 +276,10 @@ class NStepReplayStorage(HeldStepsFacade):
         self.num_workers = int(num_workers)
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.fetch_every = int(fetch_every)
-        self.save_snapshot = bool(save_snapshot)
+        self.save_snapshot = check_flag(owner, "save_snapshot", save_snapshot)
         self.snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
         self.seed = seed
-        self.native = bool(native)
+        self.native = check_flag(owner, "native", native)
         self.adapter = GymVectorAdapter(
             self.num_envs, autoreset_mode=autoreset_mode, check_finite=check_finite
         )
@@ -471,8 +472,29 @@ class NStepReplayStorage(HeldStepsFacade):
                 f"NStepReplayStorage: {path} is not a complete snapshot (no adapter.json); "
                 "it was not written by save(). Move it away or pick another snapshot_dir."
             )
+        n_step = self._rb.sampler.n
         self._rb.loads(path)
+        self._rb.sampler.n = n_step  # the constructor's, not the snapshot's
+        self._check_snapshot_observations(path)
         self.adapter.load_state_dict(json.loads(adapter.read_text()))
+
+    def _check_snapshot_observations(self, path: Path) -> None:
+        """Refuse a snapshot whose observations are not of ``observation_space`` (its ``Box`` entries)."""
+        space = self.observation_space
+        entries = space.spaces if isinstance(space, gym.spaces.Dict) else {"observation": space}
+        leaves = self._rb.storage.schema.leaves
+        for name, sub in entries.items():
+            if not isinstance(sub, gym.spaces.Box):
+                continue
+            want = (tuple(sub.shape), torch.from_numpy(np.zeros(0, sub.dtype)).dtype)
+            spec = leaves.get((name,))
+            held = None if spec is None else (tuple(spec.shape), spec.dtype)
+            if held != want:
+                raise ValueError(
+                    f"NStepReplayStorage: the snapshot in {path} holds observations {name!r} of "
+                    f"(shape, dtype) {held}, but observation_space gives {want}; reopen it with "
+                    "the observation_space it was saved with, or pick another snapshot_dir."
+                )
 
     def __repr__(self) -> str:
         return (

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchrl_ext.core.checks import check_count, check_number
+from torchrl_ext.core.checks import check_count, check_flag, check_number
 from torchrl_ext.core.episodes import EpisodeIndex
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.storages.transition import TransitionStorage
@@ -183,13 +183,14 @@ class EpochSampler(Sampler):
             )
         if ensemble_size is not None:  # 2.5 and "3" refused, not truncated or parsed
             check_count("EpochSampler", "ensemble_size", ensemble_size)
+        bootstrap = check_flag("EpochSampler", "bootstrap", bootstrap)
         if bootstrap and ensemble_size is None:
             raise ValueError(
                 "EpochSampler: bootstrap=True resamples per ensemble member; pass ensemble_size=E."
             )
         self.holdout_fraction = float(holdout_fraction)
         self.ensemble_size = None if ensemble_size is None else int(ensemble_size)
-        self.bootstrap = bool(bootstrap)
+        self.bootstrap = bootstrap
         self.generator = generator
         self.split_seed: int | None = None
         self.epochs = 0  # epochs started

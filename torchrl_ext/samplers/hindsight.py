@@ -91,6 +91,8 @@ class HindsightSampler(RefiningSampler):
 
     _real_goals: RealGoals | None = None  # the reader of the last num_goals=0 batch
 
+    extends_transitions = True
+
     def __init__(
         self,
         strategy: HindsightStrategy | str = HindsightStrategy.FUTURE,

@@ -232,6 +232,8 @@ class NStepSampler(RefiningSampler):
         torch.Size([2, 1])
     """
 
+    extends_transitions = True
+
     def __init__(self, n: int = 3, *, base: Sampler | None = None) -> None:
         super().__init__(base if base is not None else UniformTransitionSampler())
         self.n = n

@@ -102,6 +102,13 @@ class RefiningSampler(Sampler):
                 f"{type(self).__name__}: base is {type(base).__name__}, expected a TorchRL Sampler "
                 "(e.g. UniformTransitionSampler(), PrioritizedTransitionSampler())."
             )
+        if self.extends_transitions and getattr(drawing_sampler(base), "draws_sequences", False):
+            raise TypeError(
+                f"{type(self).__name__}: base draws sequences ({type(drawing_sampler(base)).__name__}), "
+                f"not the [B] transitions {type(self).__name__} starts its windows or goals from; "
+                "a sequence already holds each step's next steps. Sample sequences with "
+                "SequenceSampler alone (frame stacks and masks may wrap it)."
+            )
         super().__init__()
         self.base = base
 
@@ -136,6 +143,8 @@ class RefiningSampler(Sampler):
 
     # ------------------------------------------------------------ checkpoints
     settings_file: ClassVar[str | None] = None  # defaults to "<ClassName>.json"
+    # windows or goals start at each drawn transition: a base drawing sequences is refused
+    extends_transitions: ClassVar[bool] = False
 
     def settings(self) -> dict[str, Any]:
         """This sampler's own settings (not its base's), JSON-ready."""

@@ -178,6 +178,7 @@ class SequenceSampler(UniformTransitionSampler):
 
     # settings a checkpoint must be loaded with (torchrl_ext._checkpoint)
     checkpoint_settings: ClassVar[tuple[str, ...]] = ("sequence_length", "pad")
+    draws_sequences: ClassVar[bool] = True  # [B, L] rows, which n-step and hindsight cannot extend
 
     def __init__(
         self,

@@ -88,6 +88,12 @@ def storage_index(storage: TransitionStorage) -> EpisodeIndex:
         ...
         torchrl_ext.core.checks.EmptyBufferError: cannot sample: the buffer holds no transition yet; extend it first.
     """
+    if not isinstance(storage, TransitionStorage):  # a stock TorchRL storage: no episode index
+        raise TypeError(
+            f"torchrl_ext's samplers read the episode index of a "
+            f"torchrl_ext.storages.TransitionStorage, not a {type(storage).__name__}; build the "
+            "buffer with storage=TransitionStorage(max_size) (make_replay_buffer does)."
+        )
     index = storage.index
     if index is None:
         raise EmptyBufferError(EMPTY_BUFFER)

@@ -15,6 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import RandomSampler, Storage, TensorStorage
 
 from torchrl_ext._atomic import atomic_dir, reading
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
 from torchrl_ext.core.process import guard_forks
@@ -130,8 +131,7 @@ class TransitionStorage(TensorStorage):
                 f"memory, not on device={str(device)!r}; drop compress= for device rows, or "
                 "keep the storage on the CPU and move batches."
             )
-        if int(max_size) < 2:
-            raise ValueError(f"TransitionStorage: max_size={max_size}, expected at least 2 rows.")
+        max_size = check_count("TransitionStorage", "max_size", max_size, 2)
         Storage.__init__(self, max_size)  # TensorStorage's init expects its own layout
         self.ndim = 1
         self.device = device

@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.envs.transforms import Transform
 
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError, as_key, key_str
 
 __all__ = ["ModelPairTransform", "encode_actions", "model_pairs"]
@@ -175,8 +176,8 @@ class ModelPairTransform(Transform):
                 f"ModelPairTransform: observation_keys={observation_keys!r}, expected a "
                 "non-empty sequence of keys such as ('observation',)."
             )
-        if num_actions is not None and int(num_actions) < 1:
-            raise ValueError(f"ModelPairTransform: num_actions={num_actions}, expected >= 1.")
+        if num_actions is not None:
+            num_actions = check_count("ModelPairTransform", "num_actions", num_actions)
         if scaler is not None and not callable(getattr(scaler, "transform", None)):
             raise TypeError(
                 f"ModelPairTransform: scaler is {type(scaler).__name__} without a "
@@ -185,7 +186,7 @@ class ModelPairTransform(Transform):
         self.observation_keys = tuple(as_key(k) for k in observation_keys)
         self.action_key = as_key(action_key)
         self.reward_key = None if reward_key is None else as_key(reward_key)
-        self.num_actions = None if num_actions is None else int(num_actions)
+        self.num_actions = num_actions
         self.scaler = scaler
         self.inputs_key = as_key(inputs_key)
         self.targets_key = as_key(targets_key)

@@ -14,6 +14,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.utils import NestedKey
 from torchrl.data.replay_buffers.writers import Writer
 
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.kernels.writes import any_set
 from torchrl_ext.core.process import current_pid
 from torchrl_ext.core.schema import RowSchema, as_key, key_str
@@ -132,9 +133,11 @@ class TransitionWriter(Writer):
         check_continuation: bool = True,
     ) -> None:
         super().__init__()
-        if num_streams is not None and int(num_streams) < 1:
-            raise ValueError(f"TransitionWriter: num_streams={num_streams}, expected >= 1.")
+        if num_streams is not None:
+            num_streams = check_count("TransitionWriter", "num_streams", num_streams)
         self.num_streams = num_streams
+        if isinstance(done_keys, str):  # one key, not the sequence of its characters
+            done_keys = [done_keys]
         self.done_keys = tuple(as_key(k) for k in done_keys)
         self.reward_key = as_key(reward_key)
         self.traj_key = as_key(traj_key)

@@ -313,6 +313,10 @@ class EpisodeReplayBuffer:
                 f"add_step: {name} must be a bool, a 0-d or a [num_envs] bool tensor, "
                 f"got {flag.dtype} of shape {tuple(flag.shape)}."
             )
+        if flag.dtype != torch.bool and bool(((flag != 0) & (flag != 1)).any()):  # 2 is no flag
+            raise ValueError(
+                f"add_step: {name} holds {flag.unique().tolist()}, expected bools (or 0 / 1)."
+            )
         return flag.bool().cpu().numpy()
 
     def _values(

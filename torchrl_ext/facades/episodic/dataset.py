@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDictBase
 from torch.utils.data import DataLoader, IterableDataset
 
+from torchrl_ext.core.checks import check_count
 from torchrl_ext.facades.episodic.evictors import Evictor, FIFOEvictor, eviction_choice
 from torchrl_ext.facades.episodic.fields import (
     EpisodeDatasetInfo,
@@ -70,8 +71,7 @@ class EpisodeDataset(IterableDataset):
         info: EpisodeDatasetInfo | None = None,
         evictor: Evictor | None = None,
     ) -> None:
-        if int(capacity) < 1:
-            raise ValueError(f"{type(self).__name__}: capacity={capacity}, expected >= 1 steps.")
+        capacity = check_count(type(self).__name__, "capacity", capacity)
         info = EpisodeDatasetInfo() if info is None else info
         if info.num_episodes or info.num_timesteps or info.episode_lengths:
             raise ValueError(
@@ -80,7 +80,7 @@ class EpisodeDataset(IterableDataset):
             )
         evictor = FIFOEvictor() if evictor is None else evictor
         self._choose = eviction_choice(evictor, type(self).__name__)
-        self.capacity = int(capacity)
+        self.capacity = capacity
         # a copy: the statistics are this dataset's, even when one info builds several datasets
         self.info = dataclasses.replace(
             info, episode_lengths=[], verification_mode=VerificationMode(info.verification_mode)
@@ -99,7 +99,7 @@ class EpisodeDataset(IterableDataset):
         return {}
 
     def _preferred_num_workers(self, num_workers: int | None) -> int:
-        return 0 if num_workers is None else int(num_workers)
+        return 0 if num_workers is None else check_count(type(self).__name__, "num_workers", num_workers, 0)
 
     def _max_sampling_rounds(self) -> int:
         """Rejection rounds before sampling counts the valid windows exactly."""
@@ -405,15 +405,14 @@ class EpisodeDataset(IterableDataset):
                 padded sequences of a dataset with a field named ``mask_key``.
             TypeError: ``pad`` is not a bool.
         """
-        if int(batch_size) < 1:
-            raise ValueError(f"get_loader: batch_size={batch_size}, expected >= 1.")
-        chunk_size = int(batch_size) if chunk_size is None else int(chunk_size)
+        batch_size = check_count("get_loader", "batch_size", batch_size)
+        chunk_size = batch_size if chunk_size is None else check_count("get_loader", "chunk_size", chunk_size)
         if chunk_size < 1 or batch_size % chunk_size:
             raise ValueError(
                 f"get_loader: chunk_size={chunk_size} must be >= 1 and divide "
                 f"batch_size={batch_size}."
             )
-        if sequence_length is not None and int(sequence_length) < 1:
+        if sequence_length is not None and check_count("get_loader", "sequence_length", sequence_length, 0) < 1:
             raise ValueError(
                 f"get_loader: sequence_length={sequence_length}, expected >= 1 or None "
                 "(whole episodes)."

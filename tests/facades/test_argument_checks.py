@@ -1,0 +1,148 @@
+"""Arguments taken as a user gives them: no count truncated, no flag read by truthiness, no key split.
+
+Counts went through ``int()`` (``RingBufferDataset(12.7)`` held 12 steps, a
+one-hot of ``num_actions=3.9`` was 3 wide); flags through ``bool()``
+(``check_finite=None`` turned the NaN check off, ``native="no"`` turned it on,
+an episode's ``terminal="False"`` was a terminal); a single key given as a
+string was split into its characters (``info_keys="dist"`` stored four zero
+entries 'd', 'i', 's', 't'); and an info entry unlike the first ``add``'s was
+cast (0.5 stored as 0 in int64) or replaced by zeros.
+"""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from torchrl_ext import (
+    BatchReplayBuffer,
+    EpisodeReplayBuffer,
+    HerReplayStorage,
+    ModelEpochDataset,
+    NStepReplayStorage,
+    RingBufferDataset,
+    TransitionStorage,
+    TransitionWriter,
+    make_loader,
+    make_model_based_buffer,
+    make_replay_buffer,
+)
+from torchrl_ext.facades.d3rlpy import Episode
+
+BOX = gym.spaces.Box(-1, 1, (3,), np.float32)
+D3 = gym.spaces.Discrete(3)
+
+
+def _filled(rb):
+    flags = torch.zeros(2, 1, dtype=torch.bool)
+    for t in range(3):
+        rb.extend(TensorDict({
+            "observation": torch.full((2, 1), float(t)), "action": torch.tensor([[1], [2]]),
+            "next": {"observation": torch.full((2, 1), t + 1.0), "reward": torch.ones(2, 1),
+                     "terminated": flags, "truncated": flags, "done": flags},
+        }, [2]))
+    return rb
+
+
+COUNTS = {
+    "BatchReplayBuffer: maxlen=100.7 (float)": lambda: BatchReplayBuffer(
+        100.7, observation_space=BOX, action_space=D3, n_envs=2),
+    "BatchReplayBuffer: n_envs=2.5 (float)": lambda: BatchReplayBuffer(
+        100, observation_space=BOX, action_space=D3, n_envs=2.5),
+    "RingBufferDataset: capacity=12.7 (float)": lambda: RingBufferDataset(12.7),
+    "RingBufferDataset: capacity='12' (str)": lambda: RingBufferDataset("12"),
+    "get_loader: chunk_size=2.5 (float)": lambda: EpisodeReplayBuffer(RingBufferDataset(100), 4, 2, chunk_size=2.5),
+    "get_loader: sequence_length=2.5 (float)": lambda: RingBufferDataset(100).get_loader(4, 2.5),
+    "RingBufferDataset: num_workers=1.5 (float)": lambda: EpisodeReplayBuffer(
+        RingBufferDataset(100), 4, 2, num_workers=1.5),
+    "TransitionStorage: max_size=10.9 (float)": lambda: TransitionStorage(10.9),
+    "TransitionWriter: num_streams=2.5 (float)": lambda: TransitionWriter(num_streams=2.5),
+    "ReplayDataset: batch_size=2.7 (float)": lambda: make_loader(_filled(make_replay_buffer(100)), batch_size=2.7),
+    "ModelPairTransform: num_actions=3.9 (float)": lambda: make_model_based_buffer(100, num_actions=3.9),
+    "ModelEpochDataset: batch_size=2.5 (float)": lambda: ModelEpochDataset(
+        _filled(make_model_based_buffer(100, batch_size=4, seed=0)), batch_size=2.5),
+}
+
+
+@pytest.mark.parametrize("message", list(COUNTS))
+def test_counts_are_refused_not_truncated(message):
+    with pytest.raises(TypeError, match=rf"{message.replace('(', '[(]').replace(')', '[)]')}, expected an int >= "):
+        COUNTS[message]()
+
+
+FLAGS = {
+    "GymVectorAdapter: check_finite=None (NoneType)": lambda: NStepReplayStorage(
+        BOX, D3, num_workers=0, storage_size=100, check_finite=None),
+    "NStepReplayStorage: native='no' (str)": lambda: NStepReplayStorage(
+        BOX, D3, num_workers=0, storage_size=100, native="no"),
+    "NStepReplayStorage: save_snapshot='no' (str)": lambda: NStepReplayStorage(
+        BOX, D3, num_workers=0, storage_size=100, save_snapshot="no"),
+    "HerReplayStorage: copy_info_dict='yes' (str)": lambda: HerReplayStorage(
+        gym.spaces.Dict(observation=BOX, achieved_goal=BOX, desired_goal=BOX), D3, storage_size=100,
+        copy_info_dict="yes"),
+    "BatchReplayBuffer: create_mask='no' (str)": lambda: BatchReplayBuffer(
+        100, observation_space=BOX, action_space=D3, n_envs=1, create_mask="no"),
+    "BatchReplayBuffer.append_episode: episode.terminal='False' (str)": lambda: BatchReplayBuffer(
+        100, observation_space=BOX, action_space=D3, n_envs=1, seed=0).append_episode(
+        Episode(np.zeros((3, 3), np.float32), np.zeros(3, int), np.zeros(3), "False")),
+    "BatchReplayBuffer.append_episode: episode.terminal=0.5 (float)": lambda: BatchReplayBuffer(
+        100, observation_space=BOX, action_space=D3, n_envs=1, seed=0).append_episode(
+        Episode(np.zeros((3, 3), np.float32), np.zeros(3, int), np.zeros(3), 0.5)),
+}
+
+
+@pytest.mark.parametrize("message", list(FLAGS))
+def test_flags_are_bools_not_truthy_values(message):
+    with pytest.raises(TypeError, match=rf"{message.replace('(', '[(]').replace(')', '[)]')}, expected True or False"):
+        FLAGS[message]()
+
+
+def test_numeric_flags_0_and_1_are_flags():
+    buffer = BatchReplayBuffer(100, observation_space=BOX, action_space=D3, n_envs=1, seed=0)
+    buffer.append_episode(Episode(np.zeros((3, 3), np.float32), np.zeros(3, int), np.zeros(3), np.float32(1.0)))
+    assert buffer.transitions.terminals[-1].item() == 1.0
+    rb = EpisodeReplayBuffer(RingBufferDataset(100), 2, 1)
+    with pytest.raises(ValueError, match=r"add_step: done holds \[0, 7\], expected bools \(or 0 / 1\)"):
+        rb.add_step({"x": torch.zeros(2, 1)}, torch.tensor([0, 7]))
+
+
+def test_one_key_given_as_a_string_is_one_key():
+    space = gym.spaces.Dict(observation=BOX, achieved_goal=BOX, desired_goal=BOX)
+    assert HerReplayStorage(space, D3, storage_size=100, copy_info_dict=True, info_keys="dist")._info_keys == ["dist"]
+    assert make_replay_buffer(100, done_keys=("next", "done")).writer.done_keys == (("next",), ("done",))  # keys
+    assert make_replay_buffer(100, done_keys="done").writer.done_keys == (("done",),)
+    assert TransitionWriter(done_keys="done").done_keys == (("done",),)
+
+
+def _her_with_infos(infos_seq):
+    n = 2
+    box = gym.spaces.Box(-100, 100, (1,), np.float32)
+    space = gym.spaces.Dict(observation=box, achieved_goal=box, desired_goal=box)
+    storage = HerReplayStorage(space, D3, storage_size=100, num_envs=n, batch_size=4,
+                               copy_info_dict=True, seed=0)
+
+    def obs(t):
+        v = np.full((n, 1), float(t), np.float32)
+        return {"observation": v, "achieved_goal": v, "desired_goal": v}
+
+    for t, infos in enumerate(infos_seq):
+        storage.add(obs(t), np.array([0, 1]), np.zeros(n), np.zeros(n, bool), np.zeros(n, bool), infos, obs(t + 1))
+    return storage
+
+
+@pytest.mark.parametrize("first, later, message", [
+    (np.array([1, 2]), np.array([0.5, 1.7]), r"infos\['dist'\] holds 0.5, which the entry's dtype int64"),
+    (np.array([True, False]), np.array([0.3, 0.0]), r"infos\['dist'\] holds 0.3, which the entry's dtype bool"),
+    (np.array([1.0, 2.0]), np.array([[0.5], [1.7]]), r"infos\['dist'\] has shape \(2, 1\), expected \(2,\)"),
+])
+def test_her_info_entries_unlike_the_first_add_s_are_refused(first, later, message):
+    with pytest.raises(ValueError, match=message):
+        _her_with_infos([{"dist": first}, {"dist": later}])
+
+
+def test_her_info_entries_cast_exactly_are_stored():
+    storage = _her_with_infos([{"dist": np.array([1.0, 2.0], np.float32)}, {"dist": np.array([3, 4])}])
+    stored = storage.rb.storage.get(slice(None))["next", "info", "dist"]
+    assert sorted(stored.view(-1).tolist()) == [1.0, 2.0, 3.0, 4.0]
