@@ -349,12 +349,13 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
             >>> from tensordict import TensorDict
             >>> from torchrl_ext import make_replay_buffer
             >>> rb = make_replay_buffer(32)
-            >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 1), "action": torch.zeros(2, 1),
-            ...     "next": {"observation": torch.ones(2, 1), "reward": torch.ones(2, 1),
-            ...              "done": torch.zeros(2, 1, dtype=torch.bool)}}, [2]))
-            >>> rb.end_episodes([1])  # env 1 was reset by hand
+            >>> obs = torch.arange(3.0).view(1, 3, 1)  # one env, three steps
+            >>> running = torch.zeros(1, 3, 1, dtype=torch.bool)
+            >>> _ = rb.extend(TensorDict({"observation": obs, "action": obs,
+            ...     "next": {"observation": obs + 1, "reward": obs, "done": running}}, [1, 3]))
+            >>> rb.end_episodes([0])  # the env was reset by hand
             >>> rb.storage.index.is_open.tolist()
-            [True, False]
+            [False]
         """
         with self._replay_lock, self._write_lock:
             self._writer.end_episodes(envs, writer_id)

@@ -236,16 +236,10 @@ class TransitionStorage(TensorStorage):
         (which copies the rows) gets a lock of its own.
 
         Examples:
-            >>> import torch
-            >>> from tensordict import TensorDict
-            >>> from torchrl_ext import make_replay_buffer
-            >>> rb = make_replay_buffer(100)
-            >>> _ = rb.extend(TensorDict({"observation": torch.zeros(2, 3), "action": torch.zeros(2, 1),
-            ...     "next": {"observation": torch.ones(2, 3), "reward": torch.ones(2, 1),
-            ...              "done": torch.ones(2, 1, dtype=torch.bool)}}, [2]))
-            >>> with rb.storage.writing():  # no other process writes meanwhile
-            ...     rb.storage.index.writers().tolist()
-            [0]
+            >>> storage = TransitionStorage(64)
+            >>> with storage.writing():  # before the first write: nothing shared, no lock to take
+            ...     storage.index is None
+            True
         """
         lock = self._writes_lock
         return contextlib.nullcontext() if lock is None else lock
