@@ -15,7 +15,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs.transforms import Compose, Transform
 
 from torchrl_ext.buffer import TransitionReplayBuffer
-from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.checks import check_count, check_seed
 from torchrl_ext.core.schema import as_key
 from torchrl_ext.samplers.frames import FrameStackSampler
 from torchrl_ext.samplers.hindsight import HindsightSampler, HindsightStrategy
@@ -190,6 +190,7 @@ def make_replay_buffer(
     _check_counts("make_replay_buffer", capacity=capacity, batch_size=batch_size,
                   num_streams=num_streams, n_step=n_step, n_frames=n_frames, mask_size=mask_size)
     generator = torch.Generator()
+    seed = check_seed("make_replay_buffer", seed)
     generator.manual_seed(int(torch.randint(2**62, ()).item()) if seed is None else seed)
     sampler = sampler if sampler is not None else UniformTransitionSampler()
     if n_step is not None:

@@ -14,7 +14,7 @@ from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._worker_batches import _CollateByValue, _WidePipeLoader
 from torchrl_ext.buffer import TransitionReplayBuffer
-from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.checks import check_count, check_seed
 from torchrl_ext.core.schema import as_key, missing_entry
 from torchrl_ext.storages.transition import TransitionStorage
 
@@ -114,7 +114,7 @@ def worker_loader(
         collate_fn=_CollateByValue(collate_fn),
         num_workers=num_workers,
         pin_memory=bool(pin_memory),
-        generator=None if seed is None else torch.Generator().manual_seed(seed),
+        generator=None if (seed := check_seed(owner, seed)) is None else torch.Generator().manual_seed(seed),
         multiprocessing_context=(multiprocessing_context or DEFAULT_CONTEXT) if num_workers else None,
         prefetch_factor=prefetch_factor if num_workers else None,
         persistent_workers=False,

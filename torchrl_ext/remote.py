@@ -45,6 +45,8 @@ class ActorReplayBuffer(TransitionReplayBuffer):
         ...     [2, 100]))
         >>> len(pickle.dumps(rb.sample())) < 30_000  # 256 transitions of ~40 bytes, plus framing
         True
+        >>> len(pickle.dumps(rb.sample_batch())) < 30_000
+        True
     """
 
     def sample(self, *args: Any, **kwargs: Any) -> Any:
@@ -53,6 +55,10 @@ class ActorReplayBuffer(TransitionReplayBuffer):
         if isinstance(out, tuple):
             return out[0].clone(), out[1]
         return out.clone()
+
+    def sample_batch(self, batch_size: int | None = None) -> Any:
+        """:meth:`TransitionReplayBuffer.sample_batch`, each entry copied out of the gathered rows."""
+        return super().sample_batch(batch_size).clone()
 
 
 class RayTransitionReplayBuffer(RayReplayBuffer):

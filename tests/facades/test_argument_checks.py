@@ -146,3 +146,33 @@ def test_her_info_entries_cast_exactly_are_stored():
     storage = _her_with_infos([{"dist": np.array([1.0, 2.0], np.float32)}, {"dist": np.array([3, 4])}])
     stored = storage.rb.storage.get(slice(None))["next", "info", "dist"]
     assert sorted(stored.view(-1).tolist()) == [1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("action_space, actions, message", [
+    (gym.spaces.MultiDiscrete([3, 4]), np.array([[0, 9], [1, 1]]),
+     r"actions holds 9 at \(0, 1\) \(env 0\), outside MultiDiscrete\(\[3 4\]\) \(values 0 .. 3 there\)"),
+    (gym.spaces.MultiDiscrete([3, 4]), np.array([[0.0, 1.0], [-1.0, 1.0]]),
+     r"actions holds -1 at \(1, 0\) \(env 1\), outside MultiDiscrete\(\[3 4\]\) \(values 0 .. 2 there\)"),
+    (gym.spaces.MultiBinary(2), np.array([[2, 0], [1, 1]], np.int8),
+     r"actions holds 2 at \(0, 0\) \(env 0\), outside MultiBinary\(2\) \(values 0 .. 1 there\)"),
+])
+def test_multi_discrete_and_multi_binary_values_outside_the_space_are_refused(action_space, actions, message):
+    """Discrete values were checked, MultiDiscrete / MultiBinary ones stored as given."""
+    storage = NStepReplayStorage(BOX, action_space, num_envs=2, num_workers=0, storage_size=100, batch_size=4)
+    obs = np.zeros((2, 3), np.float32)
+    with pytest.raises(ValueError, match="NStepReplayStorage.add: " + message):
+        storage.add(obs, actions, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), {}, obs)
+    storage.add(obs, np.ones_like(actions), np.ones(2), np.zeros(2, bool), np.zeros(2, bool), {}, obs)
+
+
+@pytest.mark.parametrize("build, owner", [
+    (lambda seed: make_replay_buffer(10, seed=seed), "make_replay_buffer"),
+    (lambda seed: NStepReplayStorage(BOX, D3, storage_size=10, num_workers=0, seed=seed), "make_replay_buffer"),
+    (lambda seed: EpisodeReplayBuffer(RingBufferDataset(100), 4, 2, seed=seed), "get_loader"),
+])
+def test_seeds_are_ints(build, owner):
+    """seed=1.5 failed in torch's manual_seed ('expected a long'); MBReplayBuffer truncated it."""
+    for seed in (1.5, "7"):
+        with pytest.raises(TypeError, match=rf"{owner}: seed={seed!r} \(\w+\), expected an int or None"):
+            build(seed)
+    build(np.int64(7))

@@ -486,3 +486,20 @@ def test_sample_refuses_a_gamma_that_is_no_discount():
         with pytest.raises(TypeError, match=rf"sample: gamma={gamma!r} \(\w+\), expected a finite number in \[0, 1\]"):
             buf.sample(2, gamma=gamma)
     assert buf.sample(2, gamma=1).rewards.shape == (2, 1)
+
+
+def test_non_finite_values_are_refused_unless_asked_for():
+    """The other facades refused NaN and infinities by default; this one stored them
+    (a NaN reward poisons every n-step return and target over it)."""
+    b = buffer(n_envs=2)
+    obs = np.zeros((2, 2), np.float32)
+    with pytest.raises(ValueError, match=r"BatchReplayBuffer.append: rewards of env 1 is nan; .*check_finite=False"):
+        b.append(obs, np.array([0, 1]), np.array([0.0, np.nan]), [0, 0])
+    with pytest.raises(ValueError, match=r"append_episode: episode.observations at step 2 is inf"):
+        b.append_episode(Episode(np.array([[0, 0], [1, 1], [np.inf, 2]], np.float32),
+                                 np.zeros(3, int), np.zeros(3), True))
+    assert b.size() == 0
+    lenient = buffer(n_envs=2, check_finite=False)
+    lenient.append(obs, np.array([0, 1]), np.array([0.0, np.nan]), [0, 0])
+    lenient.append(obs, np.array([0, 1]), np.zeros(2), [1, 1])
+    assert lenient.size() == 2

@@ -55,6 +55,24 @@ def check_count(owner: str, name: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_seed(owner: str, seed: Any) -> int | None:
+    """A seed: ``None`` or an int (numpy's too); ``1.5`` or ``"7"`` are refused, not truncated or parsed.
+
+    Examples:
+        >>> check_seed("make_replay_buffer", 7), check_seed("make_replay_buffer", None)
+        (7, None)
+        >>> check_seed("make_replay_buffer", 1.5)
+        Traceback (most recent call last):
+        ...
+        TypeError: make_replay_buffer: seed=1.5 (float), expected an int or None.
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{owner}: seed={seed!r} ({type(seed).__name__}), expected an int or None.")
+    return int(seed)
+
+
 def check_flag(owner: str, name: str, value: Any) -> bool:
     """``value`` as a bool: ``True`` / ``False`` (numpy's too) or a number ``1`` / ``0``; nothing else is read as one.
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -140,6 +140,12 @@ class SpaceInput:
         self._range = (0, 0)
         if isinstance(space, gym.spaces.Discrete):
             self._range = (int(space.start), int(space.start) + int(space.n))
+        # a MultiDiscrete / MultiBinary space's values per element: [low, high)
+        self._elements: tuple[np.ndarray, np.ndarray] | None = None
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            self._elements = (np.asarray(space.start), np.asarray(space.start) + np.asarray(space.nvec))
+        elif isinstance(space, gym.spaces.MultiBinary):
+            self._elements = (np.zeros(space.shape, np.int64), np.full(space.shape, 2, np.int64))
         # the values an integer dtype holds: casts of others would wrap around
         self.bounds = (0, 1) if self.dtype == np.bool_ else (
             (int(np.iinfo(self.dtype).min), int(np.iinfo(self.dtype).max)) if self.integral else None)
@@ -147,7 +153,7 @@ class SpaceInput:
     def value_check(self, name: str | None = None) -> Callable[[np.ndarray], None] | None:
         """What :meth:`__call__` still checks in an array of exactly the space's shape and dtype.
 
-        A ``Discrete`` space's range (raising its ``ValueError``); ``None``
+        A ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` space's range (raising its ``ValueError``); ``None``
         where the shape and dtype say everything (the array is returned as
         is). ``name``: that entry of a ``Dict`` space.
 
@@ -162,9 +168,11 @@ class SpaceInput:
             ValueError: add: actions holds values in [0, 3], outside Discrete(3) (values 0 .. 2).
         """
         node = self if name is None else (self.children or {}).get(name)
-        if node is None or node.children is not None or not node.discrete:
+        if node is None or node.children is not None:
             return None
-        return node._check_range
+        if node._elements is not None:
+            return node._check_elements
+        return node._check_range if node.discrete else None
 
     def __call__(self, value: Any) -> Any:
         """``value`` checked and converted (a dict of arrays for a ``Dict`` space)."""
@@ -191,6 +199,8 @@ class SpaceInput:
                     self._check_integral(array)
                 self._check_fits(array)
             out = array.astype(self.dtype)
+        if self._elements is not None:
+            self._check_elements(out)
         if self.discrete:
             self._check_range(out)
             if self.column:
@@ -240,6 +250,16 @@ class SpaceInput:
                 f"{self.owner}: {self.name} holds values in [{low}, {high}], outside "
                 f"{dtype.name}'s [{lo}, {hi}] (the dtype of {self.space}); they would wrap "
                 f"around. Pass values in that range (np.clip(x, {lo}, {hi}) if clipping is meant)."
+            )
+
+    def _check_elements(self, array: np.ndarray) -> None:
+        low, high = cast(tuple[np.ndarray, np.ndarray], self._elements)
+        off = (array < low) | (array >= high)
+        if off.any():
+            at = tuple(int(i) for i in np.argwhere(off)[0])
+            raise ValueError(
+                f"{self.owner}: {self.name} holds {array[at].item()!r} at {at} (env {at[0]}), "
+                f"outside {self.space} (values {int(low[at[1:]])} .. {int(high[at[1:]]) - 1} there)."
             )
 
     def _check_range(self, array: np.ndarray) -> None:

@@ -442,6 +442,20 @@ class HerReplayStorage(HeldStepsFacade):
         )
 
     # ---------------------------------------------------------------- helpers
+    def _own_state(self) -> dict[str, Any]:
+        schema = self._info_schema
+        return {
+            "info_schema": None if schema is None else {
+                key: [dtype.str, list(shape)] for key, (dtype, shape) in schema.items()},
+            "info_unknown": sorted(self._info_unknown),
+        }
+
+    def _load_own_state(self, meta: dict[str, Any]) -> None:
+        schema = meta["info_schema"]
+        self._info_schema = None if schema is None else {
+            key: (np.dtype(dtype), tuple(shape)) for key, (dtype, shape) in schema.items()}
+        self._info_unknown = set(meta["info_unknown"])
+
     def _infos(self, infos: Any, done: np.ndarray) -> dict[tuple[str, ...], np.ndarray]:
         """Numeric per-env entries of a gymnasium info dict, by stored key (``("next", "info", name)``).
 

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl_ext.buffer import TransitionReplayBuffer
-from torchrl_ext.core.checks import check_count, check_flag
+from torchrl_ext.core.checks import check_count, check_flag, check_seed
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.envs.modes import declared_mode
 from torchrl_ext.facades._mb_batches import ModelBatches
@@ -174,9 +174,9 @@ class MBReplayBuffer(ModelBatches):
         self.holdout_fraction = float(holdout_fraction)
         self.ensemble_size = ensemble_size
         self.bootstrap = check_flag("MBReplayBuffer", "bootstrap", bootstrap)
-        self.seed = seed
+        self.seed = seed = check_seed("MBReplayBuffer", seed)
         # the holdout split's seed; resplit() derives the next one from it
-        self._split_seed = int(torch.randint(2**62, ())) if seed is None else int(seed)
+        self._split_seed = int(torch.randint(2**62, ())) if seed is None else seed
         self._scaler_fitted = False
         self._clear()
 

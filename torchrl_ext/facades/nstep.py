@@ -321,6 +321,9 @@ class NStepReplayStorage(HeldStepsFacade):
         self._iter.close()
         self._held_batches.clear()
 
+    def _load_own_state(self, meta: dict[str, Any]) -> None:
+        self.reset()  # no batch the workers drew before the load is served after it
+
     def add(
         self,
         observations: Any,

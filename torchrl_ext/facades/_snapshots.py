@@ -1,0 +1,71 @@
+"""A facade's checkpoint: its buffer's, beside what the facade holds between calls, in one atomic directory."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+
+from torchrl_ext._atomic import atomic_dir, reading
+from torchrl_ext.buffer import TransitionReplayBuffer
+
+__all__ = ["dump_facade", "load_facade"]
+
+_ARRAYS, _META = "facade.npz", "facade.json"
+
+
+def dump_facade(
+    path: str | Path, rb: TransitionReplayBuffer, layout: dict[str, Any],
+    arrays: dict[str, np.ndarray], meta: dict[str, Any],
+) -> None:
+    """Write ``rb`` (``rb.dumps``: rows, episode index, sampler, RNG) and the facade's state under ``path``.
+
+    All or nothing: a process killed at any moment leaves the previous
+    complete checkpoint or this one (:func:`~torchrl_ext._atomic.atomic_dir`).
+
+    Args:
+        path: the checkpoint directory.
+        rb: the facade's buffer, its held steps written.
+        layout: how the facade was built, JSON-ready, which :func:`load_facade` compares.
+        arrays: the facade's numpy state by name.
+        meta: the facade's other state, JSON-ready.
+    """
+    with atomic_dir(path) as tmp:
+        rb.dumps(tmp / "buffer")
+        with open(tmp / _ARRAYS, "wb") as file:
+            cast(Any, np.savez)(file, **arrays)  # (numpy 2's stub reads the names as its flags)
+        (tmp / _META).write_text(json.dumps({"layout": layout, **meta}))
+
+
+def load_facade(
+    path: str | Path, rb: TransitionReplayBuffer, where: str, layout: dict[str, Any],
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Read what :func:`dump_facade` wrote and load the buffer; returns the facade's ``(arrays, meta)``.
+
+    Args:
+        path: the checkpoint directory.
+        rb: the facade's buffer, loaded in place.
+        where: the caller, for messages.
+        layout: how this facade was built, as :func:`dump_facade` got it.
+
+    Raises:
+        ValueError: ``path`` holds no such checkpoint, or one of a facade with
+            another layout (each difference named; nothing is loaded then).
+    """
+    with reading(path) as directory:
+        if not (directory / _META).exists():
+            raise ValueError(f"{where}: {directory} holds no checkpoint written by dumps() (no {_META}).")
+        meta = json.loads((directory / _META).read_text())
+        mine = json.loads(json.dumps(layout))  # as saved: tuples as lists
+        differ = [f"{name}: the checkpoint has {meta['layout'].get(name)!r}, this one {value!r}"
+                  for name, value in mine.items() if meta["layout"].get(name) != value]
+        if differ:
+            raise ValueError(
+                f"{where}: {directory} was written by a facade built otherwise: {'; '.join(differ)}; "
+                "build it as the saved one was."
+            )
+        with np.load(directory / _ARRAYS) as saved:
+            arrays = {name: saved[name] for name in saved.files}
+        rb.loads(directory / "buffer")
+    return arrays, meta
