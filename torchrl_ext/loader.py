@@ -262,12 +262,12 @@ def _batch_keys(keys: Sequence[NestedKey]) -> list[tuple[str, ...]]:
         raise ValueError("ReplayDataset: keys is empty; pass keys=None to keep every entry.")
     out = []
     for key in keys:
-        parts = as_key(key) if isinstance(key, (str, tuple, list)) else None
-        if not parts or not all(isinstance(p, str) for p in parts):
+        try:
+            out.append(as_key(key))
+        except TypeError:
             raise TypeError(
                 f"ReplayDataset: keys holds {key!r}, expected a key (a string or a tuple of strings)."
-            )
-        out.append(parts)
+            ) from None
     return out
 
 

@@ -176,3 +176,26 @@ def test_seeds_are_ints(build, owner):
         with pytest.raises(TypeError, match=rf"{owner}: seed={seed!r} \(\w+\), expected an int or None"):
             build(seed)
     build(np.int64(7))
+
+
+def test_hindsight_arguments_are_checked_when_built():
+    """A terminated_fn that is not callable, and goals of two shapes, were accepted and
+    failed at the first sample ('int' object is not callable; an IndexError in index_copy_)."""
+    b2, b3 = gym.spaces.Box(-1, 1, (2,)), gym.spaces.Box(-1, 1, (3,))
+    with pytest.raises(ValueError, match=r"the desired goal 'desired_goal' has shape \(3,\) and the achieved goal "
+                                         r"'achieved_goal' \(2,\); .* expected one shape"):
+        HerReplayStorage(gym.spaces.Dict(observation=b2, achieved_goal=b2, desired_goal=b3), D3, storage_size=100)
+    with pytest.raises(TypeError, match=r"terminated_fn is int, expected a callable"):
+        HerReplayStorage(gym.spaces.Dict(observation=b2, achieved_goal=b2, desired_goal=b2), D3,
+                         storage_size=100, terminated_fn=3)
+    with pytest.raises(TypeError, match=r"key 3 \(int\): expected a str or a tuple of str"):
+        make_replay_buffer(10, reward_key=3)
+
+
+def test_her_flags_of_another_env_count_are_named_with_copy_info_dict():
+    """The info pass broadcast the flags first: numpy's 'operands could not be broadcast'."""
+    space = gym.spaces.Dict(observation=BOX, achieved_goal=BOX, desired_goal=BOX)
+    storage = HerReplayStorage(space, D3, storage_size=100, num_envs=2, copy_info_dict=True)
+    obs = {k: np.zeros((2, 3), np.float32) for k in space.spaces}
+    with pytest.raises(ValueError, match=r"terminated has shape \(3,\), expected \(2, \.\.\.\) \(one row per env\)"):
+        storage.add(obs, np.array([0, 1]), np.zeros(2), np.zeros(3, bool), np.zeros(2, bool), {}, obs)

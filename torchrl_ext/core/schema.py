@@ -38,11 +38,26 @@ class EntryKeyError(KeyError):
 def as_key(key: NestedKey) -> tuple[str, ...]:
     """Normalise a nested key to a tuple of strings.
 
+    Raises:
+        TypeError: ``key`` is not a str or a non-empty sequence of str (``3``, ``[3]``).
+
     Examples:
         >>> as_key("reward"), as_key(["next", "reward"])
         (('reward',), ('next', 'reward'))
+        >>> as_key(3)
+        Traceback (most recent call last):
+        ...
+        TypeError: key 3 (int): expected a str or a tuple of str (a nested key such as ('next', 'reward')).
     """
-    return (key,) if isinstance(key, str) else tuple(key)
+    if isinstance(key, str):
+        return (key,)
+    parts = tuple(key) if isinstance(key, (tuple, list)) else None
+    if not parts or not all(isinstance(part, str) for part in parts):
+        raise TypeError(
+            f"key {key!r} ({type(key).__name__}): expected a str or a tuple of str (a nested key "
+            "such as ('next', 'reward'))."
+        )
+    return parts
 
 
 def put_leaf(tree: dict[str, Any], key: tuple[str, ...], value: Any) -> None:

@@ -286,8 +286,14 @@ class HerReplayStorage(HeldStepsFacade):
                               "a gymnasium Dict space with the goal entries")
         if not isinstance(action_space, gym.Space):
             raise space_error("HerReplayStorage", "action_space", action_space)
-        for name, key in (("goal_key", goal_key), ("achieved_goal_key", achieved_goal_key)):
-            _subspace(observation_space, as_key(key), name)
+        goals = [_subspace(observation_space, as_key(key), name)
+                 for name, key in (("goal_key", goal_key), ("achieved_goal_key", achieved_goal_key))]
+        if goals[0].shape != goals[1].shape:  # a relabelled goal is an achieved goal
+            raise ValueError(
+                f"{owner}: the desired goal {key_str(as_key(goal_key))} has shape {goals[0].shape} and the "
+                f"achieved goal {key_str(as_key(achieved_goal_key))} {goals[1].shape}; hindsight puts "
+                "achieved goals in the desired goal's place: expected one shape."
+            )
         self.num_envs = int(num_envs)
         self.observation_space = observation_space
         self.action_space = action_space
@@ -365,8 +371,10 @@ class HerReplayStorage(HeldStepsFacade):
         # the batcher, unless laid out as the steps before); the adapter converts the rest
         extra = None
         if self.copy_info_dict:
-            done = to_numpy(terminateds).astype(bool).reshape(-1) | to_numpy(
-                truncateds if truncateds is not None else False).astype(bool).reshape(-1)
+            done = np.zeros(self.num_envs, dtype=bool)
+            for flags in (terminateds, truncateds):  # flags of another shape: the batcher names them
+                if flags is not None and (flat := to_numpy(flags).reshape(-1)).shape == done.shape:
+                    done |= flat.astype(bool)
             extra = self._infos(infos, done)
         self._batcher.add(  # written in chunks, flushed before any read
             observations, actions, rewards, terminateds, truncateds, infos, next_observations,

@@ -221,13 +221,14 @@ class PrioritizedTransitionSampler(Sampler):
         ...     "next": {"observation": obs + 1, "reward": torch.zeros(1, 5, 1),
         ...              "done": obs == 4}}, batch_size=[1, 5]))
         >>> sample = rb.sample()  # new transitions share the max priority: one per segment
-        >>> sample["observation"].view(-1), sample["priority_weight"]
-        (tensor([0., 1., 2., 3., 4.]), tensor([1., 1., 1., 1., 1.]))
+        >>> sorted(sample["observation"].view(-1).tolist()), sample["priority_weight"]
+        ([0.0, 1.0, 2.0, 3.0, 4.0], tensor([1., 1., 1., 1., 1.]))
         >>> td_error = torch.where(sample["observation"].view(-1) == 2, 8.0, 1.0)
         >>> rb.update_priority(sample["index"], td_error)
         >>> sample = rb.sample()
-        >>> sample["observation"].view(-1), sample["priority_weight"]
-        (tensor([1., 2., 2., 2., 3.]), tensor([1.0000, 0.1250, 0.1250, 0.1250, 1.0000]))
+        >>> sorted((o, round(w, 3)) for o, w in zip(sample["observation"].view(-1).tolist(),
+        ...                                           sample["priority_weight"].tolist()))
+        [(1.0, 1.0), (2.0, 0.125), (2.0, 0.125), (2.0, 0.125), (3.0, 1.0)]
         >>> drawn = torch.cat([rb.sample()["observation"].view(-1) for _ in range(200)])
         >>> round((drawn == 2).float().mean().item(), 1)  # P = 8 / (8 + 4 * 1)
         0.7

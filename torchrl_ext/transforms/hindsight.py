@@ -102,6 +102,11 @@ class HindsightTransform(Transform):
                 f"HindsightTransform: reward_fn is {type(reward_fn).__name__}, expected a "
                 "callable reward_fn(achieved_goal, desired_goal, infos)."
             )
+        if terminated_fn is not None and not callable(terminated_fn):
+            raise TypeError(
+                f"HindsightTransform: terminated_fn is {type(terminated_fn).__name__}, expected a "
+                "callable terminated_fn(achieved_goal, desired_goal, infos), or None."
+            )
         self.reward_fn = reward_fn
         self.terminated_fn = terminated_fn
         self.goal_key = as_key(goal_key)
