@@ -57,7 +57,8 @@ class SampleStream(IterableDataset):
     """
 
     def __init__(self, *, num_batches: int | None = None) -> None:
-        self.num_batches = num_batches
+        self.num_batches = None if num_batches is None else check_count(
+            type(self).__name__, "num_batches", num_batches)
 
     def batches(self, generator: torch.Generator | None) -> Iterator[Any]:
         """The endless items of one iteration, drawn with ``generator``."""
@@ -106,6 +107,7 @@ def worker_loader(
         >>> [x.shape for x in loader]
         [torch.Size([2, 3])]
     """
+    num_workers = check_count(owner, "num_workers", num_workers, 0)
     if pin_memory and not torch.cuda.is_available():
         raise ValueError(f"{owner}: pin_memory=True needs CUDA, which is not available.")
     return _WidePipeLoader(
@@ -176,9 +178,10 @@ class ReplayDataset(SampleStream):
         seed: int | None = None,
         keys: Sequence[NestedKey] | None = None,
     ) -> None:
-        if not isinstance(rb.storage, TransitionStorage):
+        if not isinstance(getattr(rb, "storage", None), TransitionStorage):
             raise TypeError(
-                f"ReplayDataset: rb.storage is {type(rb.storage).__name__}, expected "
+                f"ReplayDataset: rb is {type(rb).__name__} with storage "
+                f"{type(getattr(rb, 'storage', None)).__name__}, expected a replay buffer over a "
                 "TransitionStorage (its rows are shared with worker processes)."
             )
         if rb.storage.schema is None:

@@ -199,3 +199,15 @@ def test_her_flags_of_another_env_count_are_named_with_copy_info_dict():
     obs = {k: np.zeros((2, 3), np.float32) for k in space.spaces}
     with pytest.raises(ValueError, match=r"terminated has shape \(3,\), expected \(2, \.\.\.\) \(one row per env\)"):
         storage.add(obs, np.array([0, 1]), np.zeros(2), np.zeros(3, bool), np.zeros(2, bool), {}, obs)
+
+
+def test_loader_arguments_are_checked():
+    """make_loader([1, 2]) raised AttributeError; num_workers=1.5 and num_batches=2.5 failed in
+    torch's DataLoader and in islice."""
+    rb = _filled(make_replay_buffer(100, batch_size=4))
+    with pytest.raises(TypeError, match=r"ReplayDataset: rb is list with storage NoneType, expected a replay buffer"):
+        make_loader([1, 2])
+    with pytest.raises(TypeError, match=r"make_loader: num_workers=1.5 \(float\), expected an int >= 0"):
+        make_loader(rb, num_workers=1.5)
+    with pytest.raises(TypeError, match=r"ReplayDataset: num_batches=2.5 \(float\), expected an int >= 1"):
+        make_loader(rb, num_batches=2.5)
