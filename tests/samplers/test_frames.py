@@ -401,3 +401,19 @@ def test_sampled_stacks_are_served_reference_stacks(workload, n_frames, seed):
     rb.set_rng(torch.Generator().manual_seed(seed))
     for o, (s, n) in stacks_by_step(rb.sample(min(8, len(rb)))).items():
         assert expected[o] == (s, n, 1)
+
+
+def test_sequences_whose_first_frames_were_overwritten_are_refused_naming_sequences():
+    """One stream of 8 rows holds steps 3..10 of one episode: the only 7-step sequence
+    starts at step 3, whose frame 2 the ring overwrote. The refusal spoke of
+    transitions ('the base sampler keeps drawing the others'), not of sequences."""
+    from torchrl_ext.samplers import SequenceSampler
+
+    rb = make_replay_buffer(8, batch_size=1, sampler=SequenceSampler(7), n_frames=2, seed=0)
+    obs = torch.arange(10.0).view(1, 10, 1)
+    rb.extend(TensorDict({"observation": obs, "action": obs.clone(),
+                          "next": {"observation": obs + 1, "reward": torch.zeros(1, 10, 1),
+                                   "done": torch.zeros(1, 10, 1, dtype=torch.bool)}}, [1, 10]))
+    with pytest.raises(ValueError, match=r"the sequences drawn still need frames the ring overwrote: a sequence "
+                                         r"is served only if the 1 frames before its first step are held"):
+        rb.sample()

@@ -12,7 +12,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchrl_ext.core.schema import EntryKeyError, as_key, get_unchecked, key_str, set_unchecked
 from torchrl_ext.sample_index import SampleIndex, WindowReader, reader_of, splice
-from torchrl_ext.samplers.refining import RefiningSampler
+from torchrl_ext.samplers.refining import RefiningSampler, drawing_sampler
 from torchrl_ext.samplers.uniform import UniformTransitionSampler, storage_index
 from torchrl_ext.storages.transition import TransitionStorage
 from torchrl_ext.transforms.functional import stack_frames
@@ -293,6 +293,13 @@ class FrameStackSampler(RefiningSampler):
         if held and rounds < _MAX_ROUNDS_HELD:
             return
         F = self.n_frames
+        if getattr(drawing_sampler(self.base), "draws_sequences", False):
+            raise ValueError(
+                f"FrameStackSampler: after {rounds} redraws, the sequences drawn still need frames "
+                f"the ring overwrote: a sequence is served only if the {F - 1} frames before its "
+                "first step are held, and none or almost none is; raise the capacity, or lower "
+                "n_frames or the sequence length."
+            )
         raise ValueError(
             f"FrameStackSampler: after {rounds} redraws, stacks of n_frames={F} still reach "
             f"rows the ring overwrote: {held} of the {rows.size} live transitions have the "
