@@ -91,3 +91,30 @@ def test_model_based_final_observations_are_checked_too():
     buffer = _mb_insert({"a": np.full(1, 0.5, np.float32), "b": np.full(1, 0.25, np.float32)}, obs)
     stored = buffer.get_all_buffer_data()["NextObservation"]
     assert stored["a"][0, 0].tolist() == [0.5] and stored["b"][0, 0].tolist() == [0.25]
+
+
+def _nstep_discrete(n_obs: int = 50):
+    return NStepReplayStorage(gym.spaces.Discrete(n_obs), gym.spaces.Discrete(2), storage_size=64, num_envs=2,
+                              batch_size=2, num_workers=0, autoreset_mode="same_step", seed=0)
+
+
+def test_a_discrete_final_observation_fills_its_column():
+    """gymnasium gives one env's Discrete final observation as a scalar; the facade holds
+    Discrete observations as [num_envs, 1] columns, and the scalar was refused
+    ('shape (), expected (1,)') once final observations were checked."""
+    storage = _nstep_discrete()
+    obs, nxt = np.array([[3], [4]]), np.array([[40], [5]])  # env 0 ends: 40 is its reset observation
+    storage.add(obs, np.array([0, 1]), np.zeros(2), np.array([True, False]), np.zeros(2, bool),
+                _same_step_infos(np.int64(7)), nxt)
+    stored = storage.rb.storage.get(storage.rb.storage.live_transition_rows())
+    assert sorted(zip(stored["observation"].view(-1).tolist(), stored["next", "observation"].view(-1).tolist())) \
+        == [(3, 7), (4, 5)]
+
+
+def test_a_final_observation_outside_the_space_is_refused():
+    """The final observation skipped the space's range checks that next_observations pass."""
+    storage = _nstep_discrete(5)
+    with pytest.raises(ValueError, match=r"next_observations holds values in \[2, 9\], outside Discrete\(5\)"):
+        storage.add(np.array([[3], [1]]), np.array([0, 1]), np.zeros(2), np.array([True, False]),
+                    np.zeros(2, bool), _same_step_infos(np.int64(9)), np.array([[0], [2]]))
+    assert len(storage) == 0

@@ -211,3 +211,10 @@ def test_loader_arguments_are_checked():
         make_loader(rb, num_workers=1.5)
     with pytest.raises(TypeError, match=r"ReplayDataset: num_batches=2.5 \(float\), expected an int >= 1"):
         make_loader(rb, num_batches=2.5)
+
+
+def test_seeds_out_of_range_are_refused_naming_the_seed():
+    """seed=2**70 gave torch's 'Overflow when unpacking long long'."""
+    for seed in (2**70, -1):
+        with pytest.raises(ValueError, match=rf"make_replay_buffer: seed={seed}, expected an int in \[0, 2\*\*63\)"):
+            make_replay_buffer(10, seed=seed)

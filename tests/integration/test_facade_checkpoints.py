@@ -23,7 +23,7 @@ GOALS = gym.spaces.Dict(observation=BOX, achieved_goal=BOX, desired_goal=BOX)
 def nstep(**kwargs):
     space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
     return NStepReplayStorage(space, gym.spaces.Discrete(2), storage_size=300, num_envs=N, batch_size=8,
-                              num_workers=0, n_step=3, **{"seed": 0, **kwargs})
+                              num_workers=0, **{"n_step": 3, "seed": 0, **kwargs})
 
 
 def her(**kwargs):
@@ -34,7 +34,7 @@ def her(**kwargs):
 
 def d3rlpy(**kwargs):
     return BatchReplayBuffer(300, observation_space=BOX, action_space=gym.spaces.Discrete(2),
-                             **{"n_envs": N, "seed": 0, **kwargs})
+                             **{"n_envs": N, "seed": 0, "create_mask": True, "mask_size": 3, **kwargs})
 
 
 class Feed:
@@ -80,7 +80,8 @@ def batch_of(facade) -> list[torch.Tensor]:
     """A sample's tensors: the rllte facades' tuple (observation dicts flattened), d3rlpy's fields."""
     if isinstance(facade, BatchReplayBuffer):
         batch = facade.sample(8, n_steps=2)
-        return [batch.observations, batch.actions, batch.rewards, batch.next_observations, batch.terminals]
+        return [batch.observations, batch.actions, batch.rewards, batch.next_observations, batch.terminals,
+                batch.masks]
     out = []
     for field in facade.sample():
         out += [field[k] for k in sorted(field)] if isinstance(field, dict) else [field]
@@ -116,6 +117,11 @@ def test_a_loaded_facade_samples_and_goes_on_as_the_saved_one(kind, build, tmp_p
                                    reward_fn=lambda a, d, i: -(a - d).abs().sum(-1)),
      r"num_envs: the checkpoint has 3, this one 2"),
     (d3rlpy, lambda: d3rlpy(n_envs=1), r"n_envs: the checkpoint has 3, this one 1"),
+    (nstep, lambda: NStepReplayStorage(gym.spaces.Box(-np.inf, np.inf, (3,), np.float32), gym.spaces.Discrete(2),
+                                       storage_size=300, num_envs=N),
+     r"observation_space: the checkpoint has 'Box\(-inf, inf, \(4,\), float32\)', this one "
+     r"'Box\(-inf, inf, \(3,\), float32\)'"),
+    (her, lambda: her(copy_info_dict=False), r"copy_info_dict: the checkpoint has True, this one False"),
 ])
 def test_a_checkpoint_of_a_facade_built_otherwise_is_refused(build, other, message, tmp_path):
     facade = build()
@@ -126,3 +132,27 @@ def test_a_checkpoint_of_a_facade_built_otherwise_is_refused(build, other, messa
     assert len(target) == 0
     with pytest.raises(ValueError, match=r"holds no checkpoint written by dumps\(\)"):
         target.loads(tmp_path)
+
+
+def test_the_constructor_s_sample_settings_stay_after_a_load(tmp_path):
+    """n_step, hindsight goals and the mask size are drawn at sample time from the stored
+    steps: a facade built with others keeps its own (it took the checkpoint's, so that
+    NStepReplayStorage(n_step=5) served 3-step windows and masks kept the saved width)."""
+    saved = nstep()
+    Feed("nstep", 20).add(saved, 0, 20)
+    saved.dumps(tmp_path / "nstep")
+    loaded = nstep(n_step=1)
+    loaded.loads(tmp_path / "nstep")
+    assert loaded.rb.sampler.n == 1
+    saved = her()
+    Feed("her", 20).add(saved, 0, 20)
+    saved.dumps(tmp_path / "her")
+    loaded = her(num_goals=0)
+    loaded.loads(tmp_path / "her")
+    assert loaded.rb.sampler.num_goals == 0 and loaded.num_goals == 0
+    saved = d3rlpy()
+    Feed("d3rlpy", 20).add(saved, 0, 20)
+    saved.dumps(tmp_path / "d3rlpy")
+    loaded = d3rlpy(mask_size=2)
+    loaded.loads(tmp_path / "d3rlpy")
+    assert loaded.sample(8).masks.shape == (2, 8, 1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 import warnings
 
@@ -155,3 +156,82 @@ def test_the_streams_of_a_running_process_are_kept():
     assert index.stream_writer.tolist() == [0, handle.writer_id]
     assert index.episode_count.tolist() == [1, 2]  # the child's episode ended there; the handle's opened
     assert int(index.stream_pid[1]) == os.getpid()
+
+
+def _write_forever(rb) -> None:
+    t = 0
+    while True:  # a collector's worker, killed while it writes
+        obs = torch.full((1, 1), 1000.0 + t)
+        rb.extend(steps(obs, obs + 1))
+        t += 1
+
+
+def test_a_writer_killed_mid_write_leaves_the_lock_free():
+    """A worker killed while it held the writers' lock (a semaphore) left every
+    other writer waiting forever; the lock is now one the kernel frees."""
+    rb = make_replay_buffer(4096, num_streams=8, batch_size=2, seed=0)
+    rb.extend(steps(torch.zeros(1, 1), torch.ones(1, 1)))
+    ctx = multiprocessing.get_context("fork")
+    for attempt in range(5):
+        child = ctx.Process(target=_write_forever, args=(rb,))
+        child.start()
+        time.sleep(0.3)
+        child.kill()  # SIGKILL, most likely in a write
+        child.join(30)
+        done = threading.Event()
+        writer = threading.Thread(target=lambda: (rb.extend(steps(torch.ones(1, 1), torch.ones(1, 1) + 1)),
+                                                   done.set()), daemon=True)
+        writer.start()
+        assert done.wait(30), f"attempt {attempt}: the parent's write waited for a killed process"
+
+
+def _hold_the_lock_after_the_queue(queue, held) -> None:
+    rb = queue.get()
+    with rb.storage.writing():
+        held.set()
+        time.sleep(0.5)
+        obs = torch.full((1, 1), 500.0)
+        rb.extend(steps(obs, obs + 1))
+
+
+def test_a_buffer_sent_through_a_queue_shares_the_lock():
+    """Sent through a torch.multiprocessing queue, the storage's rows travel by handle
+    (shared) but the lock was a new one: the two processes could write at once."""
+    import torch.multiprocessing as tmp
+
+    rb = make_replay_buffer(64, num_streams=3, batch_size=2, seed=0)
+    rb.extend(steps(torch.tensor([[0.0]]), torch.tensor([[1.0]])))
+    ctx = tmp.get_context("fork")
+    queue, held = ctx.Queue(), ctx.Event()
+    child = ctx.Process(target=_hold_the_lock_after_the_queue, args=(queue, held))
+    child.start()
+    queue.put(rb)
+    assert held.wait(60)
+    rb.extend(steps(torch.tensor([[1.0]]), torch.tensor([[2.0]])))
+    child.join(60)
+    assert child.exitcode == 0
+    index = rb.storage.index
+    versions = index.row_version.view(index.num_streams, -1)
+    child_stream = int(torch.nonzero(index.stream_writer >= 2**32)[0])
+    assert int(versions[0, 2]) > int(versions[child_stream, 0])  # the parent's write came after
+
+
+def test_the_streams_of_a_restored_checkpoint_s_process_copies_are_free(tmp_path):
+    """A checkpoint written while worker processes owned streams, restored in another
+    run: the restoring process took every stream as its own, so new workers were
+    refused ('only 0 of the buffer's 4 streams are free')."""
+    rb = make_replay_buffer(4096, num_streams=3, batch_size=8, seed=0)
+    rb.extend(steps(torch.tensor([[-10.0]]), torch.tensor([[-9.0]])))  # this process: stream 0
+    from test_many_writers import _write_in_two_forks
+
+    _write_in_two_forks(rb)
+    rb.dumps(tmp_path / "ckpt")
+    restored = make_replay_buffer(4096, num_streams=3, batch_size=8, seed=0)
+    restored.loads(tmp_path / "ckpt")
+    index = restored.storage.index
+    assert index.stream_pid.tolist()[0] == os.getpid() and index.stream_pid.tolist()[1:] == [-2, -2]
+    handle = restored.writer_handle()
+    handle.extend(steps(torch.tensor([[5.0]]), torch.tensor([[6.0]])))  # a stream of the old copies, freed
+    assert index.writers().tolist() == [0, handle.writer_id]
+    restored.extend(steps(torch.tensor([[-9.0]]), torch.tensor([[-8.0]])))  # writer 0 goes on
+    assert index.episode_count.tolist()[0] == 1

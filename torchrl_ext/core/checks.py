@@ -70,6 +70,8 @@ def check_seed(owner: str, seed: Any) -> int | None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"{owner}: seed={seed!r} ({type(seed).__name__}), expected an int or None.")
+    if not 0 <= seed < 2**63:  # what every generator here takes
+        raise ValueError(f"{owner}: seed={seed}, expected an int in [0, 2**63).")
     return int(seed)
 
 

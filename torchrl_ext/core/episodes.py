@@ -36,7 +36,7 @@ from torchrl_ext.core.kernels.rows import keep_transitions, window_lengths
 from torchrl_ext.core.kernels.sequences import candidate_steps, episode_runs
 from torchrl_ext.core.plan import WritePlan
 from torchrl_ext.core.process import current_pid
-from torchrl_ext.core.streams import StreamOwnership
+from torchrl_ext.core.streams import COPIES, EXITED, StreamOwnership
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.writes import IndexWrites
 
@@ -563,8 +563,11 @@ class EpisodeIndex(IndexWrites, StreamOwnership, NumpyViews):
         on from here (the caller marks the load, see :meth:`rewriting`).
         """
         self.state().exclude("write_seq", "row_version").update_(state.exclude("write_seq", "row_version"))
-        # the checkpoint's writers go on from this process (see claim_streams)
-        self._np["stream_pid"][:] = np.where(self._np["stream_writer"] >= 0, current_pid(), -1)
+        # the checkpoint's writers go on from this process (see claim_streams), but for the
+        # copies in other processes (ids from 2**32 on, drawn from a process id of the
+        # saving run): no writer has those ids now, and their streams are free to claim
+        owners = self._np["stream_writer"]
+        self._np["stream_pid"][:] = np.where(owners < 0, -1, np.where(owners >= COPIES, EXITED, current_pid()))
 
     def share_memory_(self) -> EpisodeIndex:
         """Move every index tensor to shared memory, in place."""

@@ -15,11 +15,14 @@ on both sides.
 """
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
+import threading
 import weakref
 from typing import Any
 
-__all__ = ["current_pid", "guard_forks", "process_exited"]
+__all__ = ["FileLock", "current_pid", "guard_forks", "process_exited"]
 
 _pid = os.getpid()
 
@@ -113,3 +116,65 @@ def process_exited(pid: int) -> bool:
     except PermissionError:
         return False
     return False
+
+
+class FileLock:
+    """A reentrant lock held by one thread of one process at a time, among every process that has it.
+
+    An exclusive ``flock`` of a lock file, which the kernel drops when its
+    holder dies (a worker killed mid-write leaves no lock behind), taken by
+    the outermost acquire of a thread of this process (a thread lock keeps
+    the process's other threads out). It travels by its file's path, however
+    it is pickled (spawned with a process, sent through a queue); a forked
+    child opens the file again, as the descriptor it inherits shares the
+    parent's lock. The process that made it removes the file when done with it.
+
+    Examples:
+        >>> lock = FileLock()
+        >>> with lock, lock:  # reentrant
+        ...     pass
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        if path is None:
+            descriptor, path = tempfile.mkstemp(prefix="torchrl_ext-writers-", suffix=".lock")
+            os.close(descriptor)
+            weakref.finalize(self, _remove, path)
+        self.path = path
+        self._bind()
+
+    def _bind(self) -> None:
+        self._thread = threading.RLock()  # held across forks by the storage (see its _fork_locks)
+        self._depth = 0
+        self._descriptor = -1
+        self._opened_in: int | None = None
+
+    def __enter__(self) -> FileLock:
+        self._thread.acquire()
+        if not self._depth:
+            if self._opened_in != _pid:  # first use here, or a forked child
+                self._descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+                self._opened_in = _pid
+            fcntl.flock(self._descriptor, fcntl.LOCK_EX)
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._depth -= 1
+        if not self._depth:
+            fcntl.flock(self._descriptor, fcntl.LOCK_UN)
+        self._thread.release()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["path"]
+        self._bind()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

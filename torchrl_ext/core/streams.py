@@ -19,7 +19,13 @@ import numpy as np
 from torchrl_ext.core.kernels.writes import owned_streams
 from torchrl_ext.core.process import current_pid, process_exited
 
-__all__ = ["StreamOwnership"]
+__all__ = ["COPIES", "EXITED", "StreamOwnership"]
+
+#: writer ids from here on are copies of a buffer or handle in another process (their
+#: ids hold a process id: see TransitionWriter and WriterHandle)
+COPIES = 1 << 32
+#: ``stream_pid`` of a stream whose writer's process is known gone (a copy's, after a restore)
+EXITED = -2
 
 
 class StreamOwnership:
@@ -91,7 +97,7 @@ class StreamOwnership:
         owners, pids = self._np["stream_writer"], self._np["stream_pid"]
         here = current_pid()
         gone = [pid for pid in np.unique(pids[owners >= 0]).tolist()
-                if pid >= 0 and pid != here and process_exited(pid)]
+                if pid == EXITED or (pid >= 0 and pid != here and process_exited(pid))]
         streams = np.flatnonzero((owners >= 0) & np.isin(pids, gone))
         self.end_episodes(streams)
         owners[streams] = -1

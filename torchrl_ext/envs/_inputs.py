@@ -171,6 +171,8 @@ def put_final(
     for key, value in final.items():
         target = targets[key]
         value = np.asarray(value)
+        if value.shape != target.shape[1:] and _squeezed(value.shape) == _squeezed(target.shape[1:]):
+            value = value.reshape(target.shape[1:])  # a Discrete value held as a column, (1,)
         if value.shape != target.shape[1:]:
             raise ValueError(
                 f"{where}: {name} gives {describe(key)} shape {value.shape}, expected "
@@ -188,3 +190,7 @@ def put_final(
                 )
             value = cast
         target[env] = value
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)

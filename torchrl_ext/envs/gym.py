@@ -335,18 +335,20 @@ class GymVectorAdapter:
         truncated: Any | None,
         infos: Mapping[str, Any] | list[dict] | None,
         next_obs: Any,
+        *,
+        final_checks: Mapping[tuple[str, ...], Callable[[np.ndarray], None]] | None = None,
     ) -> dict[tuple[str, ...], np.ndarray]:
         """:meth:`step` as numpy entries by TorchRL key (``[num_envs, ...]`` each).
 
         The entries may share memory with the inputs; :meth:`to_tensordict`
         turns one step, or steps stacked along a time dim, into a TensorDict.
         It is :meth:`convert`, :meth:`finish_step` and :meth:`resolve_steps`
-        for one step (``T = 1``).
+        for one step (``T = 1``). ``final_checks``: see :meth:`finish_step`.
         """
         raw = self.convert(obs, action, reward, terminated, truncated, infos, next_obs)
         done = raw[TERMINATED] | raw[TRUNCATED]
         if done.any():
-            raw = self.finish_step(raw, infos, done, owned=False)
+            raw = self.finish_step(raw, infos, done, owned=False, checks=final_checks)
         resolved = self.resolve_steps({key: value[:, None] for key, value in raw.items()})
         if resolved.error is not None:
             raise resolved.error
@@ -421,6 +423,7 @@ class GymVectorAdapter:
         infos: Any,
         done: np.ndarray,
         owned: bool,
+        checks: Mapping[tuple[str, ...], Callable[[np.ndarray], None]] | None = None,
     ) -> dict[tuple[str, ...], np.ndarray]:
         """What a step with episode ends needs from its ``infos``, at once.
 
@@ -434,6 +437,9 @@ class GymVectorAdapter:
             done: ``[num_envs]`` bool, the envs whose episode ended.
             owned: the next observation arrays may be written to (a staging
                 slab); else they are copied before the first write.
+            checks: what a facade checks in its next observations besides their
+                shape and dtype (a ``Discrete`` space's range...), by key, run on
+                each ``[num_envs, ...]`` entry once the final observations are in.
 
         Returns:
             ``step``, with the final observations in place.
@@ -463,6 +469,8 @@ class GymVectorAdapter:
             name = (f"infos[{i}]['terminal_observation']" if self.autoreset_mode is AutoresetMode.LEGACY
                     else f"the final observation of env {i}")
             put_final(where, name, targets, i, flat(name, final, ("next",), self.observation_key))
+        for key, check in (checks or {}).items():
+            check(targets[key])
         return step
 
     def resolve_steps(self, raw: dict[tuple[str, ...], np.ndarray]) -> ResolvedSteps:

@@ -210,14 +210,26 @@ class StepBatcher:
         if not (np.count_nonzero(term) or np.count_nonzero(trunc)):  # cheaper than any() on a step
             return
         done = term | trunc
-        self.adapter.finish_step({k: v[i] for k, v in slabs.items()}, infos, done, owned=True)
+        self.adapter.finish_step({k: v[i] for k, v in slabs.items()}, infos, done, owned=True,
+                                 checks=self._final_checks())
+
+    def _final_checks(self) -> dict[tuple[str, ...], Any]:
+        """The next observations' value checks (a ``Discrete`` range...) by key, for final observations."""
+        nxt = self._inputs.get(_NEXT)
+        if nxt is None:
+            return {}
+        if nxt.children is None:
+            checks = {("next", self.adapter.observation_key): nxt.value_check()}
+        else:
+            checks = {("next", name): nxt.value_check(name) for name in nxt.children}
+        return {key: check for key, check in checks.items() if check is not None}
 
     def _write_now(
         self, step: tuple, args: list, extra: dict | None, raw: dict[tuple[str, ...], np.ndarray]
     ) -> None:
         """Way 3: write the held steps, then this one on its own; lay the slabs out for steps like it."""
         self.flush(pending=1)  # a NaN among the held steps: this step is not stored either
-        entries = self.adapter.resolve(*args)
+        entries = self.adapter.resolve(*args, final_checks=self._final_checks())
         if self.adapter.unseen_resets.any():
             # envs reset by hand mid-episode: their running episodes end before this step
             self.rb.writer.end_episodes(self.adapter.unseen_resets)
@@ -325,6 +337,8 @@ class HeldStepsFacade:
     _rb: TransitionReplayBuffer
     _batcher: StepBatcher
     adapter: GymVectorAdapter
+    observation_space: Any
+    action_space: Any
 
     @property
     def rb(self) -> TransitionReplayBuffer:
@@ -396,8 +410,9 @@ class HeldStepsFacade:
         self._load_own_state(meta)
 
     def _layout(self) -> dict[str, Any]:
-        """How this facade was built, as a checkpoint must match it."""
-        return {"num_envs": self.adapter.num_envs, "autoreset_mode": self.adapter.autoreset_mode.value}
+        """How this facade was built, as a checkpoint must match it (what its stored steps hold)."""
+        return {"num_envs": self.adapter.num_envs, "autoreset_mode": self.adapter.autoreset_mode.value,
+                "observation_space": repr(self.observation_space), "action_space": repr(self.action_space)}
 
     def _own_state(self) -> dict[str, Any]:
         """What the subclass holds besides the buffer and the adapter, JSON-ready."""

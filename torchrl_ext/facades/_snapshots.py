@@ -9,6 +9,7 @@ import numpy as np
 
 from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext.buffer import TransitionReplayBuffer
+from torchrl_ext.samplers.refining import RefiningSampler
 
 __all__ = ["dump_facade", "load_facade"]
 
@@ -49,6 +50,9 @@ def load_facade(
         where: the caller, for messages.
         layout: how this facade was built, as :func:`dump_facade` got it.
 
+    The samplers' own settings (window length, goals, masks) stay this
+    facade's: they are drawn at sample time from the stored steps.
+
     Raises:
         ValueError: ``path`` holds no such checkpoint, or one of a facade with
             another layout (each difference named; nothing is loaded then).
@@ -67,5 +71,20 @@ def load_facade(
             )
         with np.load(directory / _ARRAYS) as saved:
             arrays = {name: saved[name] for name in saved.files}
+        # the facade's own settings stay (n_step, goals, mask size): drawn at sample time
+        # from the stored steps, they are the constructor's, not the checkpoint's; but
+        # for the masks' key, which fixes each stored transition's mask for its life
+        settings = [(sampler, sampler.settings()) for sampler in _chain(rb.sampler)]
         rb.loads(directory / "buffer")
+        for sampler, kept in settings:
+            sampler.load_settings({**kept, **{k: v for k, v in sampler.settings().items() if k == "key"}})
     return arrays, meta
+
+
+def _chain(sampler: Any) -> list[Any]:
+    """The refining samplers of ``sampler``'s chain (those with settings of their own)."""
+    out = []
+    while isinstance(sampler, RefiningSampler):
+        out.append(sampler)
+        sampler = sampler.base
+    return out

@@ -619,7 +619,7 @@ class BatchReplayBuffer:
 
     def _layout(self) -> dict[str, Any]:
         """How this buffer was built, as a checkpoint must match it."""
-        return {"maxlen": self.maxlen, "n_envs": self.n_envs, "observations": [
+        return {"maxlen": self.maxlen, "n_envs": self.n_envs, "create_mask": self.create_mask, "observations": [
             list(self._prev_obs.shape[1:]), self._prev_obs.dtype.str], "actions": [
             list(self._prev_action.shape[1:]), self._prev_action.dtype.str]}
 

@@ -450,6 +450,9 @@ class HerReplayStorage(HeldStepsFacade):
         )
 
     # ---------------------------------------------------------------- helpers
+    def _layout(self) -> dict[str, Any]:
+        return {**super()._layout(), "copy_info_dict": self.copy_info_dict, "info_keys": self._info_keys}
+
     def _own_state(self) -> dict[str, Any]:
         schema = self._info_schema
         return {

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ from tensordict import TensorDictBase
 
 from torchrl_ext.core.draws import uniform_below
 from torchrl_ext.core.kernels.sequences import pool_steps, table_runs
+from torchrl_ext.core.process import FileLock
 from torchrl_ext.core.schema import LeafSpec, as_key, tensordict_of
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.windows import draw_windows
@@ -134,7 +134,7 @@ class EpisodePool(NumpyViews):
         if self.device.type == "cpu":  # the rows are in shared memory already
             for name in self._VIEWED:
                 getattr(self, name).share_memory_()
-        self.lock = multiprocessing.get_context("spawn").RLock()  # writers only
+        self.lock = FileLock()  # writers only, in every process (freed if its holder dies)
         self._bind()
 
     _INDEX = ("row_slot", "row_step", "free", "slot_free", "offset", "length", "table", "counters")

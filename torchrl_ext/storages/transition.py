@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import threading
-from multiprocessing.context import get_spawning_popen
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +16,7 @@ from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
-from torchrl_ext.core.process import guard_forks
+from torchrl_ext.core.process import FileLock, guard_forks
 from torchrl_ext.core.kernels.sequences import sequence_span
 from torchrl_ext.sample_index import SampleIndex, reader_of
 from torchrl_ext.storages._memory import move_together
@@ -172,8 +170,8 @@ class TransitionStorage(TensorStorage):
                 f"each of {num_streams} streams; need at least 2 per stream."
             )
         index = EpisodeIndex(num_streams, stream_capacity).share_memory_()
-        # shared with the processes the storage goes to (forked, or spawned with it)
-        self._writes_lock = multiprocessing.get_context("spawn").RLock()
+        # shared with every process the storage goes to (forked, spawned, sent)
+        self._writes_lock = FileLock()
         self.packed: PackedRows | CompressedRows
         if self.compress:
             self.packed = CompressedRows(schema, num_streams, stream_capacity, self.compress,
@@ -217,8 +215,9 @@ class TransitionStorage(TensorStorage):
         self._storage = self.packed.buffers
 
     def _fork_locks(self) -> tuple[Any, ...]:
-        """The lock :func:`~torchrl_ext.core.process.guard_forks` holds across a fork."""
-        return (self._rows_lock,)
+        """The locks :func:`~torchrl_ext.core.process.guard_forks` holds across a fork, in a write's order."""
+        lock = self._writes_lock
+        return (self._rows_lock,) if lock is None else (lock._thread, self._rows_lock)
 
     _before_fork = _share_rows  # a forked child sees the rows written after the fork
 
@@ -231,9 +230,13 @@ class TransitionStorage(TensorStorage):
         (their episodes would be stitched together) or open writes at once
         (the write sequence number that readers check would lose counts). A
         write holds it from the claim of its streams to its publication.
-        Reentrant. The lock reaches processes forked after the first write and
-        processes spawned with the storage; a copy pickled any other way
-        (which copies the rows) gets a lock of its own.
+        It is a :class:`~torchrl_ext.core.process.FileLock`: reentrant, it
+        reaches every process the storage goes to, and a process killed while
+        holding it (a worker killed mid-write) leaves it free. It is taken once
+        the rows are shared (before a fork, or when the storage is pickled):
+        until then no other process can write them. Do not write through the
+        buffer inside it from several threads (a write takes the buffer's own
+        locks first).
 
         Examples:
             >>> storage = TransitionStorage(64)
@@ -242,7 +245,9 @@ class TransitionStorage(TensorStorage):
             True
         """
         lock = self._writes_lock
-        return contextlib.nullcontext() if lock is None else lock
+        if lock is None or not self.packed.shared:  # no other process has the rows
+            return contextlib.nullcontext()
+        return lock
 
     # ----------------------------------------------------------------- writes
     def write(
@@ -603,8 +608,6 @@ class TransitionStorage(TensorStorage):
         self.share_memory_()  # another process gets the rows by their shared memory
         state = Storage.__getstate__(self)  # with the buffers it tells of its writes
         state.pop("_rows_lock", None)
-        if get_spawning_popen() is None:  # pickled, not spawned with: the rows are copied
-            state["_writes_lock"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -615,8 +618,8 @@ class TransitionStorage(TensorStorage):
             restore(self, state)
         self._rows_lock = threading.RLock()
         guard_forks(self, level=1)
-        if self.__dict__.get("_writes_lock") is None and self.schema is not None:
-            self._writes_lock = multiprocessing.get_context("spawn").RLock()
+        if self.__dict__.get("_writes_lock") is None and self.schema is not None:  # pickled before it
+            self._writes_lock = FileLock()
 
     def __repr__(self) -> str:
         streams = "?" if self.index is None else self.index.num_streams

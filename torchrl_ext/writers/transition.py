@@ -17,6 +17,7 @@ from torchrl.data.replay_buffers.writers import Writer
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.kernels.writes import any_set
 from torchrl_ext.core.process import current_pid
+from torchrl_ext.core.streams import COPIES
 from torchrl_ext.core.schema import RowSchema, as_key, key_str
 from torchrl_ext.writers._first import check_first_batch, first_batch_streams
 from torchrl_ext.writers._layout import _entries, _Layout, _select_steps
@@ -28,7 +29,6 @@ from torchrl_ext.storages.transition import TransitionStorage
 __all__ = ["TransitionWriter", "DEFAULT_DONE_KEYS"]
 
 # writer ids of writer copies in other processes: this offset plus the process id
-_PROCESS_IDS = 1 << 32
 logger = logging.getLogger(__name__)
 
 DEFAULT_DONE_KEYS: tuple[NestedKey, ...] = (
@@ -284,7 +284,7 @@ class TransitionWriter(Writer):
         """
         index = self._storage.index
         owners = np.zeros(0, dtype=np.int64) if index is None else index.writers()
-        self._writers_issued = max([self._writers_issued, *owners[owners < _PROCESS_IDS].tolist()]) + 1
+        self._writers_issued = max([self._writers_issued, *owners[owners < COPIES].tolist()]) + 1
         return self._writers_issued
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -310,7 +310,7 @@ class TransitionWriter(Writer):
         pid = current_pid()  # no system call: this runs on every write
         if self._home_pid != pid:
             self._home_pid = pid
-            self._default_writer = _PROCESS_IDS + self._home_pid
+            self._default_writer = COPIES + self._home_pid
         return self._default_writer
 
     def release(self, writer: int | None = None) -> None:
