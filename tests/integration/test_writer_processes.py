@@ -50,6 +50,12 @@ def test_a_write_waits_for_another_process_s_write(method):
     held = ctx.Event()
     child = ctx.Process(target=_hold_the_lock_then_write, args=(rb, held, 500.0))
     child.start()
+    index = _parent_writes_after_the_child(rb, child, held)
+    assert int(index.write_seq[0]) == 2 * 3 and len(rb) == 3
+
+
+def _parent_writes_after_the_child(rb, child, held):
+    """Write while ``child`` holds the lock (``held``); check the write came after the child's."""
     assert held.wait(120)
     rb.extend(steps(torch.tensor([[1.0]]), torch.tensor([[2.0]])))
     child.join(60)
@@ -59,7 +65,7 @@ def test_a_write_waits_for_another_process_s_write(method):
     child_stream = int(torch.nonzero(index.stream_writer >= 2**32)[0])
     # the parent's step stamped its next row (row 2 of stream 0) in the write after the child's
     assert int(versions[0, 2]) > int(versions[child_stream, 0])
-    assert int(index.write_seq[0]) == 2 * 3 and len(rb) == 3
+    return index
 
 
 def _write_many(rb, k: int, start: float) -> None:
@@ -206,14 +212,7 @@ def test_a_buffer_sent_through_a_queue_shares_the_lock():
     child = ctx.Process(target=_hold_the_lock_after_the_queue, args=(queue, held))
     child.start()
     queue.put(rb)
-    assert held.wait(60)
-    rb.extend(steps(torch.tensor([[1.0]]), torch.tensor([[2.0]])))
-    child.join(60)
-    assert child.exitcode == 0
-    index = rb.storage.index
-    versions = index.row_version.view(index.num_streams, -1)
-    child_stream = int(torch.nonzero(index.stream_writer >= 2**32)[0])
-    assert int(versions[0, 2]) > int(versions[child_stream, 0])  # the parent's write came after
+    _parent_writes_after_the_child(rb, child, held)
 
 
 def test_the_streams_of_a_restored_checkpoint_s_process_copies_are_free(tmp_path):
