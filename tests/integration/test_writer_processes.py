@@ -234,3 +234,19 @@ def test_the_streams_of_a_restored_checkpoint_s_process_copies_are_free(tmp_path
     assert index.writers().tolist() == [0, handle.writer_id]
     restored.extend(steps(torch.tensor([[-9.0]]), torch.tensor([[-8.0]])))  # writer 0 goes on
     assert index.episode_count.tolist()[0] == 1
+
+
+def test_only_the_process_that_made_a_lock_file_removes_it():
+    """A forked child that drops its copy of the lock (its finalizer runs there too)
+    must not remove the file the other processes lock."""
+    from torchrl_ext.core.process import FileLock
+
+    lock = FileLock()
+    pid = os.fork()
+    if pid == 0:
+        lock._removal()  # what collecting its copy runs in the child
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.path.exists(lock.path)
+    lock._removal()
+    assert not os.path.exists(lock.path)

@@ -139,7 +139,8 @@ class FileLock:
         if path is None:
             descriptor, path = tempfile.mkstemp(prefix="torchrl_ext-writers-", suffix=".lock")
             os.close(descriptor)
-            weakref.finalize(self, _remove, path)
+            # removed when this lock is collected or at exit, by this process only (a forked child has a copy)
+            self._removal = weakref.finalize(self, _remove, path, _pid)
         self.path = path
         self._bind()
 
@@ -155,6 +156,7 @@ class FileLock:
             if self._opened_in != _pid:  # first use here, or a forked child
                 self._descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
                 self._opened_in = _pid
+                weakref.finalize(self, os.close, self._descriptor)
             fcntl.flock(self._descriptor, fcntl.LOCK_EX)
         self._depth += 1
         return self
@@ -173,7 +175,9 @@ class FileLock:
         self._bind()
 
 
-def _remove(path: str) -> None:
+def _remove(path: str, made_in: int) -> None:
+    if _pid != made_in:  # a forked child dropping its copy: the file is its maker's
+        return
     try:
         os.unlink(path)
     except OSError:
