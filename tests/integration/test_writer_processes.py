@@ -40,11 +40,13 @@ def _hold_the_lock_then_write(rb, held, value: float) -> None:
         rb.extend(steps(obs, obs + 1))
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_a_write_waits_for_another_process_s_write(method):
+@pytest.mark.parametrize("method, backend", [("fork", "tensor"), ("spawn", "tensor"), ("fork", "memmap")])
+def test_a_write_waits_for_another_process_s_write(method, backend, tmp_path):
     """The lock reaches a forked child and a child spawned with the buffer: the
-    parent's write, started while the child holds it, comes after the child's."""
-    rb = make_replay_buffer(64, num_streams=3, batch_size=2, seed=0)
+    parent's write, started while the child holds it, comes after the child's.
+    Rows in a file are shared from the start; the lock comes with the fork too."""
+    rb = make_replay_buffer(64, num_streams=3, batch_size=2, seed=0, backend=backend,
+                            scratch_dir=tmp_path if backend == "memmap" else None)
     rb.extend(steps(torch.tensor([[0.0]]), torch.tensor([[1.0]])))  # stream 0, rows shared
     ctx = multiprocessing.get_context(method)
     held = ctx.Event()

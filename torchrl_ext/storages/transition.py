@@ -170,8 +170,6 @@ class TransitionStorage(TensorStorage):
                 f"each of {num_streams} streams; need at least 2 per stream."
             )
         index = EpisodeIndex(num_streams, stream_capacity).share_memory_()
-        # shared with every process the storage goes to (forked, spawned, sent)
-        self._writes_lock = FileLock()
         self.packed: PackedRows | CompressedRows
         if self.compress:
             self.packed = CompressedRows(schema, num_streams, stream_capacity, self.compress,
@@ -209,7 +207,11 @@ class TransitionStorage(TensorStorage):
 
     def _share_rows(self) -> None:
         # (the caller holds the rows lock)
-        if self.index is None or self.packed.shared:
+        if self.index is None:
+            return
+        if self._writes_lock is None:  # other processes may write from now on: the lock of them all
+            self._writes_lock = FileLock()
+        if self.packed.shared:  # (files and device rows are from the start)
             return
         self.packed.share(self._used(self.index.written))
         self._storage = self.packed.buffers
@@ -232,9 +234,9 @@ class TransitionStorage(TensorStorage):
         write holds it from the claim of its streams to its publication.
         It is a :class:`~torchrl_ext.core.process.FileLock`: reentrant, it
         reaches every process the storage goes to, and a process killed while
-        holding it (a worker killed mid-write) leaves it free. It is taken once
-        the rows are shared (before a fork, or when the storage is pickled):
-        until then no other process can write them. Do not write through the
+        holding it (a worker killed mid-write) leaves it free. It exists, and
+        is taken, once the storage has gone to another process (before a
+        fork, or when it is pickled): until then no other process can write. Do not write through the
         buffer inside it from several threads (a write takes the buffer's own
         locks first).
 
@@ -245,9 +247,7 @@ class TransitionStorage(TensorStorage):
             True
         """
         lock = self._writes_lock
-        if lock is None or not self.packed.shared:  # no other process has the rows
-            return contextlib.nullcontext()
-        return lock
+        return contextlib.nullcontext() if lock is None else lock  # none: no other process has the rows
 
     # ----------------------------------------------------------------- writes
     def write(
@@ -619,7 +619,7 @@ class TransitionStorage(TensorStorage):
         self._rows_lock = threading.RLock()
         guard_forks(self, level=1)
         if self.__dict__.get("_writes_lock") is None and self.schema is not None:  # pickled before it
-            self._writes_lock = FileLock()
+            self._writes_lock = FileLock()  # (a pickled storage was shared first)
 
     def __repr__(self) -> str:
         streams = "?" if self.index is None else self.index.num_streams
