@@ -29,7 +29,7 @@ from torchrl_ext.core.kernels import jit
 from torchrl_ext.core.kernels.rows import ring_divmod
 
 __all__ = [
-    "any_outside", "any_set", "commit_steps", "mark_rows", "owned_streams", "plan_steps", "put_bytes",
+    "any_outside", "any_outside_each", "any_set", "commit_steps", "mark_rows", "owned_streams", "plan_steps", "put_bytes",
 ]
 
 
@@ -54,6 +54,26 @@ def any_outside(values: np.ndarray, lo: int, hi: int) -> bool:
     """
     for v in values:
         if v < lo or v >= hi:
+            return True
+    return False
+
+
+@jit
+def any_outside_each(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
+    """Whether a value of ``values`` (integers ``[n * k]``, rows of ``k``) lies outside its element's ``[low, high)``.
+
+    ``low`` and ``high`` are int64 ``[k]``: a ``MultiDiscrete`` / ``MultiBinary``
+    space's bounds, element by element.
+
+    Examples:
+        >>> low, high = np.zeros(2, np.int64), np.array([3, 4])
+        >>> bool(any_outside_each(np.array([2, 3, 0, 1]), low, high)), bool(any_outside_each(np.array([3, 0]), low, high))
+        (False, True)
+    """
+    k = low.shape[0]
+    for i in range(values.shape[0]):
+        j = i % k
+        if values[i] < low[j] or values[i] >= high[j]:
             return True
     return False
 
