@@ -14,6 +14,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from torchrl_ext import (
@@ -29,6 +31,7 @@ from torchrl_ext import (
     make_model_based_buffer,
     make_replay_buffer,
 )
+from torchrl_ext.facades._convert import SpaceInput
 from torchrl_ext.facades.d3rlpy import Episode
 
 BOX = gym.spaces.Box(-1, 1, (3,), np.float32)
@@ -163,6 +166,28 @@ def test_multi_discrete_and_multi_binary_values_outside_the_space_are_refused(ac
     with pytest.raises(ValueError, match="NStepReplayStorage.add: " + message):
         storage.add(obs, actions, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), {}, obs)
     storage.add(obs, np.ones_like(actions), np.ones(2), np.zeros(2, bool), np.zeros(2, bool), {}, obs)
+
+
+@given(dtype=st.sampled_from([np.int8, np.uint8, np.int16]), start=st.integers(-3, 3),
+       nvec=st.lists(st.integers(1, 4), min_size=1, max_size=3), uniform=st.booleans(),
+       values=st.lists(st.integers(-6, 9), min_size=6, max_size=6))
+def test_multi_discrete_range_check_matches_a_loop(dtype, start, nvec, uniform, values):
+    """The range check (one-byte uniform bounds take a byte-deletion path) refuses exactly
+    the arrays a loop over the elements finds a value outside its [start, start + n) in."""
+    if dtype is np.uint8:
+        start = abs(start)
+    nvec = [nvec[0]] * len(nvec) if uniform else nvec
+    space = gym.spaces.MultiDiscrete(nvec, dtype=dtype, start=[start] * len(nvec))
+    check = SpaceInput("add", "actions", space, 2).value_check()
+    array = np.resize(np.array(values), (2, len(nvec))).astype(dtype)
+    outside = [(e, j) for e in range(2) for j in range(len(nvec))
+               if not start <= int(array[e, j]) < start + nvec[j]]
+    if not outside:
+        check(array)
+        return
+    env, j = outside[0]
+    with pytest.raises(ValueError, match=rf"add: actions holds {int(array[env, j])} at \({env}, {j}\) \(env {env}\)"):
+        check(array)
 
 
 @pytest.mark.parametrize("build, owner", [

@@ -147,6 +147,16 @@ class SpaceInput:
             self._elements = (start, start + np.asarray(space.nvec, np.int64))
         elif isinstance(space, gym.spaces.MultiBinary):
             self._elements = (np.zeros(space.shape, np.int64), np.full(space.shape, 2, np.int64))
+        # one-byte values with the same bounds everywhere (every MultiBinary): the bytes of
+        # the values allowed, which bytes.translate deletes (~0.2 µs a step; a kernel's
+        # dispatch costs ~1 µs, six times a step of a HER Dict)
+        self._allowed: bytes | None = None
+        if self._elements is not None and self.dtype is not None and self.dtype.itemsize == 1:
+            lo, hi = int(self._elements[0].min()), int(self._elements[1].max())
+            if (lo == self._elements[0]).all() and (hi == self._elements[1]).all():
+                info = np.iinfo(self.dtype) if self.integral and self.dtype != np.bool_ else None
+                if info is not None and info.min <= lo and hi - 1 <= info.max:
+                    self._allowed = np.arange(lo, hi).astype(self.dtype).tobytes()
         # the values an integer dtype holds: casts of others would wrap around
         self.bounds = (0, 1) if self.dtype == np.bool_ else (
             (int(np.iinfo(self.dtype).min), int(np.iinfo(self.dtype).max)) if self.integral else None)
@@ -254,8 +264,11 @@ class SpaceInput:
             )
 
     def _check_elements(self, array: np.ndarray) -> None:
+        if self._allowed is not None and array.dtype == self.dtype:
+            if not array.tobytes().translate(None, self._allowed):
+                return
         low, high = cast(tuple[np.ndarray, np.ndarray], self._elements)
-        # one pass of a kernel (numpy's compare and any cost ~4 µs a step of a small space)
+        # else one pass of a kernel (numpy's compare and any cost ~4 µs a step of a small space)
         values = array.reshape(-1)
         if values.dtype == np.bool_:
             values = values.view(np.uint8)
