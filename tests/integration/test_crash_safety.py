@@ -9,13 +9,15 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from torchrl_ext import NStepReplayStorage
+from torchrl_ext import MBReplayBuffer, NStepReplayStorage
+from torchrl_ext.transforms import StandardScaler
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -60,12 +62,14 @@ def check_consistent(store) -> int:
     return n
 
 
-def test_atomic_checkpoints_survive_kill_9(tmp_path):
-    snap = tmp_path / "snap"
+def kill_while_saving(script: str, snap: Path, load) -> list[int]:
+    """Run ``script`` (saving to ``snap`` in a loop, resuming from it) four times, each
+    killed with SIGKILL at a random moment; ``load(snap)`` checks the checkpoint left and
+    returns how many steps it holds. Returns those counts."""
     rng = random.Random(0)
-    reached = []
+    reached: list[int] = []
     for _ in range(4):
-        child = subprocess.Popen([sys.executable, "-c", WRITER, str(snap)],
+        child = subprocess.Popen([sys.executable, "-c", script, str(snap)],
                                  stdout=subprocess.PIPE, text=True, env=dict(os.environ))
         assert child.stdout is not None
         line = child.stdout.readline()
@@ -79,10 +83,64 @@ def test_atomic_checkpoints_survive_kill_9(tmp_path):
         child.send_signal(signal.SIGKILL)
         child.wait()
         child.stdout.close()
-        store = reopen(snap)
-        reached.append(check_consistent(store))
-        del store
+        reached.append(load(snap))
     assert reached == sorted(reached) and reached[-1] > 0
+    return reached
+
+
+def test_atomic_checkpoints_survive_kill_9(tmp_path):
+    def load(snap):
+        store = reopen(snap)
+        n = check_consistent(store)
+        del store
+        return n
+
+    kill_while_saving(WRITER, tmp_path / "snap", load)
+
+
+# MBReplayBuffer.dumps in a loop: step t holds observation t and next observation t + 1
+MB_WRITER = textwrap.dedent(
+    f"""
+    import os, sys
+    from types import SimpleNamespace
+    import gymnasium as gym, numpy as np
+    from torchrl_ext import MBReplayBuffer
+    from torchrl_ext.transforms import StandardScaler
+    actor = SimpleNamespace(action_space=gym.spaces.Discrete(2), dynamics_model=SimpleNamespace(
+        standard_scaler=StandardScaler(), reward_function=None))
+    buffer = MBReplayBuffer(100_000, "cpu", actor, None, None, seed=0)
+    if os.path.exists(sys.argv[1]):
+        buffer.loads(sys.argv[1])
+    t = len(buffer)
+    print("ready", t, flush=True)
+    while True:
+        for _ in range({SAVE_EVERY}):
+            obs = np.full((1, 2), t, np.float32)
+            buffer.insert_transition({{"Observation": obs, "Action": np.zeros((1, 1), np.int64),
+                "Reward": np.ones((1, 1), np.float32), "NextObservation": obs + 1,
+                "Done": np.zeros((1, 1)), "NextDone": np.zeros((1, 1))}})
+            t += 1
+        buffer.dumps(sys.argv[1])
+    """
+)
+
+
+def test_atomic_checkpoints_of_the_model_based_facade_survive_kill_9(tmp_path):
+    """MBReplayBuffer had no checkpoint; its dumps is all or nothing too."""
+    def load(snap):
+        actor = SimpleNamespace(action_space=ACT, dynamics_model=SimpleNamespace(
+            standard_scaler=StandardScaler(), reward_function=None))
+        buffer = MBReplayBuffer(100_000, "cpu", actor, None, None)
+        buffer.loads(snap)
+        n = len(buffer)
+        assert n % SAVE_EVERY == 0, n  # only whole saves
+        data = buffer.get_all_buffer_data()
+        t = np.arange(n, dtype=np.float32)[:, None, None]
+        np.testing.assert_array_equal(data["Observation"], np.broadcast_to(t, (n, 1, 2)))
+        np.testing.assert_array_equal(data["NextObservation"], data["Observation"] + 1)
+        return n
+
+    kill_while_saving(MB_WRITER, tmp_path / "snap", load)
 
 
 def test_atomic_checkpoints_name_an_incomplete_snapshot(tmp_path):

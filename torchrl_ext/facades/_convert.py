@@ -151,12 +151,12 @@ class SpaceInput:
         # the values allowed, which bytes.translate deletes (~0.2 µs a step; a kernel's
         # dispatch costs ~1 µs, six times a step of a HER Dict)
         self._allowed: bytes | None = None
-        if self._elements is not None and self.dtype is not None and self.dtype.itemsize == 1:
-            lo, hi = int(self._elements[0].min()), int(self._elements[1].max())
-            if (lo == self._elements[0]).all() and (hi == self._elements[1]).all():
-                info = np.iinfo(self.dtype) if self.integral and self.dtype != np.bool_ else None
-                if info is not None and info.min <= lo and hi - 1 <= info.max:
-                    self._allowed = np.arange(lo, hi).astype(self.dtype).tobytes()
+        if self._elements is not None and self.dtype is not None and self.dtype.kind in "iu" \
+                and self.dtype.itemsize == 1:
+            low, high = np.unique(self._elements[0]), np.unique(self._elements[1])
+            info = np.iinfo(self.dtype)
+            if low.size == high.size == 1 and info.min <= low[0] and high[0] - 1 <= info.max:
+                self._allowed = np.arange(low[0], high[0]).astype(self.dtype).tobytes()
         # the values an integer dtype holds: casts of others would wrap around
         self.bounds = (0, 1) if self.dtype == np.bool_ else (
             (int(np.iinfo(self.dtype).min), int(np.iinfo(self.dtype).max)) if self.integral else None)

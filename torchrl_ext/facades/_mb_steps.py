@@ -266,6 +266,29 @@ class PytorchrlSteps:
         if entries is not None:
             self._layout = self._fast_layout(entries)
 
+    def state_dict(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The layout and each env's episode cut, JSON-ready, and its arrays (nothing may be staged).
+
+        :meth:`load_state_dict` gives an equal object: the next steps are checked against
+        the same layout and join (or start) the same episodes.
+        """
+        assert not self.staged, "write the staged steps first"
+        specs = self.specs or {}
+        meta = {"num_envs": self.num_envs, "keys": sorted(self.keys), "warned": self.warned,
+                "specs": [[list(k), list(shape), dtype.str] for k, (shape, dtype) in specs.items()],
+                "last_next": [list(k) for k in self._last_next]}
+        arrays = {"traj": self._traj, "open": self._open,
+                  **{f"last_next.{i}": v for i, v in enumerate(self._last_next.values())}}
+        return meta, arrays
+
+    def load_state_dict(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Restore :meth:`state_dict` (staging blocks come with the next step, as after a first insert)."""
+        self.num_envs, self.keys, self.warned = meta["num_envs"], frozenset(meta["keys"]), meta["warned"]
+        self.specs = {tuple(k): (tuple(shape), np.dtype(dtype)) for k, shape, dtype in meta["specs"]} or None
+        self._traj, self._open = arrays["traj"], arrays["open"]
+        self._last_next = {tuple(k): arrays[f"last_next.{i}"] for i, k in enumerate(meta["last_next"])}
+        self._stage, self._layout, self.staged = {}, None, 0
+
     def _present(self, sample: Any, where: str) -> set[str]:
         if not isinstance(sample, Mapping):
             raise TypeError(f"{where}: expected a dict of transition entries, got {type(sample).__name__}.")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,10 +15,12 @@ from torchrl_ext.samplers.refining import RefiningSampler
 __all__ = ["dump_facade", "load_facade"]
 
 _ARRAYS, _META = "facade.npz", "facade.json"
+#: the buffer to load, or a function of the facade's ``(arrays, meta)`` that builds it (``None``: none was saved)
+Target = TransitionReplayBuffer | Callable[[dict[str, np.ndarray], dict[str, Any]], TransitionReplayBuffer | None]
 
 
 def dump_facade(
-    path: str | Path, rb: TransitionReplayBuffer, layout: dict[str, Any],
+    path: str | Path, rb: TransitionReplayBuffer | None, layout: dict[str, Any],
     arrays: dict[str, np.ndarray], meta: dict[str, Any],
 ) -> None:
     """Write ``rb`` (``rb.dumps``: rows, episode index, sampler, RNG) and the facade's state under ``path``.
@@ -27,26 +30,30 @@ def dump_facade(
 
     Args:
         path: the checkpoint directory.
-        rb: the facade's buffer, its held steps written.
+        rb: the facade's buffer, its held steps written (``None``: a facade that builds
+            it at its first step has none yet).
         layout: how the facade was built, JSON-ready, which :func:`load_facade` compares.
         arrays: the facade's numpy state by name.
         meta: the facade's other state, JSON-ready.
     """
     with atomic_dir(path) as tmp:
-        rb.dumps(tmp / "buffer")
+        if rb is not None:
+            rb.dumps(tmp / "buffer")
         with open(tmp / _ARRAYS, "wb") as file:
             cast(Any, np.savez)(file, **arrays)  # (numpy 2's stub reads the names as its flags)
         (tmp / _META).write_text(json.dumps({"layout": layout, **meta}))
 
 
 def load_facade(
-    path: str | Path, rb: TransitionReplayBuffer, where: str, layout: dict[str, Any],
+    path: str | Path, rb: Target, where: str, layout: dict[str, Any],
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Read what :func:`dump_facade` wrote and load the buffer; returns the facade's ``(arrays, meta)``.
 
     Args:
         path: the checkpoint directory.
-        rb: the facade's buffer, loaded in place.
+        rb: the facade's buffer, loaded in place; or a function of the facade's
+            ``(arrays, meta)``, called once the layout matches, that builds the buffer
+            to load (``None`` when the checkpoint holds none).
         where: the caller, for messages.
         layout: how this facade was built, as :func:`dump_facade` got it.
 
@@ -74,6 +81,11 @@ def load_facade(
         # the facade's own settings stay (n_step, goals, mask size): drawn at sample time
         # from the stored steps, they are the constructor's, not the checkpoint's; but
         # for the masks' key, which fixes each stored transition's mask for its life
+        if not isinstance(rb, TransitionReplayBuffer):
+            built = rb(arrays, meta)
+            if built is None:
+                return arrays, meta
+            rb = built
         settings = [(sampler, sampler.settings()) for sampler in _chain(rb.sampler)]
         rb.loads(directory / "buffer")
         for sampler, kept in settings:

@@ -13,6 +13,7 @@ from torchrl_ext.core.checks import check_count, check_flag, check_seed
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.envs.modes import declared_mode
 from torchrl_ext.facades._mb_batches import ModelBatches
+from torchrl_ext.facades._mb_checkpoint import ModelCheckpoints
 from torchrl_ext.facades._mb_steps import (
     BOUNDARY,
     BOUNDARY_KEY,
@@ -38,7 +39,7 @@ __all__ = ["MBReplayBuffer"]
 _CHUNK = 1024
 
 
-class MBReplayBuffer(ModelBatches):
+class MBReplayBuffer(ModelBatches, ModelCheckpoints):
     """Model-based replay with the constructor and methods of pytorchrl's ``MBReplayBuffer``.
 
     Stores vector-env steps of ``N`` envs in a time ring of ``size`` steps (each
@@ -70,6 +71,8 @@ class MBReplayBuffer(ModelBatches):
     holdout is off: this facade splits by content, see ``holdout_fraction``).
     Each env stream holds ``2 * size + 2`` rows, enough for ``size`` steps
     however often episodes end (each episode's final observation takes a row).
+    :meth:`dumps` / :meth:`loads` checkpoint it atomically (not in pytorchrl):
+    stored steps, cursors, holdout split, running episodes, RNG and scaler.
 
     Args:
         size (int): capacity along the time axis (steps of all ``N`` envs).
@@ -217,9 +220,7 @@ class MBReplayBuffer(ModelBatches):
         self.step = 0  # write position in the time ring
         self._rb: Any = None  # built on the first insert (the env count fixes the streams)
         self._data: ModelEpochDataset | None = None  # serves rb's epochs
-        self._steps = PytorchrlSteps(
-            self.autoreset_mode, self.reward_function is None, self.num_actions, _CHUNK
-        )
+        self._steps = self._new_steps()
         self._rows = torch.empty(0, 0, dtype=torch.int64)  # [max_size, N] storage row of each step
         self._boundary = np.empty((0, 0), bool)  # [max_size, N] not a real transition
         self._ids = np.empty((0, 0), np.uint64)  # [max_size, N] content id of each step (holdout split)
@@ -237,14 +238,26 @@ class MBReplayBuffer(ModelBatches):
             self._steps.step(sample, "MBReplayBuffer.init_tensors")
             self._build()
 
+    def _new_steps(self) -> PytorchrlSteps:
+        return PytorchrlSteps(self.autoreset_mode, self.reward_function is None, self.num_actions, _CHUNK)
+
     def _build(self) -> None:
         steps = self._steps
         if self._layout_before_reset not in (None, steps.specs):
             self._scaler_fitted = False  # its statistics describe data of another layout
         self._layout_before_reset = None
         n = steps.num_envs
-        self._rb = make_model_based_buffer(
-            n * (2 * self.max_size + 2),
+        self._rb = self._new_rb(steps, self.max_size)
+        self._rows = torch.full((self.max_size, n), -1, dtype=torch.int64)
+        self._boundary = np.zeros((self.max_size, n), bool)
+        self._ids = np.zeros((self.max_size, n), np.uint64)
+        self._ids_known = np.zeros((self.max_size, n), bool)  # hashed since written (lazily, by _split)
+
+    def _new_rb(self, steps: PytorchrlSteps, max_size: int) -> TransitionReplayBuffer:
+        """The buffer of ``max_size`` steps of ``steps``' envs and entries."""
+        n = steps.num_envs
+        rb = make_model_based_buffer(
+            n * (2 * max_size + 2),
             num_streams=n,
             observation_keys=[k for k in steps.specs or () if k[:1] == STORED["Observation"]],
             reward_key=None if self.reward_function is not None else STORED["Reward"],
@@ -259,11 +272,8 @@ class MBReplayBuffer(ModelBatches):
         # PytorchrlSteps.batch already starts a new trajectory wherever a step
         # does not follow on from its env's last next observation: the
         # writer's check would compare the same bytes again, at every write
-        self._rb.writer.check_continuation = False
-        self._rows = torch.full((self.max_size, n), -1, dtype=torch.int64)
-        self._boundary = np.zeros((self.max_size, n), bool)
-        self._ids = np.zeros((self.max_size, n), np.uint64)
-        self._ids_known = np.zeros((self.max_size, n), bool)  # hashed since written (lazily, by _split)
+        rb.writer.check_continuation = False
+        return rb
 
     def _flush(self) -> None:
         """Write the staged steps; those from a step whose done flag is not 0 or 1 on are refused."""
