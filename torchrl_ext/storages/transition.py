@@ -2,23 +2,22 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torchrl.data import RandomSampler, Storage, TensorStorage
 
-from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import RowSchema
 from torchrl_ext.core.episodes import EpisodeIndex, WritePlan
 from torchrl_ext.core.process import FileLock, guard_forks
 from torchrl_ext.core.kernels.sequences import sequence_span
 from torchrl_ext.sample_index import SampleIndex, reader_of
+from torchrl_ext.storages._checkpoint import StorageCheckpoints
 from torchrl_ext.storages._memory import move_together
 from torchrl_ext.storages._packed import PackedRows
 from torchrl_ext.storages.arena import check_compress
@@ -31,7 +30,7 @@ _CPU = torch.device("cpu")  # (a device string is parsed again at each call)
 Backend = Literal["tensor", "memmap"]
 
 
-class TransitionStorage(TensorStorage):
+class TransitionStorage(StorageCheckpoints, TensorStorage):
     """Rows of transitions in per-stream rings, with the episode index beside them.
 
     Each row holds one observation (every key present both at the root and under
@@ -489,120 +488,9 @@ class TransitionStorage(TensorStorage):
         if bump is not None:
             bump()
 
-    def _meta(self) -> dict[str, Any]:
-        schema, index, _ = self._ready("_meta")
-        return {
-            "max_size": self.max_size,
-            "num_streams": index.num_streams,
-            **schema.to_meta(),
-            "compress": [[list(k), str(v)] for k, v in self.compress.items()],
-        }
-
-    def _restore_meta(self, meta: dict[str, Any]) -> None:
-        compress = [[list(k), str(v)] for k, v in self.compress.items()]
-        if meta.get("compress", []) != compress:
-            raise ValueError(
-                f"TransitionStorage: checkpoint has compress={meta.get('compress', [])}, "
-                f"this storage {compress}; build the buffer with the same compress=."
-            )
-        if meta["max_size"] != self.max_size:
-            raise ValueError(
-                f"TransitionStorage: checkpoint has max_size={meta['max_size']}, "
-                f"this storage {self.max_size}; build the buffer with the same size."
-            )
-        schema = RowSchema.from_meta(meta)
-        if self.schema is None or self.index is None:
-            self.initialize(schema, meta["num_streams"])
-        elif self.schema != schema or self.index.num_streams != meta["num_streams"]:
-            raise ValueError(
-                "TransitionStorage: the checkpoint's entries or stream count differ from "
-                "this storage's; load into a new, empty buffer."
-            )
-
     def _used(self, written: torch.Tensor) -> np.ndarray:
         """``[num_streams]`` rows each stream has used, from the front of its ring (see :meth:`_rows_in_use`)."""
         return np.minimum(written.numpy(), self._ready("_used")[1].stream_capacity)
-
-    def _rows_in_use(self, written: torch.Tensor) -> torch.Tensor:
-        """Physical rows ever written, given the index's ``written`` cursors (``[num_streams]``).
-
-        Stream ``s`` has used its first ``min(written[s], stream_capacity)``
-        rows; a checkpoint holds those and no others, so its size (and the
-        memory a reload commits) follows the data, not the capacity.
-        """
-        index = self._ready("_rows_in_use")[1]
-        used = self._used(written)  # [S]
-        first = np.arange(index.num_streams) * index.stream_capacity  # [S] row 0 of each ring
-        before = np.cumsum(used) - used  # [S] rows of the earlier streams
-        # entry j of the result lies in stream s: first[s] + (j - before[s])
-        rows = np.arange(int(used.sum())) + np.repeat(first - before, used)
-        return torch.from_numpy(rows)
-
-    def _put_rows(self, written: torch.Tensor, saved: TensorDictBase) -> None:
-        """Write the checkpointed rows ``saved`` back in place (any device in, this device out)."""
-        with self._rows_lock:
-            self.packed.put(self._rows_in_use(written), saved.get("rows"))
-            self._storage = self.packed.buffers
-
-    def state_dict(self) -> dict[str, Any]:
-        if self.schema is None:
-            return {"meta": None}
-        index = self._ready("state_dict")[1]
-        index_state = index.state().clone()
-        rows = self.packed.take(self._rows_in_use(index_state.get("written")))
-        out = {"meta": self._meta(), "rows": rows, "index": index_state}
-        if isinstance(self.packed, CompressedRows):
-            out["frames"] = self.packed.state()
-        return out
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if state_dict["meta"] is None:
-            self._empty()
-            return
-        self._restore_meta(state_dict["meta"])
-        index = self._ready("load_state_dict")[1]
-        with self.writing(), index.rewriting():  # a worker's draw across the load is stale
-            self._put_rows(state_dict["index"]["written"].cpu(), state_dict["rows"])
-            index.load_state(state_dict["index"])
-            if isinstance(self.packed, CompressedRows):
-                self.packed.load_state(state_dict["frames"])
-
-    def dumps(self, path: str | Path) -> None:
-        """Write the rows in use, the episode index and the schema under ``path``, atomically."""
-        meta = None if self.schema is None else self._meta()
-        with atomic_dir(path) as tmp:  # a crash leaves the previous complete snapshot
-            (tmp / "meta.json").write_text(json.dumps(meta))
-            if meta is not None:
-                index = self._ready("dumps")[1]
-                self.packed.take(self._rows_in_use(index.written)).cpu().memmap(tmp / "rows")
-                index.state().memmap(tmp / "index")
-                if isinstance(self.packed, CompressedRows):
-                    self.packed.state().memmap(tmp / "frames")
-
-    def loads(self, path: str | Path) -> None:
-        """Restore what :meth:`dumps` wrote, in place."""
-        with reading(path) as path:  # a save of path in another process finishes first
-            self._loads(path)
-
-    def _loads(self, path: Path) -> None:
-        try:
-            meta = json.loads((path / "meta.json").read_text())
-        except (OSError, ValueError) as error:
-            raise ValueError(
-                f"TransitionStorage.loads: {path} holds no complete snapshot ({error}); "
-                "reopen from a directory written by dumps()."
-            ) from error
-        if meta is None:
-            self._empty()
-            return
-        self._restore_meta(meta)
-        index = self._ready("loads")[1]
-        saved_index = TensorDict.load_memmap(path / "index")
-        with self.writing(), index.rewriting():
-            self._put_rows(saved_index.get("written").clone(), TensorDict.load_memmap(path / "rows"))
-            index.load_state(saved_index)
-            if isinstance(self.packed, CompressedRows):
-                self.packed.load_state(TensorDict.load_memmap(path / "frames"))
 
     def __getstate__(self) -> dict[str, Any]:
         self.share_memory_()  # another process gets the rows by their shared memory
