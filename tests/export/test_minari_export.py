@@ -93,3 +93,28 @@ def test_one_hot_actions_of_a_torchrl_env_export_as_a_discrete_space(tmp_path, m
     episodes = list(minari.load_dataset("test/cartpole-v0").iterate_episodes())
     exported = np.concatenate([e.actions for e in episodes])
     assert exported.tolist() == rollout["action"].argmax(-1).tolist()
+
+
+def test_an_episode_cut_without_a_flag_ends_truncated(tmp_path, monkeypatch):
+    """An episode ended by end_episodes (an env reset by hand, a writer released) was
+    exported with both flags False on its last step, which Minari reads as not finished,
+    like an episode still being written."""
+    rb = make_replay_buffer(64, seed=0)
+    no = torch.zeros(2, 1, dtype=torch.bool)
+    for t in range(3):
+        obs = torch.tensor([[float(t)], [10.0 + t]])
+        rb.extend(steps(obs, obs + 1, terminated=no, truncated=no))
+    rb.end_episodes([0])  # env 0's episode is cut; env 1's goes on
+    rb.extend(steps(torch.tensor([[100.0], [13.0]]), torch.tensor([[101.0], [14.0]]), terminated=no, truncated=no))
+    space = gym.spaces.Box(-200.0, 200.0, (1,), np.float32)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module="minari")
+        to_minari(rb, "test/cut-v0", observation_space=space, action_space=space, root=tmp_path)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    got = [(e.observations[:, 0].tolist(), e.terminations.tolist(), e.truncations.tolist())
+           for e in minari.load_dataset("test/cut-v0").iterate_episodes()]
+    assert got == [
+        ([0.0, 1.0, 2.0, 3.0], [False] * 3, [False, False, True]),  # cut: ended, not by the MDP
+        ([100.0, 101.0], [False], [False]),  # still being written
+        ([10.0, 11.0, 12.0, 13.0, 14.0], [False] * 4, [False] * 4),
+    ]

@@ -82,8 +82,11 @@ def to_minari(
     Each episode has ``L + 1`` observations (the last one the true final
     observation, or the pending one of an episode still being written),
     ``L`` actions, rewards, ``terminations`` and ``truncations``. An episode
-    still being written ends with both flags False: not finished (D6). An
-    episode whose first rows were overwritten starts at its oldest held step.
+    still being written ends with both flags False: not finished (D6). One
+    that ended with neither flag (cut: an env reset by hand, a writer released
+    or restarted, or a buffer without those entries) ends truncated, as
+    gymnasium ends an episode the MDP did not. An episode whose first rows
+    were overwritten starts at its oldest held step.
 
     Args:
         rb: a buffer over an :class:`~torchrl_ext.storages.TransitionStorage`.
@@ -137,6 +140,9 @@ def to_minari(
             value = steps.get(key, None)
             return [False] * L if value is None else value.reshape(L).tolist()
 
+        terminations, truncations = flag(terminated_key), flag(truncated_key)
+        if episode.finished and not (terminations[-1] or truncations[-1]):
+            truncations[-1] = True  # cut: it ended, but not by the MDP
         action = steps.get(action_key).numpy()
         if isinstance(action_space, gym.spaces.Discrete):  # an integer, or one-hot (TorchRL)
             action = action_indices(action, "to_minari", action_key)[0]
@@ -145,8 +151,8 @@ def to_minari(
             observations=_observations(episode, observation_space, observation_key),
             actions=action,
             rewards=steps.get(reward_key).reshape(L).numpy().astype(np.float64).tolist(),
-            terminations=flag(terminated_key),
-            truncations=flag(truncated_key),
+            terminations=terminations,
+            truncations=truncations,
             infos={},
         ))
     with _datasets_root(root):
