@@ -15,7 +15,7 @@ from torchrl.data import TensorDictReplayBuffer
 
 from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext._checkpoint import check_components, check_saved_components, components, write_components
-from torchrl_ext.core.checks import check_count
+from torchrl_ext.core.checks import as_priorities, check_count
 from torchrl_ext.core.process import current_pid, guard_forks
 from torchrl_ext.core.schema import key_str, set_unchecked
 from torchrl_ext.sample_index import SampleIndex
@@ -359,6 +359,15 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         """
         with self._replay_lock, self._write_lock:
             self._writer.end_episodes(envs, writer_id)
+
+    def update_priority(self, index: Any, priority: Any) -> None:
+        """Set the priorities of the rows ``index`` (``sample["index"]``), as TorchRL's.
+
+        Raises:
+            TypeError: ``priority`` is not numbers (a string, ``None``, bools),
+                checked here before TorchRL converts it.
+        """
+        super().update_priority(index, as_priorities(priority))
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
         """Update priorities from a sample's ``"index"`` and ``priority_key`` entries.

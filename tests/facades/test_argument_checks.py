@@ -10,6 +10,8 @@ cast (0.5 stored as 0 in int64) or replaced by zeros.
 """
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -243,3 +245,71 @@ def test_seeds_out_of_range_are_refused_naming_the_seed():
     for seed in (2**70, -1):
         with pytest.raises(ValueError, match=rf"make_replay_buffer: seed={seed}, expected an int in \[0, 2\*\*63\)"):
             make_replay_buffer(10, seed=seed)
+
+
+HER_SPACE = gym.spaces.Dict(observation=BOX, achieved_goal=BOX, desired_goal=BOX)
+
+
+@pytest.mark.parametrize("build, owner", [
+    (lambda device: NStepReplayStorage(BOX, D3, storage_size=100, num_workers=0, device=device), "NStepReplayStorage"),
+    (lambda device: HerReplayStorage(HER_SPACE, D3, storage_size=100, device=device), "HerReplayStorage"),
+])
+def test_device_is_checked_naming_it(build, owner):
+    """device='gpu' failed in torch's device parser ('Expected one of cpu, cuda, ...')."""
+    with pytest.raises(ValueError, match=rf"{owner}: device='gpu' is not a device torch knows, expected a "
+                                         r"torch.device or a string such as 'cpu', 'cuda' or 'cuda:0'"):
+        build("gpu")
+    with pytest.raises(TypeError, match=rf"{owner}: device=None \(NoneType\), expected a torch.device"):
+        build(None)
+    assert build(torch.device("cpu")).device == build("cpu").device == torch.device("cpu")
+
+
+def test_snapshot_dir_is_a_directory_path(tmp_path):
+    """snapshot_dir=3 failed in pathlib ('expected str, bytes or os.PathLike object, not int')."""
+    def build(snapshot_dir):
+        return NStepReplayStorage(BOX, D3, storage_size=100, num_workers=0, save_snapshot=True,
+                                  snapshot_dir=snapshot_dir)
+    with pytest.raises(TypeError, match=r"NStepReplayStorage: snapshot_dir=3 \(int\), expected a str or "
+                                        r"os.PathLike naming a directory, or None"):
+        build(3)
+    with pytest.raises(ValueError, match=r"NStepReplayStorage: snapshot_dir='' is the current directory"):
+        build("")
+    assert build(str(tmp_path / "a")).snapshot_dir == build(tmp_path / "a").snapshot_dir == tmp_path / "a"
+
+
+@pytest.mark.parametrize("actions, action_space, dtype", [
+    (np.array(["0", "1"]), D3, "<U1"),
+    (np.array([b"0", b"1"]), D3, "|S1"),
+    (np.array([0, 1], dtype=object), D3, "object"),
+    (np.array([0j, 1j]), D3, "complex128"),
+    (np.array([["0.5"] * 3] * 2), BOX, "<U3"),  # parsed into 0.5 by the float32 cast
+])
+def test_non_numeric_inputs_are_refused_naming_their_dtype(actions, action_space, dtype):
+    """String actions failed in np.rint ("ufunc 'rint' not supported for the input types");
+    string values for a float space were parsed."""
+    observation_space, obs = (BOX, np.zeros((2, 3), np.float32)) if action_space is D3 else (
+        D3, np.array([0, 1]))
+    storage = NStepReplayStorage(observation_space, action_space, num_envs=2, num_workers=0, storage_size=100)
+    with pytest.raises(TypeError, match=rf"NStepReplayStorage.add: actions has dtype {re.escape(dtype)}, "
+                                        r"expected numbers \(bool, int or float\) for .* of dtype "
+                                        rf"{np.dtype(action_space.dtype)}"):
+        storage.add(obs, actions, np.ones(2), np.zeros(2, bool), np.zeros(2, bool), {}, obs)
+
+
+def test_finite_values_beyond_float32_are_refused_as_not_fitting_not_as_inf():
+    """1e40 in float64 observations was refused as 'observation of env 0 is inf' (its float32 cast)."""
+    storage = NStepReplayStorage(BOX, D3, num_envs=2, num_workers=0, storage_size=100)
+    obs, big = np.zeros((2, 3), np.float32), np.zeros((2, 3))
+    big[1, 2] = -1e40
+    with pytest.raises(ValueError, match=r"NStepReplayStorage.add: observations holds -1e\+40 \(env 1\), which does "
+                                         r"not fit float32, .*\(finite values within \+-3.402823e\+38\): it would be "
+                                         r"stored as -inf"):
+        storage.add(big, np.array([0, 1]), np.ones(2), np.zeros(2, bool), np.zeros(2, bool), {}, obs)
+    storage.add(np.full((2, 3), 3e38), np.array([0, 1]), np.ones(2), np.ones(2, bool), np.zeros(2, bool), {}, obs)
+    real_inf = np.full((2, 3), np.inf)  # an infinity that came as one keeps its message
+    storage.add(real_inf, np.array([0, 1]), np.ones(2), np.ones(2, bool), np.zeros(2, bool), {}, obs)
+    with pytest.raises(ValueError, match=r"observation of env 0 is inf; NaN and infinities poison"):
+        storage.sample()
+    half = NStepReplayStorage(gym.spaces.Box(-1, 1, (3,), np.float16), D3, num_envs=2, num_workers=0, storage_size=100)
+    with pytest.raises(ValueError, match=r"observations holds 70000 \(env 0\), which does not fit float16"):
+        half.add(np.full((2, 3), 70000), np.array([0, 1]), np.ones(2), np.zeros(2, bool), np.zeros(2, bool), {}, obs)

@@ -287,6 +287,20 @@ def test_b19_verification_modes_check_what_they_say():
         extended.add_episode({"x": torch.full((3, 2), float("inf"))})
 
 
+def test_no_checks_mode_still_refuses_missing_or_unknown_fields():
+    """With NO_CHECKS an unknown field failed inside the pool ('NoneType' object has no attribute
+    'index_copy_'), and a missing one was stored with the rows' stale values."""
+    dataset = RingBufferDataset(100, info=EpisodeDatasetInfo(verification_mode=VerificationMode.NO_CHECKS))
+    dataset.add_episode({"x": torch.zeros(3, 2), "y": torch.zeros(3)})
+    with pytest.raises(KeyError, match=r"add_episode: the episode's fields differ from the dataset's \['x', 'y'\]: "
+                                       r"missing \['y'\], unexpected \['z'\]"):
+        dataset.add_episode({"x": torch.zeros(3, 2), "z": torch.zeros(3)})
+    with pytest.raises(KeyError, match=r"missing \['y'\], unexpected \[\]"):
+        dataset.add_episode({"x": torch.zeros(3, 2)})
+    dataset.add_episode({"x": torch.full((3, 2), float("nan")), "y": torch.zeros(3)})  # values unchecked
+    assert dataset.num_episodes == 2
+
+
 def test_add_episode_refuses_per_step_lists_whose_shape_or_dtype_changes():
     # torch.stack promotes dtypes (an int64 step among float32 ones, float32 among
     # float64) and names no field when shapes differ: each is refused by name

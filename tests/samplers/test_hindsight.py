@@ -243,6 +243,37 @@ def test_reward_fn_shapes_and_errors():
         rb.sample()
 
 
+@pytest.mark.parametrize("result, shown", [(None, "None (NoneType)"), ("-1", "'-1' (str)")])
+def test_reward_fn_returning_no_tensor_is_refused_naming_it(result, shown):
+    """reward_fn returning None failed inside torch ('Could not infer dtype of NoneType')."""
+    rb = make_her_replay_buffer(100, lambda a, d, i: result, batch_size=5, seed=0)
+    rb.extend(episodes_td([[5]]))
+    with pytest.raises(TypeError, match=rf"HindsightTransform: reward_fn returned {re.escape(shown)}, expected a "
+                                        r"float tensor \(or numpy array\) of shape \(4,\) or \(4, 1\)"):
+        rb.sample()
+
+
+def test_terminated_fn_results_are_checked_naming_it():
+    """A terminated_fn result of the wrong shape failed in torch ('The size of tensor a (7) must
+    match the size of tensor b (6)'), None in torch.as_tensor, and 0.5 was read as True."""
+    def build(fn):
+        rb = make_her_replay_buffer(100, reward, batch_size=5, terminated_fn=fn, seed=0)
+        rb.extend(episodes_td([[5]]))
+        return rb
+    rb = build(lambda a, d, i: torch.ones(a.shape[0] + 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"HindsightTransform: terminated_fn returned shape \(5,\) for 4 goals; "
+                                         r"expected \(4,\) or \(4, 1\): one flag per"):
+        rb.sample()
+    with pytest.raises(TypeError, match=r"HindsightTransform: terminated_fn returned None \(NoneType\), expected "
+                                        r"a bool tensor"):
+        build(lambda a, d, i: None).sample()
+    with pytest.raises(ValueError, match=r"HindsightTransform: terminated_fn returned 0.5 \(dtype torch.float32\), "
+                                         r"expected bools \(or numbers 0 / 1\)"):
+        build(lambda a, d, i: torch.full((a.shape[0],), 0.5)).sample()
+    for fn in (lambda a, d, i: (a == d).all(-1).float(), lambda a, d, i: (a == d).all(-1, keepdim=True)):
+        assert build(fn).sample()["next", "terminated"].dtype == torch.bool  # 0 / 1 and (n, 1) are flags
+
+
 def test_argument_errors():
     with pytest.raises(ValueError, match="strategy='later', expected one of"):
         HindsightSampler("later")

@@ -387,6 +387,22 @@ def test_negative_nan_or_infinite_priority(bad):
         rb.update_priority(live_rows(rb)[:2], torch.tensor([1.0, bad]))
 
 
+@pytest.mark.parametrize("bad, shown", [
+    ("x", "'x' (str)"), (None, "None (NoneType)"),
+    (torch.ones(2, dtype=torch.bool), "tensor([True, True]) (Tensor, dtype torch.bool)"),
+])
+def test_priority_that_is_not_numbers_is_refused_naming_it(bad, shown):
+    """update_priority(index, 'x') failed in TorchRL's torch.as_tensor ("new(): invalid data type 'str'")."""
+    rb = build()
+    rb.extend(episodes(0))
+    with pytest.raises(TypeError, match=re.escape(f"update_priority: priority={shown}, expected a float tensor, "
+                                                  "array or number: one priority per index")):
+        rb.update_priority(live_rows(rb)[:2], bad)
+    with pytest.raises(TypeError, match=re.escape(f"update_priority: priority={shown}")):
+        rb.sampler.update_priority(live_rows(rb)[:2], bad, storage=rb.storage)  # the sampler's own check
+    rb.update_priority(live_rows(rb)[:2], np.array([1, 2]))  # integers are numbers
+
+
 def test_row_out_of_range():
     rb = build(40)
     rb.extend(episodes(0))

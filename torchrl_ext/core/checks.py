@@ -1,15 +1,18 @@
-"""Argument checks shared by the builders and facades (counts, flags, finite values) and the errors they share."""
+"""Argument checks shared by the builders, facades and components (counts, flags, devices, finite values...) and their errors."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 __all__ = [
-    "EMPTY_BUFFER", "EmptyBufferError", "check_count", "check_finite_entries", "check_finite_rows",
-    "check_number", "is_flags", "sums_finite",
+    "EMPTY_BUFFER", "EmptyBufferError", "as_priorities", "check_count", "check_device", "check_dir",
+    "check_finite_entries", "check_finite_rows", "check_number", "is_flags", "sums_finite",
 ]
 
 EMPTY_BUFFER = "cannot sample: the buffer holds no transition yet; extend it first."
@@ -96,6 +99,63 @@ def check_flag(owner: str, name: str, value: Any) -> bool:
     raise TypeError(f"{owner}: {name}={value!r} ({type(value).__name__}), expected True or False.")
 
 
+def check_device(owner: str, name: str, value: Any) -> torch.device:
+    """``value`` as a ``torch.device``: a device, a string torch parses (``"cpu"``, ``"cuda:0"``) or a CUDA index.
+
+    Raises:
+        TypeError: another type (``None``, a bool, a float).
+        ValueError: a string (or index) torch does not read as a device.
+
+    Examples:
+        >>> check_device("Storage", "device", "cpu")
+        device(type='cpu')
+        >>> check_device("Storage", "device", "gpu")
+        Traceback (most recent call last):
+        ...
+        ValueError: Storage: device='gpu' is not a device torch knows, expected a torch.device or a string such as 'cpu', 'cuda' or 'cuda:0'.
+    """
+    if isinstance(value, torch.device):
+        return value
+    expected = "expected a torch.device or a string such as 'cpu', 'cuda' or 'cuda:0'."
+    if isinstance(value, bool) or not isinstance(value, (str, int, np.integer)):
+        raise TypeError(f"{owner}: {name}={value!r} ({type(value).__name__}), {expected}")
+    try:
+        return torch.device(value if isinstance(value, str) else int(value))
+    except RuntimeError as err:  # torch's own reason follows as the cause
+        raise ValueError(f"{owner}: {name}={value!r} is not a device torch knows, {expected}") from err
+
+
+def check_dir(owner: str, name: str, value: Any) -> Path | None:
+    """``value`` as a directory ``Path``, or ``None``; an empty string (the current directory) is refused.
+
+    Raises:
+        TypeError: not a ``str`` or ``os.PathLike`` (an int, bytes).
+        ValueError: ``""``, which would write to the current directory.
+
+    Examples:
+        >>> check_dir("Storage", "snapshot_dir", "/tmp/buffer").name
+        'buffer'
+        >>> check_dir("Storage", "snapshot_dir", 3)
+        Traceback (most recent call last):
+        ...
+        TypeError: Storage: snapshot_dir=3 (int), expected a str or os.PathLike naming a directory, or None.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(
+            f"{owner}: {name}={value!r} ({type(value).__name__}), expected a str or os.PathLike "
+            "naming a directory, or None."
+        )
+    path = os.fspath(value)
+    if not isinstance(path, str):  # a PathLike of bytes, which Path refuses
+        raise TypeError(f"{owner}: {name}={value!r} names {path!r} (bytes), expected a str path.")
+    if path == "":
+        raise ValueError(f"{owner}: {name}='' is the current directory, expected a directory path; "
+                         "nothing is written to the current directory.")
+    return Path(path)
+
+
 def check_number(owner: str, name: str, value: Any, low: float, high: float = math.inf,
                  *, low_open: bool = False) -> float:
     """``value`` as a float in ``[low, high]`` (``(low, high]`` with ``low_open``), finite.
@@ -128,6 +188,36 @@ def check_number(owner: str, name: str, value: Any, low: float, high: float = ma
     if not (math.isfinite(number) and (number > low if low_open else number >= low) and number <= high):
         raise ValueError(f"{owner}: {name}={value}, expected a finite number {bounds}.")
     return number
+
+
+def as_priorities(priority: Any) -> torch.Tensor:
+    """``update_priority``'s ``priority`` as a tensor of numbers (int or float), not yet cast.
+
+    Raises:
+        TypeError: ``torch.as_tensor`` does not take it (a string, ``None``), or
+            it holds bools or complex numbers, which a cast would read silently.
+
+    Examples:
+        >>> as_priorities([1.0, 2.5])
+        tensor([1.0000, 2.5000])
+        >>> as_priorities("x")
+        Traceback (most recent call last):
+        ...
+        TypeError: update_priority: priority='x' (str), expected a float tensor, array or number: one priority per index (or one for all), e.g. td_error.abs().
+    """
+    try:
+        values: torch.Tensor | None = torch.as_tensor(priority)
+    except (TypeError, ValueError, RuntimeError):  # a string, None, a ragged list
+        values = None
+    if values is not None and values.dtype != torch.bool and not values.is_complex():
+        return values
+    shown = repr(priority)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    dtype = "" if values is None else f", dtype {values.dtype}"
+    raise TypeError(
+        f"update_priority: priority={shown} ({type(priority).__name__}{dtype}), expected a float tensor, "
+        "array or number: one priority per index (or one for all), e.g. td_error.abs()."
+    )
 
 
 def is_flags(array: np.ndarray) -> bool:

@@ -10,7 +10,7 @@ import torch
 from torchrl_ext.core.checks import is_flags
 from torchrl_ext.core.schema import EntryKeyError, key_str
 
-__all__ = ["column", "env_mask", "flat", "put_final", "rows"]
+__all__ = ["cast_exactly", "column", "env_mask", "flat", "put_final", "rows"]
 
 
 def rows(name: str, value: Any, num_envs: int) -> np.ndarray:
@@ -178,18 +178,38 @@ def put_final(
                 f"{where}: {name} gives {describe(key)} shape {value.shape}, expected "
                 f"{target.shape[1:]} as the step's next observations."
             )
-        if value.dtype != target.dtype and target.dtype.kind in "iub":
-            cast = value.astype(target.dtype)
-            off = cast != value  # NaN too
-            if off.any():
-                raise ValueError(
-                    f"{where}: {name} holds values of {describe(key)} that {target.dtype.name} "
-                    f"cannot hold exactly ({value[off].reshape(-1)[0].item()!r} in its place), the "
-                    "dtype of the step's next observations; pass the final observation as the "
-                    "env returns its observations."
-                )
-            value = cast
+        value, off = cast_exactly(value, target.dtype)
+        if off is not None:
+            raise ValueError(
+                f"{where}: {name} holds values of {describe(key)} that {target.dtype.name} "
+                f"cannot hold exactly ({off!r} in its place), the "
+                "dtype of the step's next observations; pass the final observation as the "
+                "env returns its observations."
+            )
         target[env] = value
+
+
+def cast_exactly(value: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, Any]:
+    """``value`` cast to ``dtype``, and the first of its values an integer or bool ``dtype`` cannot
+    hold exactly (``300`` in ``uint8``, ``3.7`` or NaN in ``int64``, ``0.3`` in ``bool``; ``None``: none).
+
+    Casts to float dtypes round, as observations do (``float64`` to ``float32``).
+
+    Examples:
+        >>> import numpy as np
+        >>> cast_exactly(np.array([1.0, 2.0]), np.dtype(np.int64))
+        (array([1, 2]), None)
+        >>> cast_exactly(np.array([1.0, 2.5]), np.dtype(np.int64))[1]
+        2.5
+    """
+    if value.dtype == dtype:
+        return value, None
+    cast = value.astype(dtype)
+    if dtype.kind in "iub":
+        off = cast != value  # NaN too
+        if off.any():
+            return cast, value[off].reshape(-1)[0].item()
+    return cast, None
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:

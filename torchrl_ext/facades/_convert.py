@@ -157,6 +157,9 @@ class SpaceInput:
             info = np.iinfo(self.dtype)
             if low.size == high.size == 1 and info.min <= low[0] and high[0] - 1 <= info.max:
                 self._allowed = np.arange(low[0], high[0]).astype(self.dtype).tobytes()
+        # the largest finite value of a float dtype: casts of larger ones would be infinite
+        self._float_max = float(np.finfo(self.dtype).max) if self.dtype is not None and \
+            self.dtype.kind == "f" else None
         # the values an integer dtype holds: casts of others would wrap around
         self.bounds = (0, 1) if self.dtype == np.bool_ else (
             (int(np.iinfo(self.dtype).min), int(np.iinfo(self.dtype).max)) if self.integral else None)
@@ -205,10 +208,16 @@ class SpaceInput:
         if self.dtype is None or array.dtype == self.dtype:
             out = array
         else:
+            if array.dtype.kind not in "biuf":
+                self._check_numeric(array)
             if self.integral:
                 if array.dtype.kind not in "iub":
                     self._check_integral(array)
                 self._check_fits(array)
+            elif self._float_max is not None and (
+                    array.dtype.kind == "f" and array.dtype.itemsize > self.dtype.itemsize
+                    or array.dtype.kind in "iu" and self.dtype.itemsize < 4):  # float16 holds ints < 65520
+                self._check_fits_float(array)
             out = array.astype(self.dtype)
         if self._elements is not None:
             self._check_elements(out)
@@ -239,6 +248,21 @@ class SpaceInput:
             )
         return {key: check(value[key]) for key, check in children.items()}
 
+    def _check_numeric(self, array: np.ndarray) -> None:
+        """Refuse strings, complex numbers and dates, which a cast would parse or truncate ("0.5" -> 0.5).
+
+        Object arrays (of Python numbers) are left to the cast where the space holds
+        floats, which reads them exactly; an integer space refuses them.
+        """
+        if array.dtype.kind == "O" and not self.integral:
+            return
+        raise TypeError(
+            f"{self.owner}: {self.name} has dtype {array.dtype}, expected numbers (bool, int "
+            f"or float) for {self.space} of dtype {self.dtype}; pass a numeric array (e.g. "
+            f"np.asarray(x).astype({self.dtype.name if self.dtype is not None else 'float'}) if "
+            "a conversion is meant)."
+        )
+
     def _check_integral(self, array: np.ndarray) -> None:
         off = np.flatnonzero(np.rint(array) != array)  # NaN is never integral
         if off.size:
@@ -261,6 +285,31 @@ class SpaceInput:
                 f"{self.owner}: {self.name} holds values in [{low}, {high}], outside "
                 f"{dtype.name}'s [{lo}, {hi}] (the dtype of {self.space}); they would wrap "
                 f"around. Pass values in that range (np.clip(x, {lo}, {hi}) if clipping is meant)."
+            )
+
+    def _check_fits_float(self, array: np.ndarray) -> None:
+        """Refuse finite values the cast to the space's float dtype would make infinite (1e40 -> inf in float32).
+
+        Two reductions when every value fits (no warning from the cast then);
+        values that came infinite or NaN are left to the finite check
+        (``check_finite``), which names them so.
+        """
+        largest = cast(float, self._float_max)
+        if not array.size or (np.maximum.reduce(array, axis=None) <= largest
+                              and np.minimum.reduce(array, axis=None) >= -largest):
+            return
+        flat = array.reshape(-1)
+        with np.errstate(over="ignore", invalid="ignore"):  # the cast's overflow, reported below
+            out = flat.astype(self.dtype)
+        # made infinite by the cast (a value just past the largest rounds to it: it fits)
+        off = np.flatnonzero(~np.isfinite(out) & np.isfinite(flat))
+        if off.size:
+            env = int(off[0]) // max(1, flat.size // self.num_envs)
+            raise ValueError(
+                f"{self.owner}: {self.name} holds {flat[off[0]].item()!r} (env {env}), which does not "
+                f"fit {self.dtype}, the dtype of {self.space} (finite values within +-{largest:.7g}): it "
+                f"would be stored as {out[off[0]].item()}. Pass values in that range (or "
+                "declare the space with a wider dtype)."
             )
 
     def _check_elements(self, array: np.ndarray) -> None:

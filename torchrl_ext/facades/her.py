@@ -10,8 +10,9 @@ import torch
 from tensordict.utils import NestedKey
 
 from torchrl_ext.builders import make_her_replay_buffer
-from torchrl_ext.core.checks import check_count, check_flag
+from torchrl_ext.core.checks import check_count, check_device, check_flag
 from torchrl_ext.core.schema import EntryKeyError, as_key, get_unchecked, key_str
+from torchrl_ext.envs._inputs import cast_exactly
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
 from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs, to_numpy
@@ -224,8 +225,9 @@ class HerReplayStorage(HeldStepsFacade):
             a ``Tuple`` space, or a count is not an int (``num_goals=2.5``).
         KeyError: a goal key is not in ``observation_space``.
         ValueError: an unknown strategy, a count out of range (``num_goals < 0``),
-            or an entry of ``observation_space`` named like a batch entry
-            (``"action"``, ``"discount"``, ``"next"``...).
+            a ``device`` string torch does not parse (``"gpu"``), or an entry of
+            ``observation_space`` named like a batch entry (``"action"``,
+            ``"discount"``, ``"next"``...).
 
     Examples:
         >>> import gymnasium as gym
@@ -297,7 +299,7 @@ class HerReplayStorage(HeldStepsFacade):
         self.num_envs = int(num_envs)
         self.observation_space = observation_space
         self.action_space = action_space
-        self.device = torch.device(device)
+        self.device = check_device(owner, "device", device)
         self.batch_size = int(batch_size)
         self.reward_fn = goal_match_reward if reward_fn is None else reward_fn
         self.copy_info_dict = check_flag("HerReplayStorage", "copy_info_dict", copy_info_dict)
@@ -394,6 +396,8 @@ class HerReplayStorage(HeldStepsFacade):
         Raises:
             EmptyBufferError: nothing was added yet (or since :meth:`reset`); a
                 RuntimeError as TorchRL's, and a ValueError.
+            TypeError / ValueError: ``reward_fn`` or ``terminated_fn`` returned
+                no tensor (``None``), or not one value per relabelled row.
         """
         self._batcher.flush()
         try:
@@ -516,12 +520,10 @@ def _as_info(name: str, value: np.ndarray, dtype: np.dtype, shape: tuple[int, ..
             f"HerReplayStorage.add: {name} has shape {value.shape}, expected {shape} as in the "
             "first add (which fixed each info entry's shape and dtype)."
         )
-    if value.dtype == dtype:
-        return value
-    cast = value.astype(dtype)
-    if dtype.kind in "iub" and (cast != value).any():  # 0.5 into int64, 0.3 into bool
+    cast, off = cast_exactly(value, dtype)
+    if off is not None:  # 0.5 into int64, 0.3 into bool
         raise ValueError(
-            f"HerReplayStorage.add: {name} holds {value[cast != value].reshape(-1)[0].item()!r}, "
+            f"HerReplayStorage.add: {name} holds {off!r}, "
             f"which the entry's dtype {dtype.name} (fixed by the first add) cannot hold exactly; "
             "give the entry one dtype at every step (floats from the first step on, if any step has them)."
         )

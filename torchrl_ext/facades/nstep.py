@@ -16,7 +16,7 @@ from torchrl_ext._atomic import atomic_dir, recover
 from torchrl_ext.builders import make_replay_buffer
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
-from torchrl_ext.core.checks import check_count, check_flag
+from torchrl_ext.core.checks import check_count, check_device, check_dir, check_flag
 from torchrl_ext.core.schema import get_unchecked
 from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs
 from torchrl_ext.facades._tensorclass import (
@@ -199,10 +199,12 @@ class NStepReplayStorage(HeldStepsFacade):
             :class:`NStepReplayTuple`. Defaults to ``False``.
 
     Raises:
-        TypeError: a space is not a gymnasium space, is a ``Tuple`` space, or a
-            count (``num_envs``, ``n_step``, ...) is not an int.
-        ValueError: a count is out of range, ``save_snapshot`` without
-            ``snapshot_dir``, or a ``Dict`` space has an entry named like a
+        TypeError: a space is not a gymnasium space, is a ``Tuple`` space, a
+            count (``num_envs``, ``n_step``, ...) is not an int, ``device`` is
+            not a device or string, or ``snapshot_dir`` not a str or path.
+        ValueError: a count is out of range, ``device`` is a string torch does
+            not parse (``"gpu"``), ``save_snapshot`` without ``snapshot_dir``,
+            ``snapshot_dir=""``, or a ``Dict`` space has an entry named like a
             batch entry (``"action"``, ``"discount"``, ``"next"``...).
 
     Examples:
@@ -257,14 +259,16 @@ class NStepReplayStorage(HeldStepsFacade):
                                  ("n_step", n_step, 1), ("fetch_every", fetch_every, 1)):
             check_count(owner, name, count, low)
         check_rows_per_env(owner, storage_size, num_envs, storage_size // num_envs, 2 * num_envs)
-        if check_flag(owner, "save_snapshot", save_snapshot) and snapshot_dir is None:
+        where = check_device(owner, "device", device)
+        snapshots = check_dir(owner, "snapshot_dir", snapshot_dir)
+        if check_flag(owner, "save_snapshot", save_snapshot) and snapshots is None:
             raise ValueError(
                 "NStepReplayStorage: save_snapshot=True needs snapshot_dir=...; "
                 "nothing is written to the current directory."
             )
         self.observation_space = observation_space
         self.action_space = action_space
-        self.device = torch.device(device)
+        self.device = where
         # the entries of a Dict observation space; None for one "observation" tensor
         self._obs_keys = list(observation_space.spaces) if isinstance(
             observation_space, gym.spaces.Dict) else None
@@ -277,7 +281,7 @@ class NStepReplayStorage(HeldStepsFacade):
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.fetch_every = int(fetch_every)
         self.save_snapshot = check_flag(owner, "save_snapshot", save_snapshot)
-        self.snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
+        self.snapshot_dir = snapshots
         self.seed = seed
         self.native = check_flag(owner, "native", native)
         self.adapter = GymVectorAdapter(
@@ -342,10 +346,11 @@ class NStepReplayStorage(HeldStepsFacade):
 
         Raises:
             ValueError: an input does not match its space (shape; a non-integral
-                value for an integer space), does not have ``num_envs`` rows, is
-                not finite (``check_finite``: raised when its chunk is written),
-                or the infos contradict the autoreset mode (the message names
-                the entry and the fix).
+                value for an integer space; a value its float dtype cannot hold,
+                1e40 for float32), does not have ``num_envs`` rows, is not finite
+                (``check_finite``: raised when its chunk is written), or the infos
+                contradict the autoreset mode (the message names the entry and the fix).
+            TypeError: observations or actions that are not numbers (strings).
             KeyError: dict observations whose keys are not the ``Dict`` space's.
         """
         # observations and actions are checked against, and cast to, the spaces (by

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler
 
-from torchrl_ext.core.checks import check_number
+from torchrl_ext.core.checks import as_priorities, check_number
 from torchrl_ext.samplers._generator import generator_state, restore_generator
 from torchrl_ext.samplers.uniform import (
     EMPTY_BUFFER,
@@ -565,7 +565,7 @@ def _rows_and_priorities(index: Any, priority: Any) -> tuple[np.ndarray, np.ndar
             f"update_priority: index has dtype {idx.dtype}, expected integer rows "
             "(pass sample['index'])."
         )
-    p = torch.as_tensor(priority).detach().to("cpu", torch.float64)
+    p = as_priorities(priority).detach().to("cpu", torch.float64)
     if idx.ndim == 2 and idx.shape[1] == 2 and p.numel() in (1, idx.shape[0]):
         rows = idx[:, 0]
     else:

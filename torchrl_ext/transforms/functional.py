@@ -11,8 +11,8 @@ from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import as_key, get_unchecked, missing_entry
 
 __all__ = [
-    "ReturnWeights", "call_reward_fn", "discount_powers", "nstep_return", "return_weights", "stack_frames",
-    "step_rewards", "window_rewards",
+    "ReturnWeights", "call_reward_fn", "discount_powers", "goal_fn_result", "nstep_return", "return_weights",
+    "stack_frames", "step_rewards", "window_rewards",
 ]
 
 
@@ -183,14 +183,17 @@ def call_reward_fn(
     achieved_goal: torch.Tensor,
     desired_goal: torch.Tensor,
     infos: Any,
+    *,
+    owner: str = "call_reward_fn",
 ) -> torch.Tensor:
     """``reward_fn(achieved_goal, desired_goal, infos)`` on a batch, as ``[n, 1]``.
 
     ``reward_fn`` is batched: ``achieved_goal`` and ``desired_goal`` are
     ``[n, *goal_shape]``; ``(n,)`` and ``(n, 1)`` results (tensor or numpy) are
-    both accepted.
+    both accepted. ``owner`` names the caller in the errors.
 
     Raises:
+        TypeError: the result is not a tensor or array (``None``).
         ValueError: the result has another number of elements.
 
     Examples:
@@ -198,16 +201,44 @@ def call_reward_fn(
         >>> call_reward_fn(reward, torch.zeros(2, 3), torch.tensor([[0.0, 0, 0], [1, 0, 0]]), None)
         tensor([[-0.],
                 [-1.]])
+        >>> call_reward_fn(lambda a, d, info: None, torch.zeros(2, 3), torch.zeros(2, 3), None)
+        Traceback (most recent call last):
+        ...
+        TypeError: call_reward_fn: reward_fn returned None (NoneType), expected a float tensor (or numpy array) of shape (2,) or (2, 1): one reward per (achieved_goal, desired_goal) pair.
     """
-    n = achieved_goal.shape[0]
-    out = torch.as_tensor(reward_fn(achieved_goal, desired_goal, infos), device=achieved_goal.device)
-    if out.numel() != n or out.dim() > 2 or (out.dim() == 2 and out.shape[1] != 1):
-        raise ValueError(
-            f"reward_fn returned shape {tuple(out.shape)} for {n} goals; expected ({n},) "
-            f"or ({n}, 1): one reward per (achieved_goal, desired_goal) pair."
-        )
-    out = out if out.dim() == 2 else out.reshape(n, 1)  # (each call counts: see nstep_return)
+    out = goal_fn_result(owner, "reward_fn", reward_fn(achieved_goal, desired_goal, infos),
+                         achieved_goal.shape[0], achieved_goal.device)
     return out if out.dtype is torch.float32 else out.to(torch.float32)
+
+
+def goal_fn_result(owner: str, name: str, result: Any, n: int, device: torch.device) -> torch.Tensor:
+    """The ``result`` of a batched goal function of ``n`` pairs (``reward_fn``, ``terminated_fn``) as ``[n, 1]``.
+
+    Checked once per call (a sampled batch), not per value: any type
+    ``torch.as_tensor`` takes, of shape ``(n,)`` or ``(n, 1)``.
+
+    Raises:
+        TypeError: ``torch.as_tensor`` does not take it (``None``, strings).
+        ValueError: another shape.
+
+    Examples:
+        >>> goal_fn_result("Her", "terminated_fn", torch.ones(3, dtype=torch.bool), 2, torch.device("cpu"))
+        Traceback (most recent call last):
+        ...
+        ValueError: Her: terminated_fn returned shape (3,) for 2 goals; expected (2,) or (2, 1): one flag per (achieved_goal, desired_goal) pair.
+    """
+    what = ("reward", "a float") if name == "reward_fn" else ("flag", "a bool")
+    expected = f"({n},) or ({n}, 1): one {what[0]} per (achieved_goal, desired_goal) pair."
+    try:
+        out = torch.as_tensor(result, device=device)
+    except (TypeError, ValueError, RuntimeError) as err:  # None, strings, ragged lists
+        shown = repr(result)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise TypeError(f"{owner}: {name} returned {shown} ({type(result).__name__}), expected "
+                        f"{what[1]} tensor (or numpy array) of shape {expected}") from err
+    if out.numel() != n or out.dim() > 2 or (out.dim() == 2 and out.shape[1] != 1):
+        raise ValueError(f"{owner}: {name} returned shape {tuple(out.shape)} for {n} goals; expected {expected}")
+    return out if out.dim() == 2 else out.reshape(n, 1)  # (each call counts: see nstep_return)
 
 
 def stack_frames(frames: torch.Tensor, batch_dims: int) -> torch.Tensor:

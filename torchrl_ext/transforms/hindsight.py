@@ -13,6 +13,7 @@ from torchrl_ext.core.schema import (
 )
 from torchrl_ext.transforms.functional import (
     call_reward_fn,
+    goal_fn_result,
     stack_frames,
     step_rewards,
     window_rewards,
@@ -54,7 +55,8 @@ class HindsightTransform(Transform):
         terminated_key (NestedKey): the termination entry ``terminated_fn``
             recomputes. Defaults to ``("next", "terminated")``.
         terminated_fn (callable, optional): ``terminated_fn(achieved_goal,
-            desired_goal, infos) -> (n,)`` bool, recomputing ``terminated_key``
+            desired_goal, infos) -> (n,)`` bool (or ``(n, 1)``; numbers must be
+            0 / 1), recomputing ``terminated_key``
             (and ``done``) of relabelled one-step transitions; without it they
             keep their stored flags (as in SB3).
         info_key (NestedKey, optional): next-only entry holding per-step infos
@@ -176,7 +178,8 @@ class HindsightTransform(Transform):
             rewards = step_rewards(tensordict, self.reward_key, "HindsightTransform")
         else:  # [B, W, *reward]
             rewards = window_rewards(window, self.reward_key, "HindsightTransform")
-        new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos).view(V, *rewards.shape[1:])
+        new = call_reward_fn(self.reward_fn, flat_achieved, goals, infos,
+                             owner="HindsightTransform").view(V, *rewards.shape[1:])
         # a new tensor: a window's rewards share their bytes with its last step's ("next", reward)
         rewards = rewards.index_copy(0, idx, new if new.dtype == rewards.dtype else new.to(rewards.dtype))
         set_unchecked(steps, self.reward_key[1:], rewards)
@@ -193,8 +196,16 @@ class HindsightTransform(Transform):
                 "HindsightTransform: terminated_fn needs one-step transitions; with "
                 f"n-step windows (width {width}) a new termination would cut the window."
             )
-        term = torch.as_tensor(terminated_fn(achieved, goals, infos), device=achieved.device)
-        term = term.reshape(-1, 1).bool()
+        term = goal_fn_result("HindsightTransform", "terminated_fn", terminated_fn(achieved, goals, infos),
+                              achieved.shape[0], achieved.device)  # [V, 1]
+        if term.dtype is not torch.bool:  # numbers: 0 / 1 only, not read by truthiness (0.5)
+            if not ((term == 0) | (term == 1)).all():
+                off = term[(term != 0) & (term != 1)][0].item()
+                raise ValueError(
+                    f"HindsightTransform: terminated_fn returned {off!r} (dtype {term.dtype}), expected "
+                    "bools (or numbers 0 / 1): one termination flag per (achieved_goal, desired_goal) pair."
+                )
+            term = term.bool()
         truncated = td.get(("next", "truncated"), None)
         done = term if truncated is None else term | truncated[idx]
         for key, new in ((self.terminated_key, term), (("next", "done"), done)):

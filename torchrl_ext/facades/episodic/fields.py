@@ -151,7 +151,8 @@ def _type_of(x: torch.Tensor) -> TensorType:
 class VerificationMode(enum.IntEnum):
     """How much each added episode is checked.
 
-    * ``NO_CHECKS``: none (the shapes still have to fit the storage).
+    * ``NO_CHECKS``: only the field names (a missing or unknown field cannot be
+      stored); the shapes still have to fit the storage.
     * ``BASIC_CHECKS``: every field present, no unknown field, one length for
       all fields, each step's shape and dtype as in :attr:`EpisodeDataset.fields`.
     * ``EXTENDED_CHECKS``: also, floating-point fields are finite.
@@ -285,15 +286,17 @@ def verify(episode: TensorDictBase, fields: Fields, mode: VerificationMode) -> N
         ValueError: a step has another shape, or (extended) a value is not finite.
         TypeError: a field has another dtype.
     """
-    if mode < VerificationMode.BASIC_CHECKS:
-        return
+    # the fields at every level, NO_CHECKS too: a missing or unknown one cannot be
+    # stored (one set comparison an episode)
     keys = set(episode.keys())
-    if keys != set(fields):
-        missing, extra = sorted(set(fields) - keys), sorted(keys - set(fields))
+    if keys != fields.keys():
+        missing, extra = sorted(fields.keys() - keys), sorted(keys - fields.keys())
         raise EntryKeyError(
             f"add_episode: the episode's fields differ from the dataset's {sorted(fields)}: "
             f"missing {missing}, unexpected {extra}."
         )
+    if mode < VerificationMode.BASIC_CHECKS:
+        return
     for key, kind in fields.items():
         value = episode.get(key)
         if tuple(value.shape[1:]) != kind.shape:
