@@ -301,6 +301,18 @@ def test_no_checks_mode_still_refuses_missing_or_unknown_fields():
     assert dataset.num_episodes == 2
 
 
+def test_no_checks_mode_refuses_a_field_of_another_shape_naming_it():
+    """NO_CHECKS skips value checks, but a step of another shape cannot be stored: it failed in
+    torch's index_copy_ ('source and destination slices have the same size'); nothing is stored."""
+    dataset = RingBufferDataset(100, info=EpisodeDatasetInfo(verification_mode=VerificationMode.NO_CHECKS))
+    dataset.add_episode({"x": torch.zeros(3, 2), "y": torch.zeros(3)})
+    with pytest.raises(ValueError, match=r"EpisodePool.append: entry 'x' has steps of shape \(4,\), the pool's "
+                                         r"rows hold \(2,\) \(fixed by the first episode\)"):
+        dataset.add_episode({"x": torch.zeros(3, 4), "y": torch.zeros(3)})
+    dataset.add_episode({"x": torch.ones(2, 2), "y": torch.ones(2)})
+    assert dataset.num_episodes == 2
+
+
 def test_add_episode_refuses_per_step_lists_whose_shape_or_dtype_changes():
     # torch.stack promotes dtypes (an int64 step among float32 ones, float32 among
     # float64) and names no field when shapes differ: each is refused by name

@@ -224,6 +224,11 @@ class EpisodePool(NumpyViews):
             # fraction of TensorDict's indexed assignment, which casts alike
             for key, value in episode.items(include_nested=True, leaves_only=True):
                 stored = self.rows.get(key)
+                if value.shape[1:] != stored.shape[1:]:  # (before anything is committed: rows stay free)
+                    raise ValueError(
+                        f"EpisodePool.append: entry {key!r} has steps of shape {tuple(value.shape[1:])}, "
+                        f"the pool's rows hold {tuple(stored.shape[1:])} (fixed by the first episode)."
+                    )
                 stored.index_copy_(0, rows, value.to(stored.device, stored.dtype))
             slot_top = self._counter("slot_top")
             slot = int(v["slot_free"][slot_top - 1])
