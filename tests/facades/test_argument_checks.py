@@ -308,7 +308,13 @@ def test_finite_values_beyond_float32_are_refused_as_not_fitting_not_as_inf():
     storage.add(np.full((2, 3), 3e38), np.array([0, 1]), np.ones(2), np.ones(2, bool), np.zeros(2, bool), {}, obs)
     real_inf = np.full((2, 3), np.inf)  # an infinity that came as one keeps its message
     storage.add(real_inf, np.array([0, 1]), np.ones(2), np.ones(2, bool), np.zeros(2, bool), {}, obs)
-    with pytest.raises(ValueError, match=r"observation of env 0 is inf; NaN and infinities poison"):
+    with pytest.raises(ValueError, match=r"observation of env 0 is inf \(or a value beyond float32's range, "
+                                         r"\+-3.403e\+38, cast to it\); NaN and infinities poison"):
+        storage.sample()
+    # rewards are cast on every add unchecked (a check would cost each add): the finite check names both causes
+    with pytest.warns(RuntimeWarning, match="overflow"), pytest.raises(
+            ValueError, match=r"\('next', 'reward'\) of env 1 is inf \(or a value beyond float32's range"):
+        storage.add(obs, np.array([0, 1]), np.array([1.0, 1e40]), np.zeros(2, bool), np.zeros(2, bool), {}, obs)
         storage.sample()
     half = NStepReplayStorage(gym.spaces.Box(-1, 1, (3,), np.float16), D3, num_envs=2, num_workers=0, storage_size=100)
     with pytest.raises(ValueError, match=r"observations holds 70000 \(env 0\), which does not fit float16"):

@@ -171,7 +171,7 @@ def test_non_finite_value_raises_when_its_chunk_is_written_naming_entry_env_and_
     steps = vector_env_steps("NextStep", [[NORMAL, NORMAL]] * 12)
     rb, batcher = added_with_an_infinite_reward(steps, 8, bad=4)  # steps 1 .. 7 held
     with pytest.raises(ValueError, match=r"GymVectorAdapter.step \(step 4\): \('next', 'reward'\) of "
-                                         r"env 1 is inf; .* That step and the 4 added after it were "
+                                         r"env 1 is inf .*; .* That step and the 4 added after it were "
                                          r"not stored \(steps are written in chunks\); the running "
                                          r"episodes end before it\."):
         batcher.add(*steps[8])

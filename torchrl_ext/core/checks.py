@@ -282,8 +282,12 @@ def check_finite_rows(where: str, name: Any, value: np.ndarray) -> None:
         return  # the sum overflowed; every value is finite
     bad = np.argwhere(~finite)[0]
     shown = name if isinstance(name, str) else str(tuple(name) if len(name) > 1 else name[0])
+    found = value[tuple(bad)]
+    # a stored array: a value beyond its dtype's range came in finite and was cast to inf
+    cast = f" (or a value beyond {value.dtype.name}'s range, +-{np.finfo(value.dtype).max:.4g}, cast to it)" \
+        if np.isinf(found) and value.dtype.itemsize < 8 else ""
     raise ValueError(
-        f"{where}: {shown} of env {int(bad[0])} is {value[tuple(bad)]}; NaN and infinities "
+        f"{where}: {shown} of env {int(bad[0])} is {found}{cast}; NaN and infinities "
         "poison the n-step returns and every target bootstrapped from them. Fix the env "
         "or reward code (or pass check_finite=False to store it anyway)."
     )
