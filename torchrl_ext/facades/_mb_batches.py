@@ -13,17 +13,43 @@ from torchrl_ext.facades._mb_steps import STORED
 from torchrl_ext.model_based import ModelEpochDataset
 from torchrl_ext.samplers.epoch import content_ids, holdout_mask
 
-__all__ = ["ModelBatches"]
+__all__ = ["ModelBatches", "RingState"]
 
 
-class ModelBatches:
+class RingState:
+    """What ``MBReplayBuffer``'s mixins read of its time ring, declared for type checkers (no code).
+
+    ``size`` steps at time positions whose storage rows are ``_rows``
+    (``[max_size, N]``), ``_boundary`` (not a real transition), ``_ids`` /
+    ``_ids_known`` (content ids of the holdout split, seeded by
+    ``_split_seed``), and ``_flush()``, which writes the staged steps.
+
+    Examples:
+        >>> from torchrl_ext import MBReplayBuffer
+        >>> issubclass(MBReplayBuffer, RingState)
+        True
+    """
+
+    if TYPE_CHECKING:  # MBReplayBuffer's
+        size: int
+        device: Any
+        holdout_fraction: float
+        _rb: Any
+        _rows: torch.Tensor
+        _boundary: np.ndarray
+        _ids: np.ndarray
+        _ids_known: np.ndarray
+        _split_seed: int
+        _scaler_fitted: bool
+
+        def _flush(self) -> None: ...
+
+
+class ModelBatches(RingState):
     """Serve the stored steps as normalised model-training epochs (a mixin of ``MBReplayBuffer``).
 
-    Expects the facade's step bookkeeping: ``size`` steps at time positions
-    whose storage rows are ``_rows`` (``[max_size, N]``), ``_boundary`` (not a
-    real transition) and ``_ids`` / ``_ids_known`` (content ids, computed
-    here when a holdout split first reads them), and ``_flush()``, which
-    writes the staged steps. See :class:`~torchrl_ext.MBReplayBuffer` for the
+    Reads the facade's time ring (:class:`RingState`); the content ids are
+    computed here when a holdout split first reads them. See :class:`~torchrl_ext.MBReplayBuffer` for the
     public methods.
 
     Examples:
@@ -48,20 +74,8 @@ class ModelBatches:
     """
 
     if TYPE_CHECKING:  # MBReplayBuffer's, for type checkers
-        size: int
-        device: Any
-        holdout_fraction: float
-        _rb: Any
-        _rows: torch.Tensor
-        _boundary: np.ndarray
-        _ids: np.ndarray
-        _ids_known: np.ndarray
-        _split_seed: int
-        _scaler_fitted: bool
         _data: ModelEpochDataset | None
         _holdout: torch.Tensor
-
-        def _flush(self) -> None: ...
 
     def _content_ids(self, take: np.ndarray) -> np.ndarray:
         """Content ids of the steps where ``take`` (``[N, size]``, env-major) is set.

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from torchrl_ext.envs.gym import AutoresetMode
+from torchrl_ext.facades._mb_batches import RingState
 from torchrl_ext.facades._mb_steps import PytorchrlSteps
 from torchrl_ext.facades._snapshots import dump_facade, load_facade
 from torchrl_ext.transforms.scaler import STATISTICS
@@ -17,7 +18,7 @@ __all__ = ["ModelCheckpoints"]
 _RING = ("rows", "boundary", "ids", "ids_known")  # the time ring's arrays, [max_size, N] each
 
 
-class ModelCheckpoints:
+class ModelCheckpoints(RingState):
     """Atomic checkpoints of the model-based facade (a mixin of ``MBReplayBuffer``).
 
     A checkpoint holds the stored steps (``rb.dumps``: rows, episode index,
@@ -54,26 +55,15 @@ class ModelCheckpoints:
 
     if TYPE_CHECKING:  # MBReplayBuffer's, for type checkers
         max_size: int
-        size: int
         step: int
-        device: torch.device
         scaler: Any
         autoreset_mode: AutoresetMode
         reward_function: Any
         num_actions: int | None
         ensemble_size: int | None
         bootstrap: bool
-        holdout_fraction: float
-        _rb: Any
         _steps: PytorchrlSteps
-        _rows: torch.Tensor
-        _boundary: np.ndarray
-        _ids: np.ndarray
-        _ids_known: np.ndarray
-        _split_seed: int
-        _scaler_fitted: bool
 
-        def _flush(self) -> None: ...
         def _clear(self) -> None: ...
         def _new_steps(self) -> PytorchrlSteps: ...
         def _new_rb(self, steps: PytorchrlSteps, max_size: int) -> Any: ...
