@@ -262,6 +262,10 @@ def test_device_is_checked_naming_it(build, owner):
     with pytest.raises(TypeError, match=rf"{owner}: device=None \(NoneType\), expected a torch.device"):
         build(None)
     assert build(torch.device("cpu")).device == build("cpu").device == torch.device("cpu")
+    if not torch.cuda.is_available():  # an index names an accelerator: torch's reason, not "unknown"
+        with pytest.raises(ValueError, match=rf"{owner}: device=0 names accelerator 0, which torch cannot give "
+                                             r"here \(.+\); expected a torch.device"):
+            build(0)
 
 
 def test_snapshot_dir_is_a_directory_path(tmp_path):

@@ -160,3 +160,29 @@ def test_a_scaler_without_tensor_statistics_is_fitted_again_after_a_load(tmp_pat
     next(restored.generate_batches(None, 16))
     next(original.generate_batches(None, 16))
     assert Scaler.fits == 2  # the original's first fit, the restored buffer's
+
+
+def test_a_buffer_rebuilt_after_a_load_is_the_saved_one_s(tmp_path):
+    """Found by review: a resize (or reset) after loads rebuilt the buffer with the loading
+    buffer's seed= (batches in another order), and a reset before dumps was forgotten, so
+    data of another layout was normalised by the old statistics instead of fitted ones."""
+    samples = cartpole(MODES.NEXT_STEP, 40)
+    original = build()
+    feed(original, samples[:30])
+    original.dumps(tmp_path / "ckpt")
+    restored = build(seed=7)
+    restored.loads(tmp_path / "ckpt")
+    for buffer in (original, restored):
+        buffer.update_storage_parameter("max_size", 20)  # rebuilt from the stored steps
+    assert_same_batches(restored, original)
+
+    next(original.generate_batches(None, 16))  # the scaler fitted on 3 envs of CartPole
+    original.reset()
+    original.dumps(tmp_path / "reset")
+    restored = build(seed=7)
+    restored.loads(tmp_path / "reset")
+    wider = [step(t, 2, obs_dim=4, action=np.zeros((2, 1), np.int64)) for t in range(30)]  # 2 envs: another layout
+    for buffer in (original, restored):
+        feed(buffer, wider)
+    assert not restored._scaler_fitted and not original._scaler_fitted
+    assert_same_batches(restored, original)

@@ -122,7 +122,12 @@ def check_device(owner: str, name: str, value: Any) -> torch.device:
     try:
         return torch.device(value if isinstance(value, str) else int(value))
     except RuntimeError as err:  # torch's own reason follows as the cause
-        raise ValueError(f"{owner}: {name}={value!r} is not a device torch knows, {expected}") from err
+        if isinstance(value, str):
+            raise ValueError(f"{owner}: {name}={value!r} is not a device torch knows, {expected}") from err
+        raise ValueError(  # an index: of the accelerator, which this machine may lack
+            f"{owner}: {name}={value!r} names accelerator {int(value)}, which torch cannot give here "
+            f"({err}); {expected}"
+        ) from err
 
 
 def check_dir(owner: str, name: str, value: Any) -> Path | None:

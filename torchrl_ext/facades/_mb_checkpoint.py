@@ -9,7 +9,7 @@ import torch
 
 from torchrl_ext.envs.gym import AutoresetMode
 from torchrl_ext.facades._mb_batches import RingState
-from torchrl_ext.facades._mb_steps import PytorchrlSteps
+from torchrl_ext.facades._mb_steps import PytorchrlSteps, specs_json, specs_of_json
 from torchrl_ext.facades._snapshots import dump_facade, load_facade
 from torchrl_ext.transforms.scaler import STATISTICS
 
@@ -62,7 +62,9 @@ class ModelCheckpoints(RingState):
         num_actions: int | None
         ensemble_size: int | None
         bootstrap: bool
+        seed: int | None
         _steps: PytorchrlSteps
+        _layout_before_reset: dict | None
 
         def _clear(self) -> None: ...
         def _new_steps(self) -> PytorchrlSteps: ...
@@ -84,8 +86,9 @@ class ModelCheckpoints(RingState):
         """
         self._flush()
         arrays: dict[str, np.ndarray] = {}
-        meta: dict[str, Any] = {"max_size": self.max_size, "size": self.size, "step": self.step,
-                                "holdout_fraction": self.holdout_fraction, "split_seed": self._split_seed}
+        meta: dict[str, Any] = {"max_size": self.max_size, "size": self.size, "step": self.step, "seed": self.seed,
+                                "holdout_fraction": self.holdout_fraction, "split_seed": self._split_seed,
+                                "layout_before_reset": specs_json(self._layout_before_reset)}
         if self._rb is not None:
             steps, steps_arrays = self._steps.state_dict()
             meta["steps"] = steps
@@ -122,6 +125,9 @@ class ModelCheckpoints(RingState):
         self._clear()  # nothing of this buffer's stays
         self.max_size, self.size, self.step = meta["max_size"], meta["size"], meta["step"]
         self.holdout_fraction, self._split_seed = meta["holdout_fraction"], meta["split_seed"]
+        # the buffer's seed seeds a rebuilt buffer (reset, resize); the layout before a
+        # reset decides whether the scaler's statistics survive the next insert
+        self.seed, self._layout_before_reset = meta["seed"], specs_of_json(meta["layout_before_reset"])
         if built:
             self._steps, self._rb = built["steps"], built["rb"]
             self._rows = torch.from_numpy(arrays["rows"])

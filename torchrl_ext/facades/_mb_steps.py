@@ -273,10 +273,8 @@ class PytorchrlSteps:
         the same layout and join (or start) the same episodes.
         """
         assert not self.staged, "write the staged steps first"
-        specs = self.specs or {}
         meta = {"num_envs": self.num_envs, "keys": sorted(self.keys), "warned": self.warned,
-                "specs": [[list(k), list(shape), dtype.str] for k, (shape, dtype) in specs.items()],
-                "last_next": [list(k) for k in self._last_next]}
+                "specs": specs_json(self.specs), "last_next": [list(k) for k in self._last_next]}
         arrays = {"traj": self._traj, "open": self._open,
                   **{f"last_next.{i}": v for i, v in enumerate(self._last_next.values())}}
         return meta, arrays
@@ -284,7 +282,7 @@ class PytorchrlSteps:
     def load_state_dict(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         """Restore :meth:`state_dict` (staging blocks come with the next step, as after a first insert)."""
         self.num_envs, self.keys, self.warned = meta["num_envs"], frozenset(meta["keys"]), meta["warned"]
-        self.specs = {tuple(k): (tuple(shape), np.dtype(dtype)) for k, shape, dtype in meta["specs"]} or None
+        self.specs = specs_of_json(meta["specs"])
         self._traj, self._open = arrays["traj"], arrays["open"]
         self._last_next = {tuple(k): arrays[f"last_next.{i}"] for i, k in enumerate(meta["last_next"])}
         self._stage, self._layout, self.staged = {}, None, 0
@@ -573,6 +571,16 @@ class PytorchrlSteps:
             entries[STORED[REW]] = np.zeros((n, T, 1), np.float32)
         return GymVectorAdapter.to_tensordict(
             {k: v.swapaxes(0, 1) for k, v in entries.items()}, [T, n], time_first=True)
+
+
+def specs_json(specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None) -> list | None:
+    """A layout (``PytorchrlSteps.specs``: stored key to shape and dtype) as JSON-ready lists, in order."""
+    return None if specs is None else [[list(k), list(shape), dtype.str] for k, (shape, dtype) in specs.items()]
+
+
+def specs_of_json(rows: list | None) -> dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None:
+    """:func:`specs_json`'s layout back."""
+    return None if rows is None else {tuple(k): (tuple(shape), np.dtype(dtype)) for k, shape, dtype in rows}
 
 
 def discrete_count(space: Any) -> int | None:
