@@ -9,7 +9,8 @@ import torch
 
 from torchrl_ext.envs.gym import AutoresetMode
 from torchrl_ext.facades._mb_batches import RingState
-from torchrl_ext.facades._mb_steps import PytorchrlSteps, specs_json, specs_of_json
+from torchrl_ext.facades._mb_steps import PytorchrlSteps
+from torchrl_ext.facades._mb_trees import specs_json, specs_of_json
 from torchrl_ext.facades._snapshots import dump_facade, load_facade
 from torchrl_ext.transforms.scaler import STATISTICS
 

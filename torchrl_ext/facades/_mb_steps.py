@@ -10,17 +10,18 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 
 from torchrl_ext.envs._chunk import follow_on
 from torchrl_ext.envs._inputs import put_final
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import steps_held
 from torchrl_ext.facades._convert import to_numpy
+from torchrl_ext.facades._mb_trees import specs_json, specs_of_json, tree_leaves
 
 OBS, RHS, DONE, ACT, REW = "Observation", "RecurrentHiddenStates", "Done", "Action", "Reward"
 OBS2, RHS2, DONE2, INFO = "NextObservation", "NextRecurrentHiddenStates", "NextDone", "EnvironmentInformation"
@@ -45,21 +46,6 @@ DONE_KEY, BOUNDARY_KEY = ("next", "done"), ("next", "boundary")
 TRAJ_KEY = ("collector", "traj_ids")  # the writer starts an episode where it changes
 _FLAGS = (STORED[DONE], STORED[DONE2], STORED[REW], BOUNDARY_KEY)  # [..., N, 1] each
 _DONE_FLAGS = (STORED[DONE], STORED[DONE2])  # 0 / 1 (or bool) only
-
-
-def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
-    """``fn`` applied to every leaf of nested dicts."""
-    if isinstance(value, Mapping):
-        return {k: tree_map(fn, v) for k, v in value.items()}
-    return fn(value)
-
-
-def _leaves(value: Any, prefix: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            yield from _leaves(v, prefix + (str(k),))
-    else:
-        yield prefix, to_numpy(value)
 
 
 def entry_name(key: tuple[str, ...]) -> str:
@@ -325,7 +311,7 @@ class PytorchrlSteps:
                 if type(value) is np.ndarray:
                     leaves[key] = value
                 else:
-                    leaves.update(_leaves(value, key))
+                    leaves.update(tree_leaves(value, key))
         return leaves
 
     def _check(self, leaves: dict, where: str, present: set[str], lead: tuple[int, ...]) -> None:
@@ -462,7 +448,7 @@ class PytorchrlSteps:
             if targets is None:
                 targets = {k: v if in_place else v.copy() for k, v in leaves.items() if k[: len(prefix)] == prefix}
                 leaves.update(targets)
-            put_final(where, self._final_name(i), targets, i, dict(_leaves(final[i], prefix)), entry_name)
+            put_final(where, self._final_name(i), targets, i, dict(tree_leaves(final[i], prefix)), entry_name)
         self._warn(int(unknown.sum()))
         return unknown
 
@@ -573,16 +559,6 @@ class PytorchrlSteps:
             {k: v.swapaxes(0, 1) for k, v in entries.items()}, [T, n], time_first=True)
 
 
-def specs_json(specs: dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None) -> list | None:
-    """A layout (``PytorchrlSteps.specs``: stored key to shape and dtype) as JSON-ready lists, in order."""
-    return None if specs is None else [[list(k), list(shape), dtype.str] for k, (shape, dtype) in specs.items()]
-
-
-def specs_of_json(rows: list | None) -> dict[tuple[str, ...], tuple[tuple[int, ...], np.dtype]] | None:
-    """:func:`specs_json`'s layout back."""
-    return None if rows is None else {tuple(k): (tuple(shape), np.dtype(dtype)) for k, shape, dtype in rows}
-
-
 def discrete_count(space: Any) -> int | None:
     """One-hot width of a gym / gymnasium ``Discrete`` space; ``None`` for ``Box``."""
     kind = type(space).__name__
@@ -594,14 +570,3 @@ def discrete_count(space: Any) -> int | None:
         f"MBReplayBuffer: actor.action_space is {kind}, expected a gym or gymnasium "
         "Discrete or Box space."
     )
-
-
-def tail(data: dict[str, Any], keep: int) -> dict[str, Any]:
-    """The newest ``keep`` steps of a :meth:`MBReplayBuffer.get_all_buffer_data` result."""
-    return {k: None if v is None else tree_map(lambda x: x[-keep:], v) for k, v in data.items()}
-
-
-def numpy_tree(td: TensorDictBase) -> dict[str, Any]:
-    """A TensorDict as nested dicts of numpy copies (pytorchrl's slice values)."""
-    return {k: numpy_tree(v) if isinstance(v, TensorDictBase) else v.numpy().copy()
-            for k, v in td.items()}

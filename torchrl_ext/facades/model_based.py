@@ -22,10 +22,8 @@ from torchrl_ext.facades._mb_steps import (
     STORED,
     PytorchrlSteps,
     discrete_count,
-    numpy_tree,
-    tail,
-    tree_map,
 )
+from torchrl_ext.facades._mb_trees import numpy_tree, tail, tree_map
 from torchrl_ext.model_based import ModelEpochDataset, make_model_based_buffer
 from torchrl_ext.samplers.epoch import EpochSampler
 from torchrl_ext.writers.transition import DEFAULT_DONE_KEYS
