@@ -184,6 +184,14 @@ class SpaceInput:
         node = self if name is None else (self.children or {}).get(name)
         if node is None or node.children is not None:
             return None
+        allowed = node._allowed
+        if allowed is not None:  # the bytes test alone (the array has the space's dtype), else the full check
+            check_elements = node._check_elements
+
+            def check_bytes(array: np.ndarray) -> None:
+                if array.tobytes().translate(None, allowed):
+                    check_elements(array)
+            return check_bytes
         if node._elements is not None:
             return node._check_elements
         return node._check_range if node.discrete else None
