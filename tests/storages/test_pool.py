@@ -6,8 +6,11 @@ value tells which episode and step it comes from.
 """
 from __future__ import annotations
 
+import os
 import random
 import re
+import signal
+import threading
 import time
 from collections import Counter
 
@@ -511,6 +514,36 @@ def test_forked_worker_sees_appends_and_evictions():
             assert set(next(it).tolist()) == {100}
     finally:
         del it
+
+
+@pytest.mark.timeout(60)
+def test_a_process_forked_while_another_thread_appends_can_append():
+    """A fork in the middle of another thread's append left the child the writers' thread
+    lock held by a thread it does not have: the child's first append hung."""
+    pool = EpisodePool(64, SPEC)
+    inside, leave = threading.Event(), threading.Event()
+
+    def append_slowly() -> None:
+        with pool._writing():  # an append under way: its write holds the lock
+            inside.set()
+            leave.wait(10)
+
+    writer = threading.Thread(target=append_slowly)
+    writer.start()
+    inside.wait(10)
+    threading.Timer(0.3, leave.set).start()  # the fork below waits for the write to end
+    pid = os.fork()
+    if pid == 0:  # the child: append, or be stopped by the alarm if the lock never frees
+        code = 1
+        try:
+            signal.alarm(10)
+            pool.append(episode([7, 8]))
+            code = 0 if len(pool.live_slots()) == 1 else 2
+        finally:
+            os._exit(code)
+    writer.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the child's append failed or hung ({status})"
 
 
 def test_negative_or_out_of_range_slots_are_refused():

@@ -13,7 +13,7 @@ from tensordict import TensorDictBase
 
 from torchrl_ext.core.draws import uniform_below
 from torchrl_ext.core.kernels.sequences import pool_steps, table_runs
-from torchrl_ext.core.process import FileLock
+from torchrl_ext.core.process import FileLock, guard_forks
 from torchrl_ext.core.schema import LeafSpec, as_key, tensordict_of
 from torchrl_ext.core.views import NumpyViews
 from torchrl_ext.core.windows import draw_windows
@@ -146,6 +146,16 @@ class EpisodePool(NumpyViews):
         # each entry as a [capacity, *shape] typed view of the packed rows: what
         # appends write (and checkpoints read) entry by entry
         self.rows = self._layout([self.packed], torch.Size([self.capacity]), self.device)
+        # a fork waits for a write under way (a child would inherit the writers' thread
+        # lock held by a thread it does not have: its first write would hang)
+        guard_forks(self, level=1)
+
+    def _fork_locks(self) -> tuple[Any, ...]:
+        """The lock :func:`~torchrl_ext.core.process.guard_forks` holds across a fork: the writers' thread lock."""
+        return (self.lock._thread,)
+
+    def _before_fork(self) -> None:
+        """Nothing to move: the pool's tensors are in shared memory from the start (on the CPU)."""
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
