@@ -51,8 +51,9 @@ def _check_terminated_key(
         ...
         ValueError: make_replay_buffer: terminated_key=('next', 'terminated') is not one of done_keys=[('next', 'done')]: ...
     """
-    done = [as_key(k) for k in ([done_keys] if isinstance(done_keys, str) else done_keys)]
-    if as_key(terminated_key) not in done:
+    done = [as_key(k, f"done_keys[{i}]", where)
+            for i, k in enumerate([done_keys] if isinstance(done_keys, str) else done_keys)]
+    if as_key(terminated_key, "terminated_key", where) not in done:
         raise ValueError(
             f"{where}: terminated_key={as_key(terminated_key)!r} is not one of "
             f"done_keys={done!r}: n-step windows would not stop at terminations, "

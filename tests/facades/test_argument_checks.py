@@ -35,6 +35,8 @@ from torchrl_ext import (
 )
 from torchrl_ext.facades._convert import SpaceInput
 from torchrl_ext.facades.d3rlpy import Episode
+from torchrl_ext.samplers import FrameStackSampler, SequenceSampler
+from torchrl_ext.transforms import ModelPairTransform, NStepTransform
 
 BOX = gym.spaces.Box(-1, 1, (3,), np.float32)
 D3 = gym.spaces.Discrete(3)
@@ -215,8 +217,23 @@ def test_hindsight_arguments_are_checked_when_built():
     with pytest.raises(TypeError, match=r"terminated_fn is int, expected a callable"):
         HerReplayStorage(gym.spaces.Dict(observation=b2, achieved_goal=b2, desired_goal=b2), D3,
                          storage_size=100, terminated_fn=3)
-    with pytest.raises(TypeError, match=r"key 3 \(int\): expected a str or a tuple of str"):
-        make_replay_buffer(10, reward_key=3)
+
+
+@pytest.mark.parametrize("build, named", [
+    (lambda: make_replay_buffer(10, reward_key=3), "TransitionWriter: reward_key=3"),
+    (lambda: make_replay_buffer(10, done_keys=[("next", "done"), 3]), r"TransitionWriter: done_keys\[1\]=3"),
+    (lambda: make_replay_buffer(10, n_step=3, terminated_key=3), "make_replay_buffer: terminated_key=3"),
+    (lambda: SequenceSampler(4, mask_key=3), "SequenceSampler: mask_key=3"),
+    (lambda: FrameStackSampler(4, keys=["pixels", 3]), r"FrameStackSampler: keys\[1\]=3"),
+    (lambda: NStepTransform(0.9, discount_key=3), "NStepTransform: discount_key=3"),
+    (lambda: ModelPairTransform(observation_keys=[3]), r"ModelPairTransform: observation_keys\[0\]=3"),
+    (lambda: HerReplayStorage(gym.spaces.Dict(observation=BOX, achieved_goal=BOX, desired_goal=BOX), D3,
+                              storage_size=100, goal_key=3), "HerReplayStorage: goal_key=3"),
+])
+def test_a_key_argument_that_is_no_key_is_refused_naming_it(build, named):
+    """The message said 'key 3 (int)' without naming the argument (a constructor takes several keys)."""
+    with pytest.raises(TypeError, match=named + r" \(int\), expected a str or a tuple of str"):
+        build()
 
 
 def test_her_flags_of_another_env_count_are_named_with_copy_info_dict():

@@ -35,8 +35,11 @@ class EntryKeyError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def as_key(key: NestedKey) -> tuple[str, ...]:
+def as_key(key: NestedKey, name: str | None = None, owner: str | None = None) -> tuple[str, ...]:
     """Normalise a nested key to a tuple of strings.
+
+    ``name`` (and ``owner``) name the argument in the error: a key a user
+    passes (``reward_key=``) is refused naming it.
 
     Raises:
         TypeError: ``key`` is not a str or a non-empty sequence of str (``3``, ``[3]``).
@@ -48,15 +51,19 @@ def as_key(key: NestedKey) -> tuple[str, ...]:
         Traceback (most recent call last):
         ...
         TypeError: key 3 (int): expected a str or a tuple of str (a nested key such as ('next', 'reward')).
+        >>> as_key(3, "reward_key", "NStepTransform")
+        Traceback (most recent call last):
+        ...
+        TypeError: NStepTransform: reward_key=3 (int), expected a str or a tuple of str (a nested key such as ('next', 'reward')).
     """
     if isinstance(key, str):
         return (key,)
     parts = tuple(key) if isinstance(key, (tuple, list)) else None
     if not parts or not all(isinstance(part, str) for part in parts):
-        raise TypeError(
-            f"key {key!r} ({type(key).__name__}): expected a str or a tuple of str (a nested key "
-            "such as ('next', 'reward'))."
-        )
+        expected = "expected a str or a tuple of str (a nested key such as ('next', 'reward'))."
+        if name is None:
+            raise TypeError(f"key {key!r} ({type(key).__name__}): {expected}")
+        raise TypeError(f"{owner + ': ' if owner else ''}{name}={key!r} ({type(key).__name__}), {expected}")
     return parts
 
 

@@ -27,7 +27,7 @@ def _observation_entries(
             them), or, with ``observation_key=None``, a buffer holding several.
     """
     schema = getattr(rb, "storage", rb).schema
-    action = as_key(action_key)
+    action = as_key(action_key, "action_key", "to_d3rlpy")
     held = [k for k in schema.shared if k[: len(action)] != action
             and not (schema.leaves[k].dtype == torch.bool and schema.leaves[k].shape.numel() == 1)]
     listed = ", ".join(key_str(k) for k in held)
@@ -39,8 +39,8 @@ def _observation_entries(
             "the entry to export, or a list of entries to export them as d3rlpy tuple observations "
             "(one array per entry, in the order given)."
         )
-    keys = [as_key(observation_key)] if isinstance(observation_key, (str, tuple)) else [
-        as_key(k) for k in observation_key]
+    keys = [as_key(observation_key, "observation_key", "to_d3rlpy")] if isinstance(observation_key, (str, tuple)) \
+        else [as_key(k, f"observation_key[{i}]", "to_d3rlpy") for i, k in enumerate(observation_key)]
     for key in keys:
         if key in held:
             continue

@@ -288,7 +288,7 @@ class HerReplayStorage(HeldStepsFacade):
                               "a gymnasium Dict space with the goal entries")
         if not isinstance(action_space, gym.Space):
             raise space_error("HerReplayStorage", "action_space", action_space)
-        goals = [_subspace(observation_space, as_key(key), name)
+        goals = [_subspace(observation_space, as_key(key, name, owner), name)
                  for name, key in (("goal_key", goal_key), ("achieved_goal_key", achieved_goal_key))]
         if goals[0].shape != goals[1].shape:  # a relabelled goal is an achieved goal
             raise ValueError(

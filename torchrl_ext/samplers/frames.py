@@ -231,7 +231,8 @@ class FrameStackSampler(RefiningSampler):
         self.n_frames = n_frames
         if isinstance(keys, str):  # one key, not the sequence of its characters
             keys = [keys]
-        self.keys = None if keys is None else tuple(as_key(k) for k in keys)
+        self.keys = None if keys is None else tuple(
+            as_key(k, f"keys[{i}]", "FrameStackSampler") for i, k in enumerate(keys))
 
     @property
     def n_frames(self) -> int:

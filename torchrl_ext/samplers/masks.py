@@ -138,7 +138,7 @@ class BootstrapMaskSampler(RefiningSampler):
         super().__init__(base if base is not None else UniformTransitionSampler())
         self.mask_size, self.p = int(mask_size), float(p)
         self.key = None if seed is None else int(seed)
-        self.mask_key = as_key(mask_key)
+        self.mask_key = as_key(mask_key, "mask_key", type(self).__name__)
 
     def _mask_key(self) -> int:
         if self.key is None:

@@ -197,8 +197,8 @@ class SequenceSampler(UniformTransitionSampler):
                 f"SequenceSampler: pad={pad!r} ({type(pad).__name__}), expected True or False."
             )
         self.pad = bool(pad)
-        self.mask_key = as_key(mask_key)
-        self.init_key = as_key(init_key)
+        self.mask_key = as_key(mask_key, "mask_key", "SequenceSampler")
+        self.init_key = as_key(init_key, "init_key", "SequenceSampler")
         if (
             isinstance(max_rounds, bool)
             or not isinstance(max_rounds, (int, np.integer))

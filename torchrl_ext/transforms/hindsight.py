@@ -111,11 +111,11 @@ class HindsightTransform(Transform):
             )
         self.reward_fn = reward_fn
         self.terminated_fn = terminated_fn
-        self.goal_key = as_key(goal_key)
-        self.achieved_goal_key = as_key(achieved_goal_key)
-        self.reward_key = as_key(reward_key)
-        self.terminated_key = as_key(terminated_key)
-        self.info_key = None if info_key is None else as_key(info_key)
+        self.goal_key = as_key(goal_key, "goal_key", "HindsightTransform")
+        self.achieved_goal_key = as_key(achieved_goal_key, "achieved_goal_key", "HindsightTransform")
+        self.reward_key = as_key(reward_key, "reward_key", "HindsightTransform")
+        self.terminated_key = as_key(terminated_key, "terminated_key", "HindsightTransform")
+        self.info_key = None if info_key is None else as_key(info_key, "info_key", "HindsightTransform")
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         self._relabel(tensordict)

@@ -183,13 +183,14 @@ class ModelPairTransform(Transform):
                 f"ModelPairTransform: scaler is {type(scaler).__name__} without a "
                 "transform(inputs, targets) method."
             )
-        self.observation_keys = tuple(as_key(k) for k in observation_keys)
-        self.action_key = as_key(action_key)
-        self.reward_key = None if reward_key is None else as_key(reward_key)
+        self.observation_keys = tuple(as_key(k, f"observation_keys[{i}]", "ModelPairTransform")
+                                      for i, k in enumerate(observation_keys))
+        self.action_key = as_key(action_key, "action_key", "ModelPairTransform")
+        self.reward_key = None if reward_key is None else as_key(reward_key, "reward_key", "ModelPairTransform")
         self.num_actions = num_actions
         self.scaler = scaler
-        self.inputs_key = as_key(inputs_key)
-        self.targets_key = as_key(targets_key)
+        self.inputs_key = as_key(inputs_key, "inputs_key", "ModelPairTransform")
+        self.targets_key = as_key(targets_key, "targets_key", "ModelPairTransform")
 
     def pairs(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """``(inputs, targets)`` of ``tensordict``'s transitions, not normalised."""

@@ -95,7 +95,7 @@ class WriterHandle:
         self.rb = rb
         self._writer_id = writer_id
         self._home = current_pid()  # the process the handle was made in
-        self.writer_key = as_key(writer_key)
+        self.writer_key = as_key(writer_key, "writer_key", "WriterHandle")
 
     @property
     def writer_id(self) -> int:

@@ -138,11 +138,11 @@ class TransitionWriter(Writer):
         self.num_streams = num_streams
         if isinstance(done_keys, str):  # one key, not the sequence of its characters
             done_keys = [done_keys]
-        self.done_keys = tuple(as_key(k) for k in done_keys)
-        self.reward_key = as_key(reward_key)
-        self.traj_key = as_key(traj_key)
-        self.mask_key = as_key(mask_key)
-        self.writer_key = as_key(writer_key)
+        self.done_keys = tuple(as_key(k, f"done_keys[{i}]", "TransitionWriter") for i, k in enumerate(done_keys))
+        self.reward_key = as_key(reward_key, "reward_key", "TransitionWriter")
+        self.traj_key = as_key(traj_key, "traj_key", "TransitionWriter")
+        self.mask_key = as_key(mask_key, "mask_key", "TransitionWriter")
+        self.writer_key = as_key(writer_key, "writer_key", "TransitionWriter")
         if not isinstance(check_continuation, bool):
             raise TypeError(
                 f"TransitionWriter: check_continuation={check_continuation!r} "
