@@ -25,7 +25,9 @@ class ModelCheckpoints(RingState):
     A checkpoint holds the stored steps (``rb.dumps``: rows, episode index,
     sampler, RNG), the time ring (write cursor, each position's row, which steps
     are real transitions, the content ids of the holdout split), the split's
-    fraction and seed, each env's running episode and the scaler's statistics.
+    fraction and seed, the buffer's seed (which seeds a rebuild: a resize, a
+    reset), each env's running episode, the layout before a ``reset()`` and the
+    scaler's statistics.
 
     Examples:
         >>> import tempfile
