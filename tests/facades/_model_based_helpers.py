@@ -40,6 +40,7 @@ def step(t, n=1, done=0.0, next_done=0.0, obs_dim=2, action=None):
 
 
 def filled(steps, size=50, n=1, **kwargs):
+    kwargs.setdefault("autoreset_mode", "next_step")  # the traced steps' flags follow gymnasium's default
     buffer = MBReplayBuffer(size, "cpu", make_actor(), None, None, seed=0, **kwargs)
     for t in range(steps):
         buffer.insert_transition(step(t, n))

@@ -68,7 +68,7 @@ def test_m1_same_step_without_final_obs_is_stored_never_trained_and_warned_once(
 
 
 def test_m1_next_step_keeps_reset_steps_in_slices_but_not_in_batches():
-    buffer = MBReplayBuffer(200, "cpu", make_actor(), None, None, seed=0)
+    buffer = MBReplayBuffer(200, "cpu", make_actor(), None, None, seed=0, autoreset_mode="next_step")
     drive(buffer, MODES.NEXT_STEP, steps=12, num_envs=2)
     data = buffer.get_all_buffer_data()
     assert data["Observation"].shape == (12, 2, 4)  # every inserted step is stored

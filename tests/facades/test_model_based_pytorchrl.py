@@ -58,7 +58,10 @@ def test_pytorchrl_style_scaler_without_fitted_attribute():
 def test_autoreset_mode_is_read_from_a_gymnasium_vector_env():
     env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")], autoreset_mode=MODES.SAME_STEP)
     assert MBReplayBuffer(5, "cpu", make_actor(), None, env).autoreset_mode.value == "SameStep"
-    assert MBReplayBuffer(5, "cpu", make_actor(), None, None).autoreset_mode.value == "NextStep"
+    # envs=None: pytorchrl's convention (its envs reset inside the step), as for an env that declares none;
+    # it took gymnasium's NEXT_STEP, and pytorchrl-style steps then trained on reset jumps (review)
+    assert MBReplayBuffer(5, "cpu", make_actor(), None, None).autoreset_mode.value == "SameStep"
+    assert MBReplayBuffer(5, "cpu", make_actor(), None, None, autoreset_mode="next_step").autoreset_mode.value == "NextStep"
     # a wrapped vector env declares its mode in its metadata only
     wrapped = gym.wrappers.vector.RecordEpisodeStatistics(env)
     assert not hasattr(wrapped, "autoreset_mode")
@@ -100,3 +103,17 @@ def test_an_empty_slice_inserts_nothing_as_in_pytorchrl():
     assert buffer.get_all_buffer_data()["Observation"].tolist() == before["Observation"].tolist()
     with pytest.raises(ValueError, match=r"'Reward' has no time axis \(shape \(\)\), expected \(T, num_envs, \.\.\.\)"):
         buffer.insert_data_slice({**before, "Reward": np.float32(1.0)})
+
+
+def test_pytorchrl_style_steps_without_envs_are_not_trained_on_reset_jumps():
+    """envs=None took gymnasium's NEXT_STEP: steps of envs that reset inside the step (pytorchrl's
+    convention) were trained on reset_obs - last_obs at each episode end, and each episode's
+    first step was dropped as a reset step (review; M1)."""
+    buffer = MBReplayBuffer(200, "cpu", make_actor(), None, None, seed=0)
+    with pytest.warns(UserWarning, match="without their true final observation"):
+        drive(buffer, MODES.SAME_STEP, steps=40, num_envs=3, pass_info=False)
+    data = buffer.get_all_buffer_data()
+    done_steps = int((data["NextDone"] != 0).sum())
+    inputs, labels = decoded(buffer, list(buffer.generate_batches(1, 64)))
+    assert inputs.shape[0] == 40 * 3 - done_steps > 0  # every step but the done ones
+    assert_cartpole_dynamics(inputs, labels)

@@ -66,7 +66,7 @@ def test_large_observations_stage_at_most_slab_bytes_and_are_written_as_they_fil
 def test_steps_inserted_while_batches_are_generated_never_pair_one_step_with_another():
     # a Dyna-style loop inserts while it trains: each epoch is drawn from the
     # steps held when it starts (rows captured at the call held other steps then)
-    buffer = MBReplayBuffer(8, "cpu", make_actor(), None, None, seed=0)
+    buffer = MBReplayBuffer(8, "cpu", make_actor(), None, None, seed=0, autoreset_mode="next_step")
     t = 0
     for t in range(8):  # NEXT_STEP: episodes of 3 steps, then the reset step
         buffer.insert_transition(step(t, done=float(t % 4 == 3), next_done=float(t % 4 == 2)))

@@ -92,8 +92,9 @@ class MBReplayBuffer(ModelBatches, ModelCheckpoints):
             declares none, as every vector env before gymnasium 1.0 (pytorchrl's,
             gym's, SB3's) resets inside the step that ends an episode: its done
             steps, whose next observation is a reset observation, are stored
-            but never trained on (M1); ``NEXT_STEP`` (gymnasium's default)
-            with ``envs=None``.
+            but never trained on (M1). The same with ``envs=None``: pytorchrl's
+            convention (pass ``autoreset_mode="next_step"`` for the steps of a
+            gymnasium 1.x vector env in its default mode).
         holdout_fraction (float): held-out share of the transitions; batches
             then carry ``"holdout_input"`` / ``"holdout_label"``. A step is
             held out by a hash of its content (observation and action, see
@@ -165,10 +166,9 @@ class MBReplayBuffer(ModelBatches, ModelCheckpoints):
             )
         self.reward_function = model.reward_function
         self.num_actions = discrete_count(getattr(actor, "action_space", None))
-        if autoreset_mode is None:  # the mode envs declare; one declaring none is from before
-            # gymnasium 1.0 (pytorchrl's, gym's, SB3's), which resets in the step: SAME_STEP
-            autoreset_mode = AutoresetMode.NEXT_STEP if envs is None else (
-                declared_mode(envs) or AutoresetMode.SAME_STEP)
+        if autoreset_mode is None:  # the mode envs declare; one declaring none (or none given) is
+            # pytorchrl's convention, as every env before gymnasium 1.0 resets in the step: SAME_STEP
+            autoreset_mode = (None if envs is None else declared_mode(envs)) or AutoresetMode.SAME_STEP
         self.autoreset_mode = GymVectorAdapter(1, autoreset_mode=autoreset_mode).autoreset_mode
         # the sampler's own checks, now rather than at the first insert
         EpochSampler(holdout_fraction=holdout_fraction, ensemble_size=ensemble_size, bootstrap=bootstrap)
