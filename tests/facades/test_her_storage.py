@@ -7,6 +7,9 @@ achieved goal after step ``t`` is ``t + 1 + 1000 * e``. A relabelled row's goal
 """
 from __future__ import annotations
 
+import copy
+import pickle
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -495,3 +498,22 @@ def test_h6_copy_info_dict_takes_a_list_of_per_env_dicts():
         env = achieved.long() // 1000
         want = torch.where(env == 1, 0, (achieved - 1).long())
         assert torch.equal(info["step"].long(), want)
+
+
+@pytest.mark.parametrize("copy_facade", [copy.deepcopy, lambda f: pickle.loads(pickle.dumps(f))], ids=["deepcopy", "pickle"])
+def test_a_facade_holding_multi_binary_steps_copies_and_goes_on_checking(copy_facade):
+    """The staged path's MultiBinary check was a local closure, which pickle refuses ('Can't pickle
+    local object'): a facade that had added a step could not be pickled."""
+    bits = gym.spaces.MultiBinary(4)
+    space = gym.spaces.Dict(observation=bits, achieved_goal=bits, desired_goal=bits)
+    storage = HerReplayStorage(space, gym.spaces.Discrete(3), storage_size=100, num_envs=2, batch_size=4, seed=0)
+    obs = {k: np.zeros((2, 4), np.int8) for k in space.spaces}
+    no = np.zeros(2, bool)
+    for _ in range(3):
+        storage.add(obs, np.array([0, 1]), np.zeros(2), no, no, {}, obs)
+    copied = copy_facade(storage)
+    copied.add(obs, np.array([0, 1]), np.zeros(2), no, no, {}, obs)
+    bad = {**obs, "achieved_goal": np.full((2, 4), 2, np.int8)}
+    with pytest.raises(ValueError, match=r"achieved_goal.* holds 2 at \(0, 0\) \(env 0\), outside MultiBinary\(4\)"):
+        copied.add(obs, np.array([0, 1]), np.zeros(2), no, no, {}, bad)
+    assert len(copied) == 2 * 4

@@ -148,8 +148,7 @@ class SpaceInput:
         elif isinstance(space, gym.spaces.MultiBinary):
             self._elements = (np.zeros(space.shape, np.int64), np.full(space.shape, 2, np.int64))
         # one-byte values with the same bounds everywhere (every MultiBinary): the bytes of
-        # the values allowed, which bytes.translate deletes (~0.2 µs a step; a kernel's
-        # dispatch costs ~1 µs, six times a step of a HER Dict)
+        # the values allowed, which _check_bytes deletes
         self._allowed: bytes | None = None
         if self._elements is not None and self.dtype is not None and self.dtype.kind in "iu" \
                 and self.dtype.itemsize == 1:
@@ -184,16 +183,8 @@ class SpaceInput:
         node = self if name is None else (self.children or {}).get(name)
         if node is None or node.children is not None:
             return None
-        allowed = node._allowed
-        if allowed is not None:  # the bytes test alone (the array has the space's dtype), else the full check
-            check_elements = node._check_elements
-
-            def check_bytes(array: np.ndarray) -> None:
-                if array.tobytes().translate(None, allowed):
-                    check_elements(array)
-            return check_bytes
         if node._elements is not None:
-            return node._check_elements
+            return node._elements_check()
         return node._check_range if node.discrete else None
 
     def __call__(self, value: Any) -> Any:
@@ -228,7 +219,7 @@ class SpaceInput:
                 self._check_fits_float(array)
             out = array.astype(self.dtype)
         if self._elements is not None:
-            self._check_elements(out)
+            self._elements_check()(out)
         if self.discrete:
             self._check_range(out)
             if self.column:
@@ -320,10 +311,17 @@ class SpaceInput:
                 "declare the space with a wider dtype)."
             )
 
+    def _elements_check(self) -> Callable[[np.ndarray], None]:
+        """The range check of a ``MultiDiscrete`` / ``MultiBinary`` array of the space's dtype."""
+        return self._check_bytes if self._allowed is not None else self._check_elements
+
+    def _check_bytes(self, array: np.ndarray) -> None:
+        """A one-byte space with one bound everywhere: its allowed bytes deleted, none may be left
+        (~0.2 µs a step; a kernel's dispatch costs ~1 µs); else the full check names the value."""
+        if array.tobytes().translate(None, cast(bytes, self._allowed)):
+            self._check_elements(array)
+
     def _check_elements(self, array: np.ndarray) -> None:
-        if self._allowed is not None and array.dtype == self.dtype:
-            if not array.tobytes().translate(None, self._allowed):
-                return
         low, high = cast(tuple[np.ndarray, np.ndarray], self._elements)
         # else one pass of a kernel (numpy's compare and any cost ~4 µs a step of a small space)
         values = array.reshape(-1)
