@@ -366,6 +366,22 @@ class TransitionReplayBuffer(TensorDictReplayBuffer):
         Raises:
             TypeError: ``priority`` is not numbers (a string, ``None``, bools),
                 checked here before TorchRL converts it.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from torchrl_ext import PrioritizedTransitionSampler, make_replay_buffer
+            >>> rb = make_replay_buffer(16, sampler=PrioritizedTransitionSampler(), batch_size=2, seed=0)
+            >>> no = torch.zeros(1, 3, 1, dtype=torch.bool)
+            >>> _ = rb.extend(TensorDict({"observation": torch.arange(3.0).view(1, 3, 1), "action": torch.zeros(1, 3, 1),
+            ...     "next": {"observation": torch.arange(1.0, 4.0).view(1, 3, 1), "reward": torch.ones(1, 3, 1),
+            ...              "done": no, "terminated": no}}, [1, 3]))
+            >>> batch = rb.sample()
+            >>> rb.update_priority(batch["index"], torch.tensor([0.5, 2.0]))
+            >>> rb.update_priority(batch["index"], "x")
+            Traceback (most recent call last):
+            ...
+            TypeError: update_priority: priority='x' (str), expected a float tensor, array or number: one priority per index (or one for all), e.g. td_error.abs().
         """
         super().update_priority(index, as_priorities(priority))
 

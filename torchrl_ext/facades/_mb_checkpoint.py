@@ -86,6 +86,21 @@ class ModelCheckpoints(RingState):
 
         Raises:
             ValueError: a staged step holds a done flag other than 0 or 1 (as a read).
+
+        Examples:
+            >>> import tempfile
+            >>> from types import SimpleNamespace
+            >>> import gymnasium as gym
+            >>> from torchrl_ext import MBReplayBuffer
+            >>> from torchrl_ext.transforms import StandardScaler
+            >>> actor = SimpleNamespace(action_space=gym.spaces.Discrete(2), dynamics_model=SimpleNamespace(
+            ...     standard_scaler=StandardScaler(), reward_function=None))
+            >>> path = tempfile.mkdtemp() + "/ckpt"
+            >>> MBReplayBuffer(10, "cpu", actor, None, None, seed=0).dumps(path)  # before any insert
+            >>> restored = MBReplayBuffer(10, "cpu", actor, None, None)
+            >>> restored.loads(path)
+            >>> len(restored), restored.seed
+            (0, 0)
         """
         self._flush()
         arrays: dict[str, np.ndarray] = {}
@@ -113,6 +128,21 @@ class ModelCheckpoints(RingState):
             ValueError: ``path`` holds no checkpoint, or one of a buffer built with
                 another autoreset mode, reward target, action one-hot width,
                 ensemble size or bootstrap (nothing is loaded then).
+
+        Examples:
+            >>> import tempfile
+            >>> from types import SimpleNamespace
+            >>> import gymnasium as gym
+            >>> from torchrl_ext import MBReplayBuffer
+            >>> from torchrl_ext.transforms import StandardScaler
+            >>> actor = SimpleNamespace(action_space=gym.spaces.Discrete(2), dynamics_model=SimpleNamespace(
+            ...     standard_scaler=StandardScaler(), reward_function=None))
+            >>> path = tempfile.mkdtemp() + "/ckpt"
+            >>> MBReplayBuffer(10, "cpu", actor, None, None).dumps(path)
+            >>> MBReplayBuffer(10, "cpu", actor, None, None, ensemble_size=2).loads(path)  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: MBReplayBuffer.loads: ... was written by a facade built otherwise: ensemble_size: the checkpoint has None, this one 2; build it as the saved one was.
         """
         built: dict[str, Any] = {}
 
