@@ -8,12 +8,15 @@ original's, and both go on identically, each env's episode continued.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from torchrl_ext import BatchReplayBuffer, HerReplayStorage, NStepReplayStorage
+from torchrl_ext import BatchReplayBuffer, HerReplayStorage, MBReplayBuffer, NStepReplayStorage
+from torchrl_ext.transforms import StandardScaler
 
 N = 3
 BOX = gym.spaces.Box(-100, 100, (2,), np.float32)
@@ -156,3 +159,21 @@ def test_the_constructor_s_sample_settings_stay_after_a_load(tmp_path):
     loaded = d3rlpy(mask_size=2)
     loaded.loads(tmp_path / "d3rlpy")
     assert loaded.sample(8).masks.shape == (2, 8, 1)
+
+
+def model_based():
+    actor = SimpleNamespace(action_space=gym.spaces.Discrete(2), dynamics_model=SimpleNamespace(
+        standard_scaler=StandardScaler(), reward_function=None))
+    return MBReplayBuffer(30, "cpu", actor, None, None)
+
+
+@pytest.mark.parametrize("build, owner", [(nstep, "NStepReplayStorage"), (her, "HerReplayStorage"),
+                                          (d3rlpy, "BatchReplayBuffer"), (model_based, "MBReplayBuffer")])
+def test_a_checkpoint_path_that_is_no_path_is_refused_naming_it(build, owner):
+    """dumps(3) / loads(3) failed in pathlib ('expected str, bytes or os.PathLike object, not int')."""
+    facade = build()
+    for call in ("dumps", "loads"):
+        for path in (3, None):
+            with pytest.raises(TypeError, match=rf"{owner}.{call}: path={path} \(\w+\), expected a str or "
+                                                r"os.PathLike naming a directory\.$"):
+                getattr(facade, call)(path)

@@ -130,8 +130,8 @@ def check_device(owner: str, name: str, value: Any) -> torch.device:
         ) from err
 
 
-def check_dir(owner: str, name: str, value: Any) -> Path | None:
-    """``value`` as a directory ``Path``, or ``None``; an empty string (the current directory) is refused.
+def check_dir(owner: str, name: str, value: Any, *, optional: bool = True) -> Path | None:
+    """``value`` as a directory ``Path``, or ``None`` (if ``optional``); an empty string (the current directory) is refused.
 
     Raises:
         TypeError: not a ``str`` or ``os.PathLike`` (an int, bytes).
@@ -145,12 +145,12 @@ def check_dir(owner: str, name: str, value: Any) -> Path | None:
         ...
         TypeError: Storage: snapshot_dir=3 (int), expected a str or os.PathLike naming a directory, or None.
     """
-    if value is None:
+    if value is None and optional:
         return None
     if not isinstance(value, (str, os.PathLike)):
         raise TypeError(
             f"{owner}: {name}={value!r} ({type(value).__name__}), expected a str or os.PathLike "
-            "naming a directory, or None."
+            f"naming a directory{', or None' if optional else ''}."
         )
     path = os.fspath(value)
     if not isinstance(path, str):  # a PathLike of bytes, which Path refuses

@@ -394,7 +394,8 @@ class HeldStepsFacade:
             True
         """
         self._batcher.flush()
-        dump_facade(path, self._rb, self._layout(), {}, {"adapter": self.adapter.state_dict(), **self._own_state()})
+        dump_facade(path, self._rb, f"{type(self).__name__}.dumps", self._layout(), {},
+                    {"adapter": self.adapter.state_dict(), **self._own_state()})
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` wrote, in place.

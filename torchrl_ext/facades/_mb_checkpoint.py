@@ -101,6 +101,10 @@ class ModelCheckpoints(RingState):
             >>> restored.loads(path)
             >>> len(restored), restored.seed
             (0, 0)
+            >>> MBReplayBuffer(10, "cpu", actor, None, None, ensemble_size=2).loads(path)  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: MBReplayBuffer.loads: ... was written by a facade built otherwise: ensemble_size: the checkpoint has None, this one 2; build it as the saved one was.
         """
         self._flush()
         arrays: dict[str, np.ndarray] = {}
@@ -119,7 +123,7 @@ class ModelCheckpoints(RingState):
             arrays.update({f"scaler.{k}": v.detach().cpu().numpy() for k, v in stats.items()
                            if isinstance(v, torch.Tensor)})
         meta["scaler_fitted"] = kept
-        dump_facade(path, self._rb, self._layout(), arrays, meta)
+        dump_facade(path, self._rb, f"{type(self).__name__}.dumps", self._layout(), arrays, meta)
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` wrote, in place (steps staged here are dropped).
@@ -128,21 +132,6 @@ class ModelCheckpoints(RingState):
             ValueError: ``path`` holds no checkpoint, or one of a buffer built with
                 another autoreset mode, reward target, action one-hot width,
                 ensemble size or bootstrap (nothing is loaded then).
-
-        Examples:
-            >>> import tempfile
-            >>> from types import SimpleNamespace
-            >>> import gymnasium as gym
-            >>> from torchrl_ext import MBReplayBuffer
-            >>> from torchrl_ext.transforms import StandardScaler
-            >>> actor = SimpleNamespace(action_space=gym.spaces.Discrete(2), dynamics_model=SimpleNamespace(
-            ...     standard_scaler=StandardScaler(), reward_function=None))
-            >>> path = tempfile.mkdtemp() + "/ckpt"
-            >>> MBReplayBuffer(10, "cpu", actor, None, None).dumps(path)
-            >>> MBReplayBuffer(10, "cpu", actor, None, None, ensemble_size=2).loads(path)  # doctest: +ELLIPSIS
-            Traceback (most recent call last):
-            ...
-            ValueError: MBReplayBuffer.loads: ... was written by a facade built otherwise: ensemble_size: the checkpoint has None, this one 2; build it as the saved one was.
         """
         built: dict[str, Any] = {}
 

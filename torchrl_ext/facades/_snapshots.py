@@ -10,6 +10,7 @@ import numpy as np
 
 from torchrl_ext._atomic import atomic_dir, reading
 from torchrl_ext.buffer import TransitionReplayBuffer
+from torchrl_ext.core.checks import check_dir
 from torchrl_ext.samplers.refining import RefiningSampler
 
 __all__ = ["dump_facade", "load_facade"]
@@ -20,7 +21,7 @@ Target = TransitionReplayBuffer | Callable[[dict[str, np.ndarray], dict[str, Any
 
 
 def dump_facade(
-    path: str | Path, rb: TransitionReplayBuffer | None, layout: dict[str, Any],
+    path: str | Path, rb: TransitionReplayBuffer | None, where: str, layout: dict[str, Any],
     arrays: dict[str, np.ndarray], meta: dict[str, Any],
 ) -> None:
     """Write ``rb`` (``rb.dumps``: rows, episode index, sampler, RNG) and the facade's state under ``path``.
@@ -32,11 +33,12 @@ def dump_facade(
         path: the checkpoint directory.
         rb: the facade's buffer, its held steps written (``None``: a facade that builds
             it at its first step has none yet).
+        where: the caller, for messages.
         layout: how the facade was built, JSON-ready, which :func:`load_facade` compares.
         arrays: the facade's numpy state by name.
         meta: the facade's other state, JSON-ready.
     """
-    with atomic_dir(path) as tmp:
+    with atomic_dir(_directory(where, path)) as tmp:
         if rb is not None:
             rb.dumps(tmp / "buffer")
         with open(tmp / _ARRAYS, "wb") as file:
@@ -64,7 +66,7 @@ def load_facade(
         ValueError: ``path`` holds no such checkpoint, or one of a facade with
             another layout (each difference named; nothing is loaded then).
     """
-    with reading(path) as directory:
+    with reading(_directory(where, path)) as directory:
         if not (directory / _META).exists():
             raise ValueError(f"{where}: {directory} holds no checkpoint written by dumps() (no {_META}).")
         meta = json.loads((directory / _META).read_text())
@@ -100,3 +102,8 @@ def _chain(sampler: Any) -> list[Any]:
         out.append(sampler)
         sampler = sampler.base
     return out
+
+
+def _directory(where: str, path: Any) -> Path:
+    """``path`` as the checkpoint's directory; a ``TypeError`` naming it if it is none (``3``, ``None``)."""
+    return cast(Path, check_dir(where, "path", path, optional=False))

@@ -467,7 +467,7 @@ class BatchReplayBuffer:
         self._flush()
         arrays = {"has_prev": self._has_prev, "prev_obs": self._prev_obs, "prev_action": self._prev_action,
                   "prev_reward": self._prev_reward, "traj": self._traj, "held": self._held}
-        dump_facade(path, self._rb, self._layout(), arrays, {"order": self._order})
+        dump_facade(path, self._rb, "BatchReplayBuffer.dumps", self._layout(), arrays, {"order": self._order})
 
     def loads(self, path: str | Path) -> None:
         """Restore what :meth:`dumps` wrote, in place.
