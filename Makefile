@@ -48,7 +48,9 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e ".[bench]"
-	# model-based peers (W5): their pins would move gymnasium / omegaconf, so no deps; then their imports
+	# model-based peers (W6): their pins would move gymnasium / omegaconf, so no deps; then their imports
 	$(PY) -m pip install -q --no-deps mbrl==0.2.0 pytorchrl==3.2.15 gym==0.26.2 gym-notices==0.1.0
 	$(PY) -m pip install -q omegaconf termcolor pyyaml attrs
-	$(PY) benchmarks/run.py
+	# d3rlpy 1.0 (W5's peer): built once, on PYTHONPATH for its own process only (beside d3rlpy 2)
+	bash benchmarks/build_d3rlpy1.sh build/peers/d3rlpy1 $(PY)
+	D3RLPY1_PATH=$(CURDIR)/build/peers/d3rlpy1 $(PY) benchmarks/run.py

@@ -42,8 +42,9 @@ kernel holds in 2 MB pages (random reads over 4 KB pages miss the TLB).
   ``StackedObservations``, zero padding at episode starts), observation and next
   observation both stored (SB3's n-step buffer refuses ``optimize_memory_usage``);
 - ``d3rlpy-1.0``: d3rlpy 1.0.0's ``BatchReplayBuffer`` (Cython; built in a
-  throwaway venv with ``cython<3``, wheel installed with ``--target`` and put on
-  ``PYTHONPATH`` for its process only: ``--d3rlpy1-path`` or ``$D3RLPY1_PATH``).
+  throwaway venv with ``cython<3`` by ``build_d3rlpy1.sh DIR``, which ``make bench``
+  runs, installed with ``--target DIR`` and put on ``PYTHONPATH`` for its process
+  only: ``--d3rlpy1-path DIR`` or ``$D3RLPY1_PATH``).
 
 "exact at starts": the share of sampled stacks whose last frame is one of the
 first 3 steps of its episode (so the stack reaches back past the episode
