@@ -211,6 +211,34 @@ def test_d5_d3rlpy_style_env_with_len():
     assert BatchReplayBuffer(40, BatchEnv()).n_envs == 2
 
 
+def test_a_d3rlpy_batch_env_of_old_gym_envs_keeps_its_discrete_actions():
+    # d3rlpy 1.0's batch envs hold old gym envs, whose spaces are not gymnasium's classes:
+    # their Discrete was read as a continuous action of size 1 (float actions, 7 taken)
+    old_gym = pytest.importorskip("gym")  # (the full suite's set-up installs it; the compat one does not)
+
+    class SyncBatchEnv:  # what d3rlpy 1.0's SyncBatchEnv gives the buffer: its first env's spaces
+        def __init__(self, envs):
+            self.envs = envs
+            self.observation_space, self.action_space = envs[0].observation_space, envs[0].action_space
+
+        def __len__(self) -> int:
+            return len(self.envs)
+
+    env = SyncBatchEnv([old_gym.make("CartPole-v1") for _ in range(2)])
+    buffer = BatchReplayBuffer(100, env, seed=0)
+    assert (buffer.discrete, buffer.action_size) == (True, 2)
+    obs = np.stack([e.reset(seed=i)[0] for i, e in enumerate(env.envs)])
+    for t in range(6):
+        buffer.append(obs + t, np.array([0, 1]), np.ones(2), np.zeros(2))
+    batch = buffer.sample(16)
+    assert batch.actions.shape == (16,) and batch.actions.dtype == torch.int32
+    assert set(batch.actions.tolist()) <= {0, 1}
+    with pytest.raises(ValueError, match=r"actions"):
+        buffer.append(obs, np.array([7, 1]), np.ones(2), np.zeros(2))
+    dataset = buffer.to_mdp_dataset()
+    assert dataset.dataset_info.action_space.name == "DISCRETE"
+
+
 def test_maxlen_is_the_envs_fifo_as_in_d3rlpy():
     # d3rlpy keeps the last maxlen transitions of all appends in one FIFO; the
     # envs' streams kept maxlen // (n_envs + 1) each (half of maxlen for one

@@ -11,7 +11,8 @@ import torch
 from torchrl_ext.core.kernels.writes import any_outside, any_outside_each
 from torchrl_ext.core.schema import EntryKeyError
 
-__all__ = ["BATCH_ENTRIES", "SpaceInput", "check_rows_per_env", "space_error", "step_inputs", "to_numpy"]
+__all__ = ["BATCH_ENTRIES", "SpaceInput", "check_rows_per_env", "discrete_n", "space_error", "step_inputs",
+           "to_numpy"]
 
 #: root entries of a stored or sampled row that are not observations: a ``Dict``
 #: observation entry of one of these names would be overwritten by them
@@ -29,6 +30,22 @@ def space_error(owner: str, name: str, space: Any, expected: str = "a gymnasium 
         TypeError: Facade: action_space is int, expected a gymnasium Space.
     """
     return TypeError(f"{owner}: {name} is {type(space).__name__}, expected {expected}.")
+
+
+def discrete_n(space: Any) -> int | None:
+    """The ``n`` of a ``Discrete`` space of gymnasium or of the older gym; ``None`` for any other space.
+
+    Told by the class's name: old gym's spaces (d3rlpy 1.0's batch envs,
+    pytorchrl's) are not gymnasium's classes, and an ``isinstance`` test would
+    take their ``Discrete`` for a continuous space.
+
+    Examples:
+        >>> discrete_n(gym.spaces.Discrete(3)), discrete_n(gym.spaces.Box(-1, 1, (2,)))
+        (3, None)
+    """
+    if type(space).__name__ == "Discrete" and hasattr(space, "n"):
+        return int(space.n)
+    return None
 
 
 def check_rows_per_env(owner: str, storage_size: int, num_envs: int, rows: int, least: int) -> None:

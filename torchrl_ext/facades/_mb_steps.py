@@ -20,7 +20,7 @@ from torchrl_ext.envs._chunk import follow_on
 from torchrl_ext.envs._inputs import put_final
 from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import steps_held
-from torchrl_ext.facades._convert import to_numpy
+from torchrl_ext.facades._convert import discrete_n, to_numpy
 from torchrl_ext.facades._mb_trees import specs_json, specs_of_json, tree_leaves
 
 OBS, RHS, DONE, ACT, REW = "Observation", "RecurrentHiddenStates", "Done", "Action", "Reward"
@@ -561,12 +561,10 @@ class PytorchrlSteps:
 
 def discrete_count(space: Any) -> int | None:
     """One-hot width of a gym / gymnasium ``Discrete`` space; ``None`` for ``Box``."""
-    kind = type(space).__name__
-    if kind == "Discrete" and hasattr(space, "n"):
-        return int(space.n)
-    if kind == "Box":
-        return None
+    n = discrete_n(space)
+    if n is not None or type(space).__name__ == "Box":
+        return n
     raise TypeError(
-        f"MBReplayBuffer: actor.action_space is {kind}, expected a gym or gymnasium "
-        "Discrete or Box space."
+        f"MBReplayBuffer: actor.action_space is {type(space).__name__}, expected a gym or "
+        "gymnasium Discrete or Box space."
     )

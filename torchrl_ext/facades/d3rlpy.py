@@ -13,6 +13,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.builders import make_replay_buffer
 from torchrl_ext.core.checks import EmptyBufferError, check_count, check_finite_rows, check_flag, check_number
+from torchrl_ext.facades._convert import discrete_n
 from torchrl_ext.facades._d3rlpy_batch import BatchReplayBatch, Episode
 from torchrl_ext.facades._d3rlpy_inputs import AppendInputs, flags, spaces
 from torchrl_ext.facades._snapshots import dump_facade, load_facade
@@ -80,7 +81,8 @@ class BatchReplayBuffer:
     Args:
         maxlen (int): capacity in transitions.
         env: a gymnasium vector env, a d3rlpy-style batch env (``len(env)``,
-            ``observation_space``, ``action_space``) or None (then the keywords).
+            ``observation_space``, ``action_space``: gymnasium's spaces or old
+            gym's, as d3rlpy 1.0's batch envs give) or None (then the keywords).
         episodes (sequence of Episode, optional): written first, in order.
         create_mask (bool): attach bootstrap masks.
         mask_size (int): bits per mask (ensemble size).
@@ -135,8 +137,10 @@ class BatchReplayBuffer:
                 "as d3rlpy takes: flatten dict observations first (gymnasium's FlattenObservation)."
             )
         self.observation_shape = tuple(obs_space.shape)
-        self.discrete = isinstance(act_space, gym.spaces.Discrete)
-        self.action_size = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
+        # (gymnasium's Discrete, or old gym's: d3rlpy 1.0's own batch envs give those)
+        n = discrete_n(act_space)
+        self.discrete = n is not None
+        self.action_size = n if n is not None else int(np.prod(act_space.shape))
         self._inputs = AppendInputs(self.observation_shape, self.discrete, self.action_size, self.n_envs)
         self.image, self.obs_dtype = self._inputs.image, self._inputs.obs_dtype
         self.maxlen = check_count("BatchReplayBuffer", "maxlen", maxlen)
