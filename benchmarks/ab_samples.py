@@ -105,8 +105,9 @@ def facades() -> dict[str, str]:
     bits = gym.spaces.MultiBinary(6)
     space = gym.spaces.Dict(observation=bits, achieved_goal=bits, desired_goal=bits)
 
-    def reward(achieved, desired, infos):
-        return (achieved != desired).float().sum(-1) + (0 if infos is None else infos["v"].float())
+    def reward(achieved, desired, infos):  # numpy arrays and a dict per row, as rllte passes them
+        extra = np.array([info.get("v", 0) for info in infos], np.float32)
+        return (achieved != desired).astype(np.float32).sum(-1) + extra
 
     for copy_info_dict in (False, True):
         storage = HerReplayStorage(space, gym.spaces.Discrete(6), storage_size=2000, num_envs=4,

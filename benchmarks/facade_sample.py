@@ -71,7 +71,7 @@ def build(rows: int) -> tuple[dict, dict, object]:
 
     facades = {"nstep": nstep(0), "nstep_workers": nstep(4)}
     her = HerReplayStorage(her_space, act_space, storage_size=rows, num_envs=N_ENVS, batch_size=BATCH,
-                           num_goals=0, seed=0, reward_fn=lambda a, d, i: -(a - d).norm(dim=-1))
+                           num_goals=0, seed=0, reward_fn=lambda a, d, i: -np.linalg.norm(a - d, axis=-1))
     dataset = RingBufferDataset(rows)
     episodic = EpisodeReplayBuffer(dataset, batch_size=BATCH, sequence_length=1, num_workers=0, seed=0)
     peer = cpprb.ReplayBuffer(rows, env_dict={"obs": {"shape": OBS_DIM}, "act": {"shape": ACT_DIM},

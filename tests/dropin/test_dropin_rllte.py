@@ -133,7 +133,7 @@ def her_storage(strategy="future", **kwargs):
         obs = {"observation": state, "achieved_goal": state, "desired_goal": goal}
         next_obs = {"observation": nxt, "achieved_goal": nxt, "desired_goal": goal}
         storage.add(obs, rng.uniform(-1, 1, (2, 2)).astype(np.float32), -np.ones(2),
-                    np.full(2, t % 6 == 5), np.zeros(2, bool), {}, next_obs)
+                    np.full(2, t % 6 == 5), np.zeros(2, bool), {"step": np.full(2, t)}, next_obs)
     return storage
 
 
@@ -153,6 +153,33 @@ def test_h1_default_reward_fn_samples():
     hit = (batch.next_observations["achieved_goal"][relabelled]
            == batch.observations["desired_goal"][relabelled]).all(-1)
     assert torch.equal(batch.rewards[relabelled].view(-1), torch.where(hit, 0.0, -1.0))
+
+
+@pytest.mark.parametrize("copy_info_dict", [False, True])
+def test_a_reward_fn_written_for_rllte_gets_numpy_arrays_and_a_dict_per_row(copy_info_dict):
+    # rllte calls reward_fn with numpy arrays (stored dtypes) and a list of one dict per row;
+    # this one (numpy methods, len(infos)) raised TypeError on tensors and infos=None
+    calls = []
+
+    def reward_fn(achieved, desired, infos):
+        assert len(infos) == len(achieved) and all(isinstance(info, dict) for info in infos)
+        calls.append((achieved.dtype, infos))
+        return -(np.abs(achieved - desired).max(axis=-1) > 0.05).astype(np.float32).reshape(-1, 1)
+
+    batch = her_storage(reward_fn=reward_fn, copy_info_dict=copy_info_dict).sample()
+    relabelled = slice(4, 20)
+    hit = (batch.next_observations["achieved_goal"][relabelled]
+           == batch.observations["desired_goal"][relabelled]).all(-1)
+    assert torch.equal(batch.rewards[relabelled].view(-1), torch.where(hit, 0.0, -1.0))
+    dtype, infos = calls[-1]
+    assert dtype == np.int8  # the goals' stored dtype, as rllte keeps them
+    # each row's own info entries with copy_info_dict, rllte's empty dicts without
+    assert all(list(info) == (["step"] if copy_info_dict else []) for info in infos)
+    native = her_storage(reward_fn=lambda a, d, infos: calls.append((a, infos)) or -torch.ones(len(a)),
+                         copy_info_dict=copy_info_dict, native=True)
+    native.sample()
+    assert isinstance(calls[-1][0], torch.Tensor)  # native=True: the components' tensors
+    assert (calls[-1][1] is None) is not copy_info_dict
 
 
 def test_h3_random_strategy_samples():

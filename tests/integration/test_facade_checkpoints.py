@@ -31,7 +31,7 @@ def nstep(**kwargs):
 
 def her(**kwargs):
     args = dict(storage_size=300, num_envs=N, batch_size=8, num_goals=2, seed=0,
-                reward_fn=lambda a, d, i: -(a - d).abs().sum(-1), copy_info_dict=True)
+                reward_fn=lambda a, d, i: -np.abs(a - d).sum(-1), copy_info_dict=True)
     return HerReplayStorage(GOALS, gym.spaces.Discrete(2), **{**args, **kwargs})
 
 
@@ -117,7 +117,7 @@ def test_a_loaded_facade_samples_and_goes_on_as_the_saved_one(kind, build, tmp_p
     (nstep, lambda: nstep(autoreset_mode="same_step"),
      r"autoreset_mode: the checkpoint has 'NextStep', this one 'SameStep'"),
     (her, lambda: HerReplayStorage(GOALS, gym.spaces.Discrete(2), storage_size=300, num_envs=2,
-                                   reward_fn=lambda a, d, i: -(a - d).abs().sum(-1)),
+                                   reward_fn=lambda a, d, i: -np.abs(a - d).sum(-1)),
      r"num_envs: the checkpoint has 3, this one 2"),
     (d3rlpy, lambda: d3rlpy(n_envs=1), r"n_envs: the checkpoint has 3, this one 1"),
     (nstep, lambda: NStepReplayStorage(gym.spaces.Box(-np.inf, np.inf, (3,), np.float32), gym.spaces.Discrete(2),

@@ -16,6 +16,7 @@ from torchrl_ext.envs._inputs import cast_exactly
 from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
 from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs, to_numpy
+from torchrl_ext.facades._numpy_goal_fn import rllte_goal_fn
 from torchrl_ext.facades._tensorclass import (
     TensorclassBatch,
     as_float32,
@@ -189,26 +190,32 @@ class HerReplayStorage(HeldStepsFacade):
         num_goals (int): ``k``, virtual goals per real transition (``0``: no
             relabelling). Defaults to ``4``.
         reward_fn (callable, optional): batched ``reward_fn(achieved_goal,
-            desired_goal, infos)`` returning ``(n,)`` or ``(n, 1)``. Defaults to
+            desired_goal, infos)`` returning ``(n,)`` or ``(n, 1)``, called as
+            rllte calls it: numpy arrays in the stored dtypes, and ``infos`` a
+            list of one dict per row (empty dicts without ``copy_info_dict``).
+            With ``native=True``: tensors on ``device``, and ``infos`` a ``[n]``
+            TensorDict (``None`` without ``copy_info_dict``). Defaults to
             :func:`goal_match_reward`: ``0`` for an exact match, else ``-1``
             (SB3's bit-flipping reward).
         copy_info_dict (bool): store the numeric per-env entries of gymnasium's
             info dict (arrays with a leading ``num_envs`` dim, ``_``-masks
             excluded), or of a list of per-env dicts (SB3 VecEnv infos, LEGACY
-            mode; zeros where an env's dict lacks an entry), under ``("next", "info")`` and pass them to ``reward_fn``
-            as a ``[n]`` TensorDict. The entries of the first :meth:`add` and
+            mode; zeros where an env's dict lacks an entry), under ``("next", "info")``,
+            and pass each row's entries to ``reward_fn`` (see there). The
+            entries of the first :meth:`add` and
             ``info_keys`` fix the set (missing ones are stored as zeros; an entry
             first seen later warns once, naming it: declare it in
             ``info_keys``). In SAME_STEP mode the last step of an episode gets
             its ``final_info`` (not the reset step's info). When ``False`` (the
-            default) nothing is stored and ``infos`` is ``None``.
+            default) nothing is stored.
 
     Keyword Args:
         autoreset_mode (AutoresetMode or str): the vector env's autoreset mode.
             Defaults to gymnasium's default, ``NEXT_STEP``.
         terminated_fn (callable, optional): ``terminated_fn(achieved_goal,
             desired_goal, infos) -> (n,)`` bool recomputing the termination of
-            relabelled rows; without it they keep their stored flags (as in SB3).
+            relabelled rows, called as ``reward_fn``; without it they keep their
+            stored flags (as in SB3).
         goal_key (NestedKey): the desired goal entry. Defaults to ``"desired_goal"``.
         achieved_goal_key (NestedKey): defaults to ``"achieved_goal"``.
         seed (int, optional): seeds sampling.
@@ -311,13 +318,13 @@ class HerReplayStorage(HeldStepsFacade):
         # the strategy, num_goals and reward_fn are checked by the components
         self._rb = make_her_replay_buffer(
             self.capacity_per_env * self.num_envs,
-            self.reward_fn,
+            self.reward_fn if reward_fn is None else rllte_goal_fn(reward_fn, self.native),  # (the default takes tensors)
             strategy=goal_selection_strategy,
             num_goals=num_goals,
             discount_key=None,  # the original's batch has no discount: no n-step layer
             goal_key=goal_key,
             achieved_goal_key=achieved_goal_key,
-            terminated_fn=terminated_fn,
+            terminated_fn=rllte_goal_fn(terminated_fn, self.native),
             info_key=INFO_KEY if self.copy_info_dict else None,
             batch_size=self.batch_size,
             num_streams=self.num_envs,
