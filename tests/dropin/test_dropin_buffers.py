@@ -52,3 +52,64 @@ def test_extend_exposes_other_dataset_and_other_dataloader(tmp_path):
     assert front.other_dataset.num_episodes > front.num_episodes
     episodes = next(iter(front.other_dataloader))  # whole episodes from the large dataset
     assert episodes["obs"].shape[-1] == 3
+
+
+def test_sampled_fields_come_in_the_order_of_the_step_dict():
+    # fields of different dtype sizes were returned widest first: obs, reward, action = batch.values()
+    # then unpacked the int64 actions as obs
+    rb = EpisodeReplayBuffer(RingBufferDataset(500), batch_size=4, sequence_length=2, num_workers=0)
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=0)
+    done = True
+    for _ in range(60):
+        action = env.action_space.sample()
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        rb.add_step({"obs": to_torch(obs), "reward": to_torch(float(reward)), "action": to_torch(action)}, done)
+        done = terminated or truncated
+        obs = env.reset()[0] if done else next_obs
+    batch = rb.sample()
+    obs, reward, action = batch.values()
+    assert list(batch.keys()) == ["obs", "reward", "action"]
+    assert obs.shape == (4, 2, 4) and obs.dtype == torch.float32 and action.dtype == torch.int64
+    assert list(rb.dataset.fields) == ["obs", "reward", "action"]
+
+
+def test_an_evictor_subclass_written_for_the_original_evicts():
+    from torchrl_ext.facades.episodic import Evictor
+
+    class OldestFirst(Evictor):  # the original's subclasses override evict, not __call__
+        def evict(self, *args, **kwargs) -> int:
+            return 0
+
+    dataset = RingBufferDataset(8, evictor=OldestFirst())
+    for n in (3, 4, 5):
+        dataset.add_episode({"obs": torch.full((n, 1), float(n))})
+    assert dataset.episode_lengths == [5]  # 3 + 4 + 5 > 8: the oldest two made room
+
+
+def test_field_types_are_built_as_in_the_original():
+    from torchrl_ext.facades.episodic import ColorImage, PaddedPointcloud
+
+    image, cloud = ColorImage(device="cpu", height=64, width=48), PaddedPointcloud(device="cpu", num_points=128)
+    assert (image.shape, image.dtype, image.height) == ((64, 48, 3), torch.uint8, 64)
+    assert (cloud.shape, cloud.dtype, cloud.num_points) == ((128, 4), torch.float32, 128)
+
+
+def test_to_torch_makes_a_tuple_observation_one_tensor():
+    env = gym.make("Blackjack-v1")
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = to_torch(env.step(0))  # obs: (sum, dealer card, usable ace)
+    assert obs.shape == (3,) and obs.dtype == torch.int64
+    assert reward.dtype == torch.float32 and terminated.dtype == torch.bool and info == {}
+
+
+def test_is_empty_guards_sample_until_an_episode_is_long_enough():
+    rb = EpisodeReplayBuffer(RingBufferDataset(500), batch_size=2, sequence_length=10, num_workers=0)
+    for t in range(12):  # three 4-step episodes: none has 10 steps
+        rb.add_step({"obs": torch.full((3,), float(t)), "action": torch.zeros(1)}, t % 4 == 3)
+    rb.flush()
+    assert rb.num_episodes == 3 and rb.is_empty  # the original's guard: nothing to sample yet
+    if not rb.is_empty:
+        rb.sample()
+    play(rb, 60)  # Pendulum episodes of 25 steps
+    assert not rb.is_empty and rb.sample()["obs"].shape == (2, 10, 3)

@@ -170,14 +170,18 @@ class Layout:
                 if width > at:
                     sizes.append((width - at) // dtype.itemsize)
                 self._splits.append((b, dtype, sizes, picks))
-        # the result's nested dicts: the root first, each parent before its children
+        # the result's nested dicts, their entries in the order of ``parts`` (a sub-dict where
+        # its first entry is): (dict, name, leaf) puts a leaf, (dict, name, -1 - d) links dict d
+        leaf_of = {key: leaf for leaf, key in enumerate(self.keys)}
         groups: dict[tuple[str, ...], int] = {(): 0}
-        for key in self.keys:
+        self._puts: list[tuple[int, str, int]] = []
+        for _, key, _, _ in parts:
             for depth in range(1, len(key)):
-                groups.setdefault(key[:depth], len(groups))
+                if key[:depth] not in groups:
+                    groups[key[:depth]] = len(groups)
+                    self._puts.append((groups[key[:depth - 1]], key[depth - 1], -1 - groups[key[:depth]]))
+            self._puts.append((groups[key[:-1]], key[-1], leaf_of[key]))
         self._groups = len(groups)
-        self._places = [(groups[key[:-1]], key[-1]) for key in self.keys]
-        self._links = [(groups[g[:-1]], g[-1], i) for g, i in groups.items() if g]
 
     def pieces(self, blocks: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Every leaf's view (in :attr:`keys` order), ``[*lead, *shape]`` of its block's lead dims."""
@@ -199,12 +203,10 @@ class Layout:
         return values
 
     def tree(self, values: Sequence[Any]) -> dict[str, Any]:
-        """Nested dicts of ``values`` (one per leaf, :attr:`keys` order) by key."""
+        """Nested dicts of ``values`` (one per leaf, :attr:`keys` order) by key, keys in the order of ``parts``."""
         dicts: list[dict[str, Any]] = [{} for _ in range(self._groups)]
-        for (group, name), value in zip(self._places, values):
-            dicts[group][name] = value
-        for parent, name, child in self._links:
-            dicts[parent][name] = dicts[child]
+        for group, name, leaf in self._puts:
+            dicts[group][name] = values[leaf] if leaf >= 0 else dicts[-1 - leaf]
         return dicts[0]
 
     def __call__(

@@ -117,7 +117,8 @@ class EpisodePool(NumpyViews):
             for key, x in spec.items(include_nested=True, leaves_only=True)
         }
         columns, width = place(leaves, leaves, 0)
-        self._layout = Layout([(0, c.key, c, c.lo) for c in columns], [width])
+        placed = {c.key: c for c in columns}  # samples list the entries in the spec's order
+        self._layout = Layout([(0, key, placed[key], placed[key].lo) for key in leaves], [width])
         # where the float16-stored entries come in a gather's pieces
         halved = {as_key(key) for key in self._halved}
         self._halved_at = [i for i, key in enumerate(self._layout.keys) if key in halved]

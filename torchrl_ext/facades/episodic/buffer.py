@@ -414,7 +414,7 @@ class EpisodeReplayBuffer:
         if self.dataset.is_empty or fields is None:
             raise RuntimeError("Cannot sample from empty dataset.")
         length = self.sequence_length
-        if length is not None and not self.pad and self.dataset.longest_episode < length:
+        if self.is_empty:  # episodes, none long enough
             raise RuntimeError(
                 f"Cannot sample sequences of {length} steps: the longest stored episode has "
                 f"{self.dataset.longest_episode}; wait for longer episodes, lower "
@@ -527,8 +527,16 @@ class EpisodeReplayBuffer:
 
     @property
     def is_empty(self) -> bool:
-        """The dataset holds no episode."""
-        return self.dataset.is_empty
+        """Nothing to sample: no episode is stored, or (without ``pad``) none has ``sequence_length`` steps.
+
+        As the original's: the guard before :meth:`sample` early in training
+        (``if not rb.is_empty: batch = rb.sample()``). The dataset's own
+        ``is_empty`` says whether it holds any episode.
+        """
+        if self.dataset.is_empty:
+            return True
+        length = self.sequence_length
+        return length is not None and not self.pad and self.dataset.longest_episode < length
 
     def __len__(self) -> int:
         return self.dataset.num_timesteps

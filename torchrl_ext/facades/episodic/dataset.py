@@ -342,7 +342,7 @@ class EpisodeDataset(IterableDataset):
         devices = state.get("devices")
         if info.fields is not None and devices is not None:
             info = dataclasses.replace(info, fields=Fields(
-                {k: type(t)(devices[k].device, t.dtype, t.shape) for k, t in info.fields.items()}))
+                {k: t.to(devices[k].device) for k, t in info.fields.items()}))
         if info.fields is not None and self._pool is None:
             self._allocate(info.fields)
         self.info = info

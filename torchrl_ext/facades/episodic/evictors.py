@@ -1,7 +1,6 @@
 """Which stored episode makes room for a new one."""
 from __future__ import annotations
 
-import abc
 import inspect
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -13,15 +12,16 @@ if TYPE_CHECKING:
 __all__ = ["Evictor", "FIFOEvictor", "RandomEvictor", "ShortestEpisodeEvictor"]
 
 
-class Evictor(abc.ABC):
+class Evictor:
     """Chooses the episode to evict when a dataset is full.
 
     Called with the dataset, whose state it may read (``episode_lengths``,
     ``num_timesteps``, ``capacity``, ...); returns the position of the episode
     to evict in ``dataset.episode_lengths`` (0 is the oldest). The dataset
     frees that episode's storage (rows, file) before storing the new one.
-    An evictor written for the original API (``__call__(self)``, blind to the
-    dataset, B17) is called without it.
+    A subclass overrides ``__call__(dataset)``, or :meth:`evict` as the
+    original's do (``evict(self, *args, **kwargs)``); an evictor written for
+    the original API, blind to the dataset (B17), is called without it.
 
     Examples:
         >>> import torch
@@ -36,9 +36,15 @@ class Evictor(abc.ABC):
         [3, 5]
     """
 
-    @abc.abstractmethod
     def __call__(self, dataset: EpisodeDataset) -> int:
-        """Position of the episode to evict, oldest first."""
+        """Position of the episode to evict, oldest first: :meth:`evict`'s, unless overridden."""
+        return eviction_choice(self.evict, type(self).__name__)(dataset)
+
+    def evict(self, *args: Any, **kwargs: Any) -> int:
+        """The original's hook: a subclass that does not override ``__call__`` overrides this."""
+        raise NotImplementedError(
+            f"{type(self).__name__}: an Evictor overrides __call__(dataset), or evict() as in the original."
+        )
 
 
 class FIFOEvictor(Evictor):

@@ -1,6 +1,7 @@
 """What an episodic dataset stores: field types, verification levels, statistics."""
 from __future__ import annotations
 
+import copy
 import enum
 import logging
 from dataclasses import dataclass, field
@@ -47,6 +48,17 @@ class TensorType:
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
 
+    def to(self, device: torch.device | str) -> TensorType:
+        """This field type, with its batches returned on ``device``.
+
+        Examples:
+            >>> ColorImage("cpu", 8, 8).to("meta")
+            ColorImage(device=device(type='meta'), dtype=torch.uint8, shape=(8, 8, 3))
+        """
+        out = copy.copy(self)
+        object.__setattr__(out, "device", torch.device(device))
+        return out
+
 
 class Scalar(TensorType):
     """A 0-d field (reward, done flag).
@@ -69,11 +81,16 @@ class Vector(TensorType):
 class ColorImage(TensorType):
     """A uint8 ``(height, width, 3)`` image, channel-last.
 
+    Built as the original builds it, ``ColorImage(device, height, width)``.
+
     Examples:
-        >>> image = ColorImage("cpu", torch.uint8, (64, 48, 3))
-        >>> image.height, image.width
-        (64, 48)
+        >>> image = ColorImage("cpu", height=64, width=48)
+        >>> image.shape, image.dtype
+        ((64, 48, 3), torch.uint8)
     """
+
+    def __init__(self, device: torch.device | str, height: int, width: int) -> None:
+        super().__init__(device, torch.uint8, (height, width, 3))
 
     @property
     def height(self) -> int:
@@ -87,10 +104,15 @@ class ColorImage(TensorType):
 class PaddedPointcloud(TensorType):
     """A float32 ``(num_points, 4)`` cloud: x, y, z and a validity mask.
 
+    Built as the original builds it, ``PaddedPointcloud(device, num_points)``.
+
     Examples:
-        >>> PaddedPointcloud("cpu", "float32", (128, 4)).num_points
-        128
+        >>> PaddedPointcloud("cpu", num_points=128).shape
+        (128, 4)
     """
+
+    def __init__(self, device: torch.device | str, num_points: int) -> None:
+        super().__init__(device, torch.float32, (num_points, 4))
 
     @property
     def num_points(self) -> int:
@@ -142,9 +164,9 @@ def _type_of(x: torch.Tensor) -> TensorType:
     if x.ndim == 1:
         return Vector(*args)
     if x.ndim == 3 and x.dtype == torch.uint8 and x.shape[-1] == 3:
-        return ColorImage(*args)
+        return ColorImage(x.device, x.shape[0], x.shape[1])
     if x.ndim == 2 and x.dtype == torch.float32 and x.shape[-1] == 4:
-        return PaddedPointcloud(*args)
+        return PaddedPointcloud(x.device, x.shape[0])
     return TensorType(*args)
 
 

@@ -14,9 +14,11 @@ def to_torch(value: Any) -> Any:
 
     The original's ``buffers.utils.to_torch``, as its notebooks use it on gym
     step tuples: numbers, bools and numpy arrays (any strides) become tensors
-    of their dtype; tensors pass as they are; what has no tensor form (an
-    ``info`` dict, a string, ``None``) is returned unchanged. Lists, tuples and
-    named tuples keep their type.
+    of their dtype; an element that is itself a tuple or list of numbers (a
+    ``Tuple`` space's observation, as Blackjack's) becomes one tensor, as
+    ``torch.tensor`` makes it; tensors pass as they are; what has no tensor
+    form (an ``info`` dict, a string, ``None``) is returned unchanged. Lists,
+    tuples and named tuples keep their type.
 
     Examples:
         >>> import numpy as np
@@ -26,12 +28,19 @@ def to_torch(value: Any) -> Any:
         (torch.float32, tensor(1.), torch.bool, {'TimeLimit.truncated': True})
         >>> to_torch([np.arange(4)[::-2], "text"])
         [tensor([3, 1]), 'text']
+        >>> to_torch(((11, 10, 0), 0.0, True, False, {}))[0]  # Blackjack's step
+        tensor([11, 10,  0])
     """
     if isinstance(value, (list, tuple)):
-        items = [to_torch(item) for item in value]
+        items = [_as_tensor(item) for item in value]
         if hasattr(value, "_fields"):  # a named tuple
             return type(value)(*items)
         return type(value)(items)
+    return _as_tensor(value)
+
+
+def _as_tensor(value: Any) -> Any:
+    """One element as a tensor where it converts (see :func:`to_torch`), else unchanged."""
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, np.ndarray):
@@ -40,4 +49,9 @@ def to_torch(value: Any) -> Any:
         return torch.from_numpy(np.ascontiguousarray(value))
     if isinstance(value, (bool, int, float, complex, np.generic)):
         return torch.as_tensor(value)
+    if isinstance(value, (list, tuple)):  # nested numbers: one tensor, as the original's torch.tensor
+        try:
+            return torch.tensor(value)
+        except (RuntimeError, TypeError, ValueError):  # ragged, or holding what has no tensor form
+            return value
     return value
