@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from torchrl_ext import EpisodeReplayBuffer, IndividualFileDataset, RingBufferDataset
@@ -86,13 +87,22 @@ def test_an_evictor_subclass_written_for_the_original_evicts():
         dataset.add_episode({"obs": torch.full((n, 1), float(n))})
     assert dataset.episode_lengths == [5]  # 3 + 4 + 5 > 8: the oldest two made room
 
+    class Unfinished(Evictor):  # overrides neither: refused when built, as an abstract class
+        pass
+
+    with pytest.raises(TypeError, match=r"Can't instantiate Unfinished: an Evictor overrides __call__"):
+        Unfinished()
+
 
 def test_field_types_are_built_as_in_the_original():
     from torchrl_ext.facades.episodic import ColorImage, PaddedPointcloud
 
+    import dataclasses
+
     image, cloud = ColorImage(device="cpu", height=64, width=48), PaddedPointcloud(device="cpu", num_points=128)
     assert (image.shape, image.dtype, image.height) == ((64, 48, 3), torch.uint8, 64)
     assert (cloud.shape, cloud.dtype, cloud.num_points) == ((128, 4), torch.float32, 128)
+    assert dataclasses.replace(image, device="meta").shape == (64, 48, 3)  # as with the original's dataclasses
 
 
 def test_to_torch_makes_a_tuple_observation_one_tensor():
@@ -101,6 +111,11 @@ def test_to_torch_makes_a_tuple_observation_one_tensor():
     obs, reward, terminated, truncated, info = to_torch(env.step(0))  # obs: (sum, dealer card, usable ace)
     assert obs.shape == (3,) and obs.dtype == torch.int64
     assert reward.dtype == torch.float32 and terminated.dtype == torch.bool and info == {}
+    for widths in ((2, 3), (2, 2)):  # arrays: a tuple of tensors (no torch warning for same shapes)
+        boxes = gym.spaces.Tuple(tuple(gym.spaces.Box(0, 1, (w,)) for w in widths))
+        obs = to_torch((boxes.sample(), 0.0, False, False, {}))[0]
+        assert isinstance(obs, tuple) and all(isinstance(o, torch.Tensor) for o in obs)
+        assert [tuple(o.shape) for o in obs] == [(w,) for w in widths]
 
 
 def test_is_empty_guards_sample_until_an_episode_is_long_enough():

@@ -163,6 +163,7 @@ def test_a_reward_fn_written_for_rllte_gets_numpy_arrays_and_a_dict_per_row(copy
 
     def reward_fn(achieved, desired, infos):
         assert len(infos) == len(achieved) and all(isinstance(info, dict) for info in infos)
+        assert isinstance(infos, np.ndarray if copy_info_dict else list)  # rllte's infos table, or its list
         calls.append((achieved.dtype, infos))
         return -(np.abs(achieved - desired).max(axis=-1) > 0.05).astype(np.float32).reshape(-1, 1)
 

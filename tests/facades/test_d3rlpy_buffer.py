@@ -239,6 +239,16 @@ def test_a_d3rlpy_batch_env_of_old_gym_envs_keeps_its_discrete_actions():
     assert dataset.dataset_info.action_space.name == "DISCRETE"
 
 
+def test_a_subclass_of_discrete_is_discrete():
+    class Moves(gym.spaces.Discrete):
+        pass
+
+    buffer = BatchReplayBuffer(40, observation_space=BOX, action_space=Moves(3), n_envs=1)
+    assert (buffer.discrete, buffer.action_size) == (True, 3)
+    with pytest.raises(ValueError, match=r"actions"):
+        buffer.append(np.zeros((1, *BOX.shape), np.float32), np.array([7]), np.zeros(1), np.zeros(1))
+
+
 def test_maxlen_is_the_envs_fifo_as_in_d3rlpy():
     # d3rlpy keeps the last maxlen transitions of all appends in one FIFO; the
     # envs' streams kept maxlen // (n_envs + 1) each (half of maxlen for one

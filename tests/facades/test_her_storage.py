@@ -166,8 +166,8 @@ def test_h6_per_env_infos_and_nothing_stored_without_copy_info_dict():
     store = storage(num_envs=3, reward_fn=reward_fn, copy_info_dict=True)
     play(store, [4, 4], num_envs=3, infos=infos)
     draws(store, 5)
-    for achieved, info in seen:  # one dict per row, as rllte passes them
-        assert isinstance(info, list) and all(list(row) == ["step"] for row in info)
+    for achieved, info in seen:  # one dict per row, in an object array as rllte passes them
+        assert info.dtype == object and all(list(row) == ["step"] for row in info)
         assert [row["step"] for row in info] == (achieved - 1).astype(np.int64).tolist()  # this env's, this step's
     seen.clear()
     store = storage(num_envs=3, reward_fn=reward_fn)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -241,6 +242,18 @@ def test_reward_fn_shapes_and_errors():
     rb.extend(episodes_td([[5]]))
     with pytest.raises(ValueError, match=r"reward_fn returned shape \(3,\) for 4 goals; expected \(4,\) or \(4, 1\)"):
         rb.sample()
+
+
+@pytest.mark.parametrize("view", [lambda x: x[::-1], lambda x: np.broadcast_to(x[:1], x.shape)])
+def test_reward_fn_may_return_a_numpy_view(view):
+    # a reversed view was refused ("expected a float tensor (or numpy array)"), and a broadcast
+    # (read-only) one made torch warn that it is not writable
+    def fn(achieved, desired, infos):
+        return view(-(achieved != desired).any(-1).numpy().astype(np.float32))
+
+    rb = make_her_replay_buffer(100, fn, batch_size=5, seed=0)
+    rb.extend(episodes_td([[5]]))
+    assert rb.sample()["next", "reward"].shape == (5, 1)
 
 
 @pytest.mark.parametrize("result, shown", [(None, "None (NoneType)"), ("-1", "'-1' (str)")])

@@ -35,15 +35,15 @@ def space_error(owner: str, name: str, space: Any, expected: str = "a gymnasium 
 def discrete_n(space: Any) -> int | None:
     """The ``n`` of a ``Discrete`` space of gymnasium or of the older gym; ``None`` for any other space.
 
-    Told by the class's name: old gym's spaces (d3rlpy 1.0's batch envs,
-    pytorchrl's) are not gymnasium's classes, and an ``isinstance`` test would
-    take their ``Discrete`` for a continuous space.
+    Told by the classes' names (a subclass of either counts): old gym's spaces
+    (d3rlpy 1.0's batch envs, pytorchrl's) are not gymnasium's classes, and an
+    ``isinstance`` test would take their ``Discrete`` for a continuous space.
 
     Examples:
         >>> discrete_n(gym.spaces.Discrete(3)), discrete_n(gym.spaces.Box(-1, 1, (2,)))
         (3, None)
     """
-    if type(space).__name__ == "Discrete" and hasattr(space, "n"):
+    if hasattr(space, "n") and any(kind.__name__ == "Discrete" for kind in type(space).__mro__):
         return int(space.n)
     return None
 

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -18,8 +19,8 @@ class NumpyGoalFn:
     :class:`~torchrl_ext.transforms.HindsightTransform` calls goal functions
     with tensors (on the rows' device) and the stored infos as a TensorDict (or
     ``None`` when none are stored). rllte calls them with numpy arrays in the
-    stored dtypes and ``infos`` as a list of one dict per row (empty dicts
-    without ``copy_info_dict``), so a function written for rllte
+    stored dtypes and one dict per row: a numpy object array of the rows'
+    stored infos (``copy_info_dict``), else a list of empty dicts. So a function written for rllte
     (``np.linalg.norm(a - d, axis=-1)``, ``x.astype(...)``, ``len(infos)``)
     runs unchanged. Its result, a numpy array or a tensor, is read as the
     components read any (``(n,)`` or ``(n, 1)``).
@@ -38,9 +39,12 @@ class NumpyGoalFn:
 
     def __call__(self, achieved: torch.Tensor, desired: torch.Tensor, infos: TensorDictBase | None) -> Any:
         n = achieved.shape[0]
-        rows: list[dict[str, Any]] = [{} for _ in range(n)]
+        rows: Any = [{} for _ in range(n)]
         if infos is not None:  # one dict per row, numpy values (nested dicts for nested entries)
             _fill_rows(rows, infos)
+            table = np.empty(n, dtype=object)  # as rllte's copy of its infos table
+            table[:] = rows
+            rows = table
         return self.fn(achieved.cpu().numpy(), desired.cpu().numpy(), rows)
 
 

@@ -178,9 +178,9 @@ class HerReplayStorage(HeldStepsFacade):
         action_space (gym.Space): actions are cast to its dtype; ``Discrete``
             actions may be ``(N,)`` or ``(N, 1)``, ints or floats.
         device (str): where the rows live and batches come out (``"cuda"``: stored
-            and sampled on the GPU, no copy per batch; ``reward_fn`` then gets
-            GPU tensors). Memory grows with the rows on either. Defaults to
-            ``"cpu"``.
+            and sampled on the GPU, no copy per batch; with ``native=True``,
+            ``reward_fn`` then gets GPU tensors). Memory grows with the rows on
+            either. Defaults to ``"cpu"``.
         storage_size (int): capacity in rows, for all envs together, at least
             2 per env (``storage_size > num_envs``). Defaults to ``1_000_000``.
         num_envs (int): number of envs of the vector env. Defaults to ``1``.
@@ -192,9 +192,11 @@ class HerReplayStorage(HeldStepsFacade):
         reward_fn (callable, optional): batched ``reward_fn(achieved_goal,
             desired_goal, infos)`` returning ``(n,)`` or ``(n, 1)``, called as
             rllte calls it: numpy arrays in the stored dtypes, and ``infos`` a
-            list of one dict per row (empty dicts without ``copy_info_dict``).
-            With ``native=True``: tensors on ``device``, and ``infos`` a ``[n]``
-            TensorDict (``None`` without ``copy_info_dict``). Defaults to
+            numpy object array of one dict per row with ``copy_info_dict``, a
+            list of empty dicts without. With ``native=True``: tensors on
+            ``device``, and ``infos`` a ``[n]`` TensorDict (``None`` without
+            ``copy_info_dict``). The constructor's ``native`` decides; setting
+            the attribute later changes the batches only. Defaults to
             :func:`goal_match_reward`: ``0`` for an exact match, else ``-1``
             (SB3's bit-flipping reward).
         copy_info_dict (bool): store the numeric per-env entries of gymnasium's

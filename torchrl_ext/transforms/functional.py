@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
@@ -229,6 +230,8 @@ def goal_fn_result(owner: str, name: str, result: Any, n: int, device: torch.dev
     """
     what = ("reward", "a float") if name == "reward_fn" else ("flag", "a bool")
     expected = f"({n},) or ({n}, 1): one {what[0]} per (achieved_goal, desired_goal) pair."
+    if isinstance(result, np.ndarray) and not (result.flags.c_contiguous and result.flags.writeable):
+        result = np.array(result)  # a reversed or broadcast view, a read-only array: torch takes a copy
     try:
         out = torch.as_tensor(result, device=device)
     except (TypeError, ValueError, RuntimeError) as err:  # None, strings, ragged lists

@@ -36,6 +36,14 @@ class Evictor:
         [3, 5]
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Evictor:
+        if cls.__call__ is Evictor.__call__ and cls.evict is Evictor.evict:  # as an abstract class is
+            raise TypeError(
+                f"Can't instantiate {cls.__name__}: an Evictor overrides __call__(dataset), "
+                "or evict() as in the original."
+            )
+        return super().__new__(cls)
+
     def __call__(self, dataset: EpisodeDataset) -> int:
         """Position of the episode to evict, oldest first: :meth:`evict`'s, unless overridden."""
         return eviction_choice(self.evict, type(self).__name__)(dataset)

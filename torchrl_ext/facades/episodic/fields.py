@@ -81,7 +81,8 @@ class Vector(TensorType):
 class ColorImage(TensorType):
     """A uint8 ``(height, width, 3)`` image, channel-last.
 
-    Built as the original builds it, ``ColorImage(device, height, width)``.
+    Built as the original builds it, ``ColorImage(device, height, width)``
+    (or from ``dtype=`` and ``shape=``, as ``dataclasses.replace`` does).
 
     Examples:
         >>> image = ColorImage("cpu", height=64, width=48)
@@ -89,8 +90,15 @@ class ColorImage(TensorType):
         ((64, 48, 3), torch.uint8)
     """
 
-    def __init__(self, device: torch.device | str, height: int, width: int) -> None:
-        super().__init__(device, torch.uint8, (height, width, 3))
+    def __init__(
+        self, device: torch.device | str, height: int | None = None, width: int | None = None, *,
+        dtype: torch.dtype | str = torch.uint8, shape: tuple[int, ...] | None = None,
+    ) -> None:
+        if shape is None:
+            if height is None or width is None:
+                raise TypeError(f"ColorImage: height={height}, width={width}; expected both (or shape=).")
+            shape = (height, width, 3)
+        super().__init__(device, dtype, shape)
 
     @property
     def height(self) -> int:
@@ -104,15 +112,23 @@ class ColorImage(TensorType):
 class PaddedPointcloud(TensorType):
     """A float32 ``(num_points, 4)`` cloud: x, y, z and a validity mask.
 
-    Built as the original builds it, ``PaddedPointcloud(device, num_points)``.
+    Built as the original builds it, ``PaddedPointcloud(device, num_points)``
+    (or from ``dtype=`` and ``shape=``, as ``dataclasses.replace`` does).
 
     Examples:
         >>> PaddedPointcloud("cpu", num_points=128).shape
         (128, 4)
     """
 
-    def __init__(self, device: torch.device | str, num_points: int) -> None:
-        super().__init__(device, torch.float32, (num_points, 4))
+    def __init__(
+        self, device: torch.device | str, num_points: int | None = None, *,
+        dtype: torch.dtype | str = torch.float32, shape: tuple[int, ...] | None = None,
+    ) -> None:
+        if shape is None:
+            if num_points is None:
+                raise TypeError("PaddedPointcloud: num_points=None; expected a count (or shape=).")
+            shape = (num_points, 4)
+        super().__init__(device, dtype, shape)
 
     @property
     def num_points(self) -> int:

@@ -16,7 +16,7 @@ def to_torch(value: Any) -> Any:
     step tuples: numbers, bools and numpy arrays (any strides) become tensors
     of their dtype; an element that is itself a tuple or list of numbers (a
     ``Tuple`` space's observation, as Blackjack's) becomes one tensor, as
-    ``torch.tensor`` makes it; tensors pass as they are; what has no tensor
+    ``torch.tensor`` makes it, and one of arrays a tuple of tensors; tensors pass as they are; what has no tensor
     form (an ``info`` dict, a string, ``None``) is returned unchanged. Lists,
     tuples and named tuples keep their type.
 
@@ -31,12 +31,13 @@ def to_torch(value: Any) -> Any:
         >>> to_torch(((11, 10, 0), 0.0, True, False, {}))[0]  # Blackjack's step
         tensor([11, 10,  0])
     """
-    if isinstance(value, (list, tuple)):
-        items = [_as_tensor(item) for item in value]
-        if hasattr(value, "_fields"):  # a named tuple
-            return type(value)(*items)
-        return type(value)(items)
-    return _as_tensor(value)
+    return _each(value) if isinstance(value, (list, tuple)) else _as_tensor(value)
+
+
+def _each(value: list | tuple) -> Any:
+    """Each element of ``value`` as a tensor where it converts, in a list / tuple / named tuple as ``value``."""
+    items = [_as_tensor(item) for item in value]
+    return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
 
 
 def _as_tensor(value: Any) -> Any:
@@ -49,9 +50,17 @@ def _as_tensor(value: Any) -> Any:
         return torch.from_numpy(np.ascontiguousarray(value))
     if isinstance(value, (bool, int, float, complex, np.generic)):
         return torch.as_tensor(value)
-    if isinstance(value, (list, tuple)):  # nested numbers: one tensor, as the original's torch.tensor
-        try:
-            return torch.tensor(value)
-        except (RuntimeError, TypeError, ValueError):  # ragged, or holding what has no tensor form
-            return value
+    if isinstance(value, (list, tuple)):
+        if _numbers_only(value):  # nested numbers: one tensor, as the original's torch.tensor
+            try:
+                return torch.tensor(value)
+            except (TypeError, ValueError):  # ragged
+                pass
+        return _each(value)  # arrays, or what has no tensor form: each element on its own
     return value
+
+
+def _numbers_only(value: Any) -> bool:
+    """Whether nested lists / tuples ``value`` hold Python or numpy numbers only (no array, no string)."""
+    return all(_numbers_only(v) if isinstance(v, (list, tuple)) else
+               isinstance(v, (bool, int, float, np.bool_, np.number)) for v in value)
