@@ -13,6 +13,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl_ext.buffer import TransitionReplayBuffer
 from torchrl_ext.builders import make_replay_buffer
 from torchrl_ext.core.checks import EmptyBufferError, check_count, check_finite_rows, check_flag, check_number
+from torchrl_ext.core.schema import get_unchecked
 from torchrl_ext.facades._convert import discrete_n
 from torchrl_ext.facades._d3rlpy_batch import BatchReplayBatch, Episode
 from torchrl_ext.facades._d3rlpy_inputs import AppendInputs, flags, spaces
@@ -354,8 +355,8 @@ class BatchReplayBuffer:
             self._windows.n = int(n_steps)
         if gamma != self._nstep.gamma:
             self._nstep.gamma = float(gamma)
-        try:  # with replacement, any batch size (as d3rlpy)
-            td = self.rb.sample(int(batch_size))
+        try:  # with replacement, any batch size (as d3rlpy); masks are the sampler's entries
+            td = self.rb.sample(int(batch_size)) if self.create_mask else self.rb.sample_batch(int(batch_size))
         except EmptyBufferError:  # D11, said in this API's words
             raise EmptyBufferError(
                 "BatchReplayBuffer.sample: the buffer holds no transition yet; append at "
@@ -373,20 +374,21 @@ class BatchReplayBuffer:
         def act(x: torch.Tensor) -> torch.Tensor:
             return x.squeeze(-1) if self.discrete else x
 
-        nxt = td.get("next")  # its entries by name: a fraction of a nested key's lookup
-        td_reward = nxt.get("reward")
+        # (entries read without TensorDict's layers: see get_unchecked)
+        nxt = get_unchecked(td, "next")
+        td_reward = get_unchecked(nxt, "reward")
         fields = {
-            "observations": obs(td.get("observation")),
-            "actions": act(td.get("action")),
-            "rewards": td.get("arrival_reward"),
-            "next_observations": obs(nxt.get("observation")),
-            "next_actions": act(nxt.get("action")),
+            "observations": obs(get_unchecked(td, "observation")),
+            "actions": act(get_unchecked(td, "action")),
+            "rewards": get_unchecked(td, "arrival_reward"),
+            "next_observations": obs(get_unchecked(nxt, "observation")),
+            "next_actions": act(get_unchecked(nxt, "action")),
             "next_rewards": td_reward,
             "td_rewards": td_reward,
-            "terminals": nxt.get("terminated").float(),
-            "n_steps": td.get("steps_to_next_obs").float(),
+            "terminals": get_unchecked(nxt, "terminated").float(),
+            "n_steps": get_unchecked(td, "steps_to_next_obs").float(),
         }
-        mask = td.get("mask", None)
+        mask = get_unchecked(td, "mask")
         if mask is not None:
             fields["mask"] = mask
         # every field comes from the batch ``td`` (its batch dims): built without per-field checks
