@@ -53,7 +53,9 @@ class EpisodeReplayBuffer:
         chunk_size (int, optional): sequences per loader item, see
             :meth:`EpisodeDataset.get_loader`.
         num_workers (int, optional): loader worker processes, each sampling the
-            whole dataset.
+            whole dataset. Their batches are drawn ahead (the loader's
+            prefetch): one can hold an episode evicted since it was drawn,
+            whole and as it was stored.
 
     Keyword Args:
         pad (bool): also serve episodes shorter than ``sequence_length``, padded,
