@@ -320,7 +320,8 @@ class HerReplayStorage(HeldStepsFacade):
         # the strategy, num_goals and reward_fn are checked by the components
         self._rb = make_her_replay_buffer(
             self.capacity_per_env * self.num_envs,
-            self.reward_fn if reward_fn is None else rllte_goal_fn(reward_fn, self.native),  # (the default takes tensors)
+            # (the default reward takes the components' tensors as they come)
+            self.reward_fn if reward_fn is None else rllte_goal_fn(reward_fn, self.native),
             strategy=goal_selection_strategy,
             num_goals=num_goals,
             discount_key=None,  # the original's batch has no discount: no n-step layer
