@@ -261,7 +261,8 @@ class NStepReplayStorage(HeldStepsFacade):
         check_rows_per_env(owner, storage_size, num_envs, storage_size // num_envs, 2 * num_envs)
         where = check_device(owner, "device", device)
         snapshots = check_dir(owner, "snapshot_dir", snapshot_dir)
-        if check_flag(owner, "save_snapshot", save_snapshot) and snapshots is None:
+        self.save_snapshot = check_flag(owner, "save_snapshot", save_snapshot)
+        if self.save_snapshot and snapshots is None:
             raise ValueError(
                 "NStepReplayStorage: save_snapshot=True needs snapshot_dir=...; "
                 "nothing is written to the current directory."
@@ -280,7 +281,6 @@ class NStepReplayStorage(HeldStepsFacade):
         self.num_workers = int(num_workers)
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.fetch_every = int(fetch_every)
-        self.save_snapshot = check_flag(owner, "save_snapshot", save_snapshot)
         self.snapshot_dir = snapshots
         self.seed = seed
         self.native = check_flag(owner, "native", native)

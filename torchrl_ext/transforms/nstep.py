@@ -88,14 +88,15 @@ class NStepTransform(Transform):
     ) -> None:
         super().__init__()
         self.gamma = gamma
+        keys = []
         for name, key in (("reward_key", reward_key), ("terminated_key", terminated_key)):
-            if as_key(key, name, "NStepTransform")[0] != "next" or len(as_key(key)) < 2:
+            keys.append(as_key(key, name, "NStepTransform"))
+            if keys[-1][0] != "next" or len(keys[-1]) < 2:
                 raise ValueError(
                     f"NStepTransform: {name}={key!r}, expected a key under 'next' "
                     "(a per-step entry such as ('next', 'reward'))."
                 )
-        self.reward_key = as_key(reward_key)
-        self.terminated_key = as_key(terminated_key)
+        self.reward_key, self.terminated_key = keys
         self.discount_key = None if discount_key is None else as_key(discount_key, "discount_key", "NStepTransform")
 
     @property

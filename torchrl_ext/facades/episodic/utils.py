@@ -16,9 +16,10 @@ def to_torch(value: Any) -> Any:
     step tuples: numbers, bools and numpy arrays (any strides) become tensors
     of their dtype; an element that is itself a tuple or list of numbers (a
     ``Tuple`` space's observation, as Blackjack's) becomes one tensor, as
-    ``torch.tensor`` makes it, and one of arrays a tuple of tensors; tensors pass as they are; what has no tensor
-    form (an ``info`` dict, a string, ``None``) is returned unchanged. Lists,
-    tuples and named tuples keep their type.
+    ``torch.tensor`` makes it, and one of arrays a tuple of tensors; tensors
+    pass as they are; what has no tensor form (an ``info`` dict, a string,
+    ``None``) is returned unchanged. Lists, tuples and named tuples keep their
+    type.
 
     Examples:
         >>> import numpy as np
