@@ -103,6 +103,10 @@ def test_field_types_are_built_as_in_the_original():
     assert (image.shape, image.dtype, image.height) == ((64, 48, 3), torch.uint8, 64)
     assert (cloud.shape, cloud.dtype, cloud.num_points) == ((128, 4), torch.float32, 128)
     assert dataclasses.replace(image, device="meta").shape == (64, 48, 3)  # as with the original's dataclasses
+    with pytest.raises(TypeError, match=r"ColorImage: height=64, width=None; expected both \(or shape=\)\."):
+        ColorImage("cpu", 64)
+    with pytest.raises(TypeError, match=r"PaddedPointcloud: num_points=None; expected a count \(or shape=\)\."):
+        PaddedPointcloud("cpu")
 
 
 def test_to_torch_makes_a_tuple_observation_one_tensor():

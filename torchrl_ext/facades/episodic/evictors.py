@@ -49,7 +49,20 @@ class Evictor:
         return eviction_choice(self.evict, type(self).__name__)(dataset)
 
     def evict(self, *args: Any, **kwargs: Any) -> int:
-        """The original's hook: a subclass that does not override ``__call__`` overrides this."""
+        """The original's hook: a subclass that does not override ``__call__`` overrides this.
+
+        Examples:
+            >>> import torch
+            >>> from torchrl_ext.facades.episodic import RingBufferDataset
+            >>> class OldestFirst(Evictor):  # as the original's evictors are written
+            ...     def evict(self, *args, **kwargs):
+            ...         return 0
+            >>> dataset = RingBufferDataset(6, evictor=OldestFirst())
+            >>> for n in (3, 3, 2):
+            ...     dataset.add_episode({"obs": torch.zeros(n)})
+            >>> dataset.episode_lengths  # the first 3-step episode made room
+            [3, 2]
+        """
         raise NotImplementedError(
             f"{type(self).__name__}: an Evictor overrides __call__(dataset), or evict() as in the original."
         )
