@@ -13,6 +13,7 @@
     .venv/bin/python benchmarks/run.py --no-compress  # skip the compressed-frame tables (compressed.py)
     .venv/bin/python benchmarks/run.py --no-add       # skip the facade-add table (facade_add.py)
     .venv/bin/python benchmarks/run.py --no-facade-sample  # skip the W1-through-facades table (facade_sample.py)
+    .venv/bin/python benchmarks/run.py --no-compiled-read  # skip the compiled-read floor tables (compiled_read.py)
 
 Prints markdown tables and writes them to benchmarks/results/latest.md, then the
 docs' benchmark page from them (docs_page.py: docs/benchmarks/); the W2
@@ -100,6 +101,8 @@ def main() -> None:
     ap.add_argument("--no-facade-sample", action="store_true",
                     help="skip the W1-through-facades sample table (facade_sample.py)")
     ap.add_argument("--no-frames", action="store_true", help="skip the W5 frame-stack tables (frames.py)")
+    ap.add_argument("--no-compiled-read", action="store_true",
+                    help="skip the compiled-read floor tables (compiled_read.py)")
     ap.add_argument("--no-ray", action="store_true", help="skip the W7 Ray tables (ray_writers.py, ~3 min)")
     ap.add_argument("--no-gpu", action="store_true", help="skip the GPU tables (gpu.py; needs CUDA)")
     ap.add_argument("--no-compress", action="store_true",
@@ -136,6 +139,10 @@ def main() -> None:
     if not a.no_frames:  # fresh interpreters, one per buffer (frames.py)
         log("W5 frame stacks (frames.py)")
         cmd = [sys.executable, os.path.join(HERE, "frames.py"), "--out", a.out, "--append"]
+        subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
+    if not a.no_compiled_read:  # fresh interpreter: W1-sized n-step and W5 read by one compiled pass
+        log("compiled-read floors (compiled_read.py)")
+        cmd = [sys.executable, os.path.join(HERE, "compiled_read.py"), "--out", a.out, "--append"]
         subprocess.run(cmd + (["--quick"] if a.quick else []), check=False)
     if not a.no_ray:  # a local Ray cluster: 2 remote collectors + this process as learner
         log("W7 Ray writers (ray_writers.py)")
