@@ -16,8 +16,9 @@ same sample as one compiled pass (numba) over the same storage's packed rows.
   views. It reads private attributes of our storage, checks no input, takes
   no lock, does not redraw a stack the ring overwrote, and knows one layout (W1-sized float32 rows; W5's uint8 frames):
   it is a floor for a design where the storage computes returns, not code to
-  ship. Checked: for the rows of one of our samples, its batch equals ours
-  (every entry; returns within 1e-5).
+  ship. Checked: every transition the buffer holds, read by ours and by the
+  floor, gives the same entries (every entry of ours, ``"index"`` included;
+  returns within 1e-5), also on a buffer of short episodes with terminations.
 - ``ours``: ``make_replay_buffer(..., n_step=3)`` (and ``n_frames=4`` in W5):
   ``rb.sample()``.
 - ``cpprb`` (W5): ``ReplayBuffer`` with ``stack_compress`` and ``next_of``
@@ -52,9 +53,10 @@ GAMMA, N = 0.99, 3
 
 @numba.njit(nogil=True, cache=True)
 def _read(rows, is_step, C, n, gamma, rewards, terminated, words, obs_lo, obs_hi, step_lo, step_hi,
-          F, E, written, row_episode, episode_start, frames, lost, out):  # pragma: no cover
+          F, E, written, row_episode, episode_start, frames, lost, out, index):  # pragma: no cover
     """One sample, whole: each row's window (to its episode's end, at most ``n`` steps), return,
-    discount, frame rows (``F > 0``), and every entry's words copied into ``out`` (see CompiledRead)."""
+    discount, frame rows (``F > 0``), every entry's words copied into ``out`` (see CompiledRead), and
+    the sample's ``index`` (row, window length), as ours has it."""
     B = rows.shape[0]
     ow, sw = obs_hi - obs_lo, step_hi - step_lo
     stack = max(F, 1)
@@ -79,6 +81,7 @@ def _read(rows, is_step, C, n, gamma, rewards, terminated, words, obs_lo, obs_hi
         scalars[b, 2 * (at_step + 2 * sw)] = total
         scalars[b, 2 * (at_step + 2 * sw) + 1] = 0.0 if terminated[row] else g
         counts[b, at_step + 2 * sw + 1] = k
+        index[b, 0], index[b, 1] = r, k
         if F == 0:
             for w in range(ow):
                 out[b, w] = words[r, obs_lo + w]
@@ -105,18 +108,32 @@ class CompiledRead:
     def __init__(self, rb, n_frames: int = 0, generator=None) -> None:
         import torch
 
+        from torchrl_ext.samplers import NStepSampler
+        from torchrl_ext.samplers.refining import sampler_of_kind
+        from torchrl_ext.transforms import NStepTransform
+
         storage = rb._storage
         packed, self.index = storage.packed, storage.index
+        cols = {c.key: c for c in (*packed.obs, *packed.step)}
+        obs = packed.obs[0]
+        reward = cols.get(("next", "reward"))
+        # the one layout the kernel knows (anything else would be read wrong, not refused by it)
+        # (a frame is read as whole words: its padding would sit between the frames of a stack)
+        if (len(packed.obs) != 1 or obs.lo % 8 or n_frames and (obs.hi - obs.lo) % 8 or reward is None
+                or reward.dtype != torch.float32 or tuple(reward.shape) != (1,)
+                or ("next", "terminated") not in cols):
+            raise ValueError("CompiledRead: one observation entry (of a multiple of 8 bytes, with frame "
+                             f"stacks), a float32 [1] reward and a terminated flag; this buffer holds {sorted(cols)}.")
+        self.n = sampler_of_kind(rb._sampler, NStepSampler).n
+        self.gamma = next(t for t in rb._transform if isinstance(t, NStepTransform)).gamma
         rows = packed._rows.numpy()
         self.words = rows.view(np.uint64)  # rows are padded to 8 bytes
         self.C = packed.stream_capacity
         self.is_step = self.index._np["row_is_step"]
-        cols = {c.key: c for c in (*packed.obs, *packed.step)}
-        obs = packed.obs[0]
         self.obs_key = obs.key[0]
         self.obs_lo, self.obs_hi = obs.lo // 8, -(-obs.hi // 8)
         self.step_lo, self.step_hi = packed.step[0].lo // 8, -(-packed.row_bytes // 8)
-        self.rewards = rows[:, cols[("next", "reward")].lo:].view(np.float32)[:, 0]
+        self.rewards = rows[:, reward.lo:].view(np.float32)[:, 0]
         self.terminated = rows[:, cols[("next", "terminated")].lo].view(bool)
         self.n_frames = F = n_frames
         self.generator = generator or torch.Generator().manual_seed(0)
@@ -159,10 +176,10 @@ class CompiledRead:
         from torchrl_ext.core.schema import tensordict_of
 
         B = rows.shape[0]
-        out = np.empty((B, self.width), np.uint64)
-        _read(rows, self.is_step, self.C, N, GAMMA, self.rewards, self.terminated, self.words,
+        out, index = np.empty((B, self.width), np.uint64), np.empty((B, 2), np.int64)
+        _read(rows, self.is_step, self.C, self.n, self.gamma, self.rewards, self.terminated, self.words,
               self.obs_lo, self.obs_hi, self.step_lo, self.step_hi, self.n_frames, self.E,
-              *self.frame_args, self.frames, self.lost, out)
+              *self.frame_args, self.frames, self.lost, out, index)
         block = torch.from_numpy(out.view(np.uint8))
         typed: dict = {}
         root: dict = {}
@@ -173,27 +190,75 @@ class CompiledRead:
                 view = typed[dtype] = block.view(dtype)
             leaf = view.as_strided((B, *shape), (row, *strides), offset)
             (nxt if key[0] == "next" else root)[key[-1]] = leaf
+        root["index"] = torch.from_numpy(index)
         root["next"] = tensordict_of(nxt, torch.Size([B]), None)
         return tensordict_of(root, torch.Size([B]), None)
 
 
-def check(rb, compiled: CompiledRead, B: int) -> str:
-    """Read the rows of one of our samples compiled; every entry must equal ours."""
+def check(rb, compiled: CompiledRead, batch: int = 256) -> str:
+    """Every live transition read by ours and by the floor: every entry of ours must be the floor's.
+
+    Our buffer's draw is replaced by these rows, batch after batch, so the rest
+    of its sample (windows, stacks, transforms, its ``"index"``) runs as usual;
+    returns and discounts are compared within 1e-5. With frame stacks, the
+    few transitions whose stack the ring overwrote are left out (ours draws
+    again there). Returns what was checked, counted by case.
+    """
     import torch
 
-    ours = rb.sample(B)
-    index = ours["index"]
-    mine = compiled.read(np.ascontiguousarray(index[:, 0].numpy()))
-    bad = []
-    for key in mine.keys(True, True):
-        a, b = ours.get(key), mine.get(key)
-        if key == ("next", "reward") or key == "discount":
-            ok = a.shape == b.shape and torch.allclose(a, b.to(a.dtype), atol=1e-5)
-        else:
-            ok = a.shape == b.shape and torch.equal(a, b)
-        if not ok:
-            bad.append(str(key))
-    return "equal to ours" if not bad else "differs: " + ", ".join(bad)
+    from torchrl_ext.samplers.refining import drawing_sampler
+
+    index, C = compiled.index, compiled.C
+    rows = np.flatnonzero(index._np["row_is_step"])
+    steps = index.window_lengths(rows, compiled.n)
+    cases = {"windows cut at an episode end": int((steps < compiled.n).sum()),
+             "windows crossing the ring seam": int((rows % C + steps >= C).sum()),
+             "terminal windows": int(compiled.terminated[(rows - rows % C) + (rows % C + steps - 1) % C].sum())}
+    if compiled.n_frames:
+        frames, lost = index.frame_rows(rows, steps, compiled.n_frames)
+        cases["stacks reaching an episode start"] = int((frames[:, 0, :-1] == frames[:, 0, 1:]).any(1).sum())
+        if lost is not None:
+            rows = rows[~lost]
+    draws = drawing_sampler(rb._sampler)
+    differ: set = set()
+    try:
+        for lo in range(0, rows.size, batch):
+            part = rows[lo:lo + batch]
+            draws.sample = lambda storage, B, part=part: (torch.from_numpy(part.copy()), {})
+            ours = rb.sample(part.size)
+            mine = compiled.read(np.ascontiguousarray(part))
+            for key in ours.keys(True, True):
+                a, b = ours.get(key), mine.get(key, None)
+                if b is None or a.shape != b.shape:
+                    differ.add(str(key))
+                elif a.dtype.is_floating_point and key in (("next", "reward"), "discount"):
+                    if not torch.allclose(a, b.to(a.dtype), atol=1e-5):
+                        differ.add(str(key))
+                elif not torch.equal(a, b):
+                    differ.add(str(key))
+    finally:
+        draws.__dict__.pop("sample", None)  # the sampler's own method again
+    counted = ", ".join(f"{n:,} {case}" for case, n in cases.items())
+    if differ:
+        return f"differs from ours in {', '.join(sorted(differ))} ({rows.size:,} transitions: {counted})"
+    return f"equals ours on all {rows.size:,} transitions held ({counted})"
+
+
+def terminal_check(rows: int) -> str:
+    """:func:`check` on a W1-sized buffer of 7-step episodes, every other one ending in a termination."""
+    import torch
+
+    from torchrl_ext import make_replay_buffer
+    from workload import EpisodeStream, to_td
+
+    rb = make_replay_buffer(rows, batch_size=256, n_step=N, gamma=GAMMA, seed=0)
+    stream = EpisodeStream(seed=1, ep_len=7)
+    for c in stream.chunks_for(rows):
+        env = torch.arange(c["done"].shape[0]).view(-1, 1, 1)
+        ends = c["done"] & (env % 2 == 0)  # terminations in even envs, time limits in odd ones
+        c["terminated"], c["truncated"] = ends, c["done"] & ~ends
+        rb.extend(to_td(c))
+    return check(rb, CompiledRead(rb))
 
 
 def w1_sized(rows: int, reps: int) -> list[str]:
@@ -210,7 +275,8 @@ def w1_sized(rows: int, reps: int) -> list[str]:
         one.extend(td)
         nstep.extend(td)
     compiled = CompiledRead(nstep, generator=torch.Generator().manual_seed(0))
-    checked = check(nstep, compiled, 256)
+    checked = check(nstep, compiled)
+    terminal = terminal_check(rows)
     ops = {"ours: make_replay_buffer (one-step) rb.sample()": one.sample,
            f"ours: make_replay_buffer(n_step={N}) rb.sample()": nstep.sample,
            f"floor: compiled read (numba), n_step={N}": lambda: compiled.sample(256)}
@@ -221,9 +287,9 @@ def w1_sized(rows: int, reps: int) -> list[str]:
     return [f"## Compiled read: W1-sized n-step (obs f32[17], 16 envs, {rows:,} rows, n={N}, batch 256)", "",
             machine_line(), "",
             table(["call", "us/batch (median)", "p25-p75", "time / our one-step sample"], out), "",
-            f"Compiled read {checked} (the rows of one of our samples). Interleaved blocks of 20 "
-            f"batches, median over {reps} blocks. See `benchmarks/compiled_read.py`: a floor for a "
-            "storage that computes returns, not shipped code.", ""]
+            f"Compiled read: {checked}; on 7-step episodes, half of them terminated: {terminal}. "
+            f"Interleaved blocks of 20 batches, median over {reps} blocks. See "
+            "`benchmarks/compiled_read.py`: a floor for a storage that computes returns, not shipped code.", ""]
 
 
 def w5(rows: int, reps: int) -> list[str]:
@@ -248,9 +314,8 @@ def w5(rows: int, reps: int) -> list[str]:
     lines = [f"## Compiled read: W5 (u8[1, 84, 84] frames, {rows:,} transitions, n_frames=4, n_steps=3)", "",
              machine_line(), ""]
     out = []
-    checks = []
+    checked = check(ours.rb, compiled)
     for B in w5_frames.BATCHES:
-        checks.append(f"B = {B}: {check(ours.rb, compiled, B)}")
         ops = {"ours: rb.sample()": lambda B=B: ours.rb.sample(B),
                "floor: compiled read (numba)": lambda B=B: compiled.sample(B)}
         if peer is not None:
@@ -261,8 +326,8 @@ def w5(rows: int, reps: int) -> list[str]:
             out.append([str(B), k, f"{B / q['median']:,.0f}", f"{q['median'] * 1e6:,.0f}",
                         f"{q['p25'] * 1e6:,.0f}-{q['p75'] * 1e6:,.0f}", f"{base / q['median']:.2f}x"])
     lines += [table(["batch", "call", "samples/s", "us/batch (median)", "p25-p75", "rate / ours"], out), "",
-              "Compiled read " + "; ".join(checks) + f" (the rows of one of our samples). Interleaved "
-              f"blocks of 5 batches, median over {reps} blocks, in one process.", ""]
+              f"Compiled read: {checked}. Interleaved blocks of 5 batches, median over {reps} blocks, "
+              "in one process.", ""]
     return lines
 
 

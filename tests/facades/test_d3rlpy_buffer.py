@@ -352,6 +352,27 @@ def test_d7_transitions_are_chronological_and_re_entrant():
     assert outer == first and inner[0] == inner[1] == first[:2]
 
 
+@pytest.mark.parametrize("obs_space", [BOX, IMAGE], ids=["vector", "image"])
+@pytest.mark.parametrize("act_space", [DISCRETE, gym.spaces.Box(-1.0, 1.0, (2,), np.float32)],
+                         ids=["discrete", "continuous"])
+def test_transitions_of_an_empty_buffer_are_none_as_in_d3rlpy(obs_space, act_space):
+    # d3rlpy 1.0's transitions is then an empty queue: len() 0, iterating yields nothing
+    buf = BatchReplayBuffer(100, None, observation_space=obs_space, action_space=act_space, n_envs=1, seed=0)
+    empty = buf.transitions
+    assert len(empty) == 0 and list(empty) == [] and buf.size() == 0
+    obs = np.ones((1, *obs_space.shape), obs_space.dtype)
+    buf.append(obs, np.array([act_space.sample()]), np.ones(1), np.zeros(1, bool))
+    assert len(buf.transitions) == 0  # one append: no transition yet
+    buf.append(obs, np.array([act_space.sample()]), np.ones(1), np.zeros(1, bool))
+    held = buf.transitions
+    assert len(held) == 1
+    for name in ("observations", "actions", "rewards", "next_observations", "next_actions",
+                 "next_rewards", "td_rewards", "terminals", "n_steps"):
+        a, b = getattr(empty, name), getattr(held, name)
+        assert (a.shape[1:], a.dtype) == (b.shape[1:], b.dtype), name
+    assert empty.mask is None and held.mask is None
+
+
 def test_d8_frames_for_vectors_and_validation():
     buf = buffer()
     chain(buf, [0.0] * 6)

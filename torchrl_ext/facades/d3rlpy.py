@@ -420,10 +420,11 @@ class BatchReplayBuffer:
 
         A fresh batch at each access: indexing (negative indices included) and
         iteration are chronological and re-entrant. ``mask`` is None here (masks
-        come with samples).
+        come with samples). An empty buffer gives a batch of no transition
+        (d3rlpy's queue is empty then), with the fields' shapes and dtypes.
         """
         if len(self) == 0:
-            raise ValueError("BatchReplayBuffer.transitions: the buffer holds no transition yet.")
+            return self._batch(self._no_transition(), stacked=False)
         storage = self.rb.storage
         rows = storage.live_transition_rows()
         order = storage.get(rows).get(_ORDER).view(-1)
@@ -431,6 +432,21 @@ class BatchReplayBuffer:
         index = torch.stack([rows, torch.ones_like(rows)], -1)
         td = self._nstep(storage.get(SampleIndex.wrap(index, StepWindows())))
         return self._batch(td, stacked=False)
+
+    def _no_transition(self) -> TensorDict:
+        """The entries :meth:`_batch` reads, for no transition: each ``[0, ...]`` as stored."""
+        def empty(shape: tuple[int, ...], dtype: type) -> torch.Tensor:
+            return torch.from_numpy(np.empty((0, *shape), dtype))
+
+        obs = empty(self.observation_shape, self.obs_dtype)
+        action = empty(self._inputs.action_shape, self._inputs.action_dtype)
+        reward = empty((1,), np.float32)
+        return TensorDict({
+            "observation": obs, "action": action, "arrival_reward": reward,
+            "steps_to_next_obs": empty((1,), np.int64),
+            "next": {"observation": obs, "action": action, "reward": reward,
+                     "terminated": empty((1,), np.bool_)},
+        }, [0])
 
     def to_mdp_dataset(self) -> Any:
         """The held episodes as a d3rlpy 2.x ``MDPDataset`` (extra ``d3rlpy``).
