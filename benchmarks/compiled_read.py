@@ -102,7 +102,8 @@ class CompiledRead:
     A sample is one ``[B, words]`` block: the observation (or its ``F``
     frames), the next observation (frames), the first step's step words
     (action), the last step's (done flags), the return and discount (two
-    float32), the window length (int64); entries are strided views of it.
+    float32), the window length (int64); entries are strided views of it,
+    beside the sample's ``"index"`` (row, window length) as ours has it.
     """
 
     def __init__(self, rb, n_frames: int = 0, generator=None) -> None:
@@ -117,8 +118,8 @@ class CompiledRead:
         cols = {c.key: c for c in (*packed.obs, *packed.step)}
         obs = packed.obs[0]
         reward = cols.get(("next", "reward"))
-        # the one layout the kernel knows (anything else would be read wrong, not refused by it)
-        # (a frame is read as whole words: its padding would sit between the frames of a stack)
+        # the one layout the kernel knows (any other would be read wrong, not refused by it); a
+        # frame is read as whole words, so its padding would sit between the frames of a stack
         if (len(packed.obs) != 1 or obs.lo % 8 or n_frames and (obs.hi - obs.lo) % 8 or reward is None
                 or reward.dtype != torch.float32 or tuple(reward.shape) != (1,)
                 or ("next", "terminated") not in cols):

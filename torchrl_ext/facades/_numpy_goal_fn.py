@@ -22,8 +22,9 @@ class NumpyGoalFn:
     stored dtypes and one dict per row: a numpy object array of the rows'
     stored infos (``copy_info_dict``), else a list of empty dicts. So a
     function written for rllte (``np.linalg.norm(a - d, axis=-1)``,
-    ``x.astype(...)``, ``len(infos)``) runs unchanged. Its result, a numpy array or a tensor, is read as the
-    components read any (``(n,)`` or ``(n, 1)``).
+    ``x.astype(...)``, ``len(infos)``) runs unchanged. Its result, a numpy
+    array or a tensor, is read as the components read any (``(n,)`` or
+    ``(n, 1)``).
 
     Args:
         fn (callable): the user's goal function.
