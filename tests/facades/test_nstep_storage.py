@@ -190,6 +190,24 @@ def test_n10_sampling_with_one_episode_and_several_workers():
     assert store.sample().rewards.shape == (2, 1)
 
 
+def test_dropping_a_storage_stops_its_workers_without_killing_them(monkeypatch):
+    """The facade and its iterator form a cycle: collected by gc, the DataLoader iterator's
+    queues used to be finalized before it, its workers never got the stop signal, and the
+    collection waited 5 s per worker before killing them."""
+    import gc
+
+    store = storage(num_workers=2)
+    play(store, [4])
+    store.sample()
+    workers = list(store._iter._iterator._workers)
+    killed = []
+    kind = type(workers[0])
+    monkeypatch.setattr(kind, "terminate", lambda self: killed.append(self.pid) or kind.kill(self))
+    del store
+    gc.collect()
+    assert [w.exitcode for w in workers] == [0, 0] and killed == []
+
+
 def test_n11_worker_batches_cover_the_whole_buffer():
     store = storage(num_workers=2, batch_size=16, num_envs=2)
     for t in range(10):
