@@ -1,6 +1,7 @@
 """Data lost: checkpoints survive ``kill -9`` and keep the state they need (issue 13)."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import signal
@@ -25,25 +26,18 @@ SAVE_EVERY = 7
 
 # Saves in a loop: step t stores obs (t, t) and next obs (t + 1, t + 1); a snapshot
 # that mixed two saves would pair an observation with another time's next one.
-WRITER = textwrap.dedent(
-    f"""
-    import sys
-    import gymnasium as gym, numpy as np
-    from torchrl_ext import NStepReplayStorage
-    store = NStepReplayStorage(
-        gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), gym.spaces.Discrete(2), storage_size=100_000,
-        num_workers=0, n_step=1, save_snapshot=True, snapshot_dir=sys.argv[1], seed=0)
+def nstep_writer(snap: str, ready) -> None:
+    store = NStepReplayStorage(OBS, ACT, storage_size=100_000, num_workers=0, n_step=1,
+                               save_snapshot=True, snapshot_dir=snap, seed=0)
     t = len(store)
-    print("ready", t, flush=True)
+    ready.send(t)
     while True:
-        for _ in range({SAVE_EVERY}):
+        for _ in range(SAVE_EVERY):
             obs = np.full((1, 2), t, np.float32)
             store.add(obs, np.zeros(1, np.int64), np.ones(1), np.zeros(1, bool),
-                      np.zeros(1, bool), {{}}, obs + 1)
+                      np.zeros(1, bool), {}, obs + 1)
             t += 1
         store.save()
-    """
-)
 
 
 def reopen(snapshot_dir, **kwargs):
@@ -62,27 +56,38 @@ def check_consistent(store) -> int:
     return n
 
 
-def kill_while_saving(script: str, snap: Path, load) -> list[int]:
-    """Run ``script`` (saving to ``snap`` in a loop, resuming from it) four times, each
+def forked(writer, snap: str, ready) -> None:
+    """``writer(snap, ready)`` in a forked child: on one thread, as DataLoader's forked workers
+    (the parent's OpenMP pool does not survive a fork: a parallel op there never returns)."""
+    torch.set_num_threads(1)
+    writer(snap, ready)
+
+
+def kill_while_saving(writer, snap: Path, load) -> list[int]:
+    """Run ``writer(snap, ready)`` (saving to ``snap`` in a loop, resuming from it, after
+    sending ``ready`` the steps it resumed with) four times in a child process, each
     killed with SIGKILL at a random moment; ``load(snap)`` checks the checkpoint left and
-    returns how many steps it holds. Returns those counts."""
+    returns how many steps it holds. Returns those counts.
+
+    The child is forked from this process, which has imported everything it needs: the
+    kill is the same, without a new interpreter's seconds of imports each time."""
     rng = random.Random(0)
+    context = multiprocessing.get_context("fork")
     reached: list[int] = []
     for _ in range(4):
-        child = subprocess.Popen([sys.executable, "-c", script, str(snap)],
-                                 stdout=subprocess.PIPE, text=True, env=dict(os.environ))
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        if not line.startswith("ready"):
-            child.kill()
-            child.wait()
-            child.stdout.close()
-        assert line.startswith("ready"), line
-        assert int(line.split()[1]) == (reached[-1] if reached else 0)  # it resumed
-        time.sleep(rng.uniform(0.5, 2.5))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stdout.close()
+        ready, child_end = context.Pipe(duplex=False)
+        child = context.Process(target=forked, args=(writer, str(snap), child_end), daemon=True)
+        child.start()
+        child_end.close()
+        try:
+            assert ready.poll(120), "the writer did not start"
+            assert ready.recv() == (reached[-1] if reached else 0)  # it resumed
+            time.sleep(rng.uniform(0.5, 2.5))
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            child.join()
+            ready.close()
+        assert child.exitcode == -signal.SIGKILL
         reached.append(load(snap))
     assert reached == sorted(reached) and reached[-1] > 0
     return reached
@@ -95,34 +100,26 @@ def test_atomic_checkpoints_survive_kill_9(tmp_path):
         del store
         return n
 
-    kill_while_saving(WRITER, tmp_path / "snap", load)
+    kill_while_saving(nstep_writer, tmp_path / "snap", load)
 
 
 # MBReplayBuffer.dumps in a loop: step t holds observation t and next observation t + 1
-MB_WRITER = textwrap.dedent(
-    f"""
-    import os, sys
-    from types import SimpleNamespace
-    import gymnasium as gym, numpy as np
-    from torchrl_ext import MBReplayBuffer
-    from torchrl_ext.transforms import StandardScaler
-    actor = SimpleNamespace(action_space=gym.spaces.Discrete(2), dynamics_model=SimpleNamespace(
+def mb_writer(snap: str, ready) -> None:
+    actor = SimpleNamespace(action_space=ACT, dynamics_model=SimpleNamespace(
         standard_scaler=StandardScaler(), reward_function=None))
     buffer = MBReplayBuffer(100_000, "cpu", actor, None, None, seed=0)
-    if os.path.exists(sys.argv[1]):
-        buffer.loads(sys.argv[1])
+    if os.path.exists(snap):
+        buffer.loads(snap)
     t = len(buffer)
-    print("ready", t, flush=True)
+    ready.send(t)
     while True:
-        for _ in range({SAVE_EVERY}):
+        for _ in range(SAVE_EVERY):
             obs = np.full((1, 2), t, np.float32)
-            buffer.insert_transition({{"Observation": obs, "Action": np.zeros((1, 1), np.int64),
+            buffer.insert_transition({"Observation": obs, "Action": np.zeros((1, 1), np.int64),
                 "Reward": np.ones((1, 1), np.float32), "NextObservation": obs + 1,
-                "Done": np.zeros((1, 1)), "NextDone": np.zeros((1, 1))}})
+                "Done": np.zeros((1, 1)), "NextDone": np.zeros((1, 1))})
             t += 1
-        buffer.dumps(sys.argv[1])
-    """
-)
+        buffer.dumps(snap)
 
 
 def test_atomic_checkpoints_of_the_model_based_facade_survive_kill_9(tmp_path):
@@ -140,7 +137,7 @@ def test_atomic_checkpoints_of_the_model_based_facade_survive_kill_9(tmp_path):
         np.testing.assert_array_equal(data["NextObservation"], data["Observation"] + 1)
         return n
 
-    kill_while_saving(MB_WRITER, tmp_path / "snap", load)
+    kill_while_saving(mb_writer, tmp_path / "snap", load)
 
 
 def test_atomic_checkpoints_name_an_incomplete_snapshot(tmp_path):

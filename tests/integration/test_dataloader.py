@@ -317,7 +317,10 @@ def test_keys_that_batches_do_not_hold_are_named(num_workers):
                          num_workers=num_workers, multiprocessing_context="fork")
     with pytest.raises(KeyError, match=r"keys=\('next', 'rewards'\) is not among the entries of the "
                                        r"sampled batches \(held: .*\('next', 'reward'\)"):
-        next(iter(loader))
+        next(batches := iter(loader))
+    # stopped here: the error's traceback (a cycle) keeps the iterator and its worker for gc,
+    # which finds its queues closed and waits 5 s before killing the worker
+    getattr(batches, "_shutdown_workers", lambda: None)()
     with pytest.raises(ValueError, match=r"keys is empty; pass keys=None to keep every entry"):
         make_loader(rb, keys=[])
     with pytest.raises(TypeError, match=r"keys holds 3, expected a key \(a string or a tuple of strings\)"):
