@@ -11,6 +11,7 @@ queue's pipe, widened to hold it whole (:class:`_WidePipeLoader`), or, above
 from __future__ import annotations
 
 import multiprocessing.connection
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -41,7 +42,23 @@ class _WidePipeLoader(DataLoader):
         reader = getattr(getattr(iterator, "_worker_result_queue", None), "_reader", None)
         if reader is not None:
             _widen(reader)
+        queues = getattr(iterator, "_index_queues", None)
+        if queues:
+            weakref.finalize(iterator, _open_until_stopped, queues).atexit = False
         return iterator
+
+
+def _open_until_stopped(queues: list[Any]) -> None:
+    """Held by a finalizer of a multi-process iterator: its workers' index queues, kept open until it stops them.
+
+    An iterator in a reference cycle (a facade whose methods it calls, the
+    traceback of a worker's error) is collected by gc, which finalizes the
+    queues it reaches through weak references first: DataLoader's own
+    ``__del__`` then sends its workers the stop signal through closed
+    queues, waits 5 s for each and kills it. Held by this finalizer, the
+    queues are not collected with the iterator; they are released once it
+    is collected, after its ``__del__``.
+    """
 
 
 def _widen(pipe: multiprocessing.connection.Connection) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import multiprocessing.connection
-import weakref
 from typing import Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 import torch
@@ -389,8 +388,6 @@ class RestartingIterator(Generic[T]):
         self.name = name
         self.before = before
         self._iterator: Iterator[T] | None = None
-        # stops the running iterator's workers when this one is collected (see close)
-        self._stop: weakref.finalize | None = None
 
     def __iter__(self) -> RestartingIterator[T]:
         return self
@@ -400,8 +397,6 @@ class RestartingIterator(Generic[T]):
             self.before()
         if self._iterator is None:
             self._iterator = iter(self.start())
-            self._stop = weakref.finalize(self, _shutdown, self._iterator)
-            self._stop.atexit = False  # at exit (also a forked child's), DataLoader's own handling
         else:
             dead = _dead_workers(self._iterator)
             if dead:  # reported, if at all, from DataLoader's SIGCHLD handler, wherever that ran
@@ -428,24 +423,11 @@ class RestartingIterator(Generic[T]):
         Stopped now, not when the iterator is collected: a caller holding the
         error holds the failed iterator too (its traceback), and DataLoader would
         go on reporting its dead workers from its ``SIGCHLD`` handler.
-
-        When this object is collected, the running iterator is stopped as here.
-        Left to DataLoader, an iterator collected with a reference cycle (a
-        facade whose methods this one calls) had its queues finalized first: the
-        workers never got the signal to stop, and the collection waited 5 s per
-        worker before killing them.
         """
-        self._iterator = None
-        stop, self._stop = self._stop, None
-        if stop is not None:
-            stop()  # _shutdown of the running iterator, once
-
-
-def _shutdown(iterator: Any) -> None:
-    """Stop the workers of ``iterator`` (a multi-process DataLoader iterator; else nothing to stop)."""
-    shutdown = getattr(iterator, "_shutdown_workers", None)
-    if shutdown is not None:
-        shutdown()
+        iterator, self._iterator = self._iterator, None
+        shutdown = getattr(iterator, "_shutdown_workers", None)  # DataLoader's multi-process iterator
+        if shutdown is not None:
+            shutdown()
 
 
 def _dead_workers(iterator: Any) -> list[int]:

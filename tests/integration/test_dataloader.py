@@ -317,16 +317,39 @@ def test_keys_that_batches_do_not_hold_are_named(num_workers):
                          num_workers=num_workers, multiprocessing_context="fork")
     with pytest.raises(KeyError, match=r"keys=\('next', 'rewards'\) is not among the entries of the "
                                        r"sampled batches \(held: .*\('next', 'reward'\)"):
-        next(batches := iter(loader))
-    # stopped here: the error's traceback (a cycle) keeps the iterator and its worker for gc,
-    # which finds its queues closed and waits 5 s before killing the worker
-    getattr(batches, "_shutdown_workers", lambda: None)()
+        next(iter(loader))
     with pytest.raises(ValueError, match=r"keys is empty; pass keys=None to keep every entry"):
         make_loader(rb, keys=[])
     with pytest.raises(TypeError, match=r"keys holds 3, expected a key \(a string or a tuple of strings\)"):
         make_loader(rb, keys=["observation", 3])
     with pytest.raises(TypeError, match=r"keys holds \('next', 1\), expected a key"):
         make_loader(rb, keys=[("next", 1)])
+
+
+def test_an_iterator_collected_by_gc_stops_its_workers_without_killing_them(monkeypatch):
+    """A worker's error leaves its iterator in a reference cycle (the traceback): gc used to
+    finalize the iterator's queues before the iterator, whose workers then never got the stop
+    signal; the collection waited 5 s for each and killed it."""
+    import gc
+
+    rb = filled("tensor", 10, None)
+    workers = []
+
+    def fail():
+        batches = iter(make_loader(rb, num_workers=2, keys=["observation", "nope"],
+                                   multiprocessing_context="fork"))
+        workers.extend(batches._workers)
+        try:
+            next(batches)
+        except KeyError as err:
+            return err
+
+    assert fail() is not None
+    killed = []
+    kind = type(workers[0])
+    monkeypatch.setattr(kind, "terminate", lambda self: killed.append(self.pid) or kind.kill(self))
+    gc.collect()
+    assert [w.exitcode for w in workers] == [0, 0] and killed == []
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are Linux's")
