@@ -117,7 +117,7 @@ def test_numeric_flags_0_and_1_are_flags():
 
 def test_one_key_given_as_a_string_is_one_key():
     space = gym.spaces.Dict(observation=BOX, achieved_goal=BOX, desired_goal=BOX)
-    assert HerReplayStorage(space, D3, storage_size=100, copy_info_dict=True, info_keys="dist")._info_keys == ["dist"]
+    assert HerReplayStorage(space, D3, storage_size=100, copy_info_dict=True, info_keys="dist")._infos.keys == ["dist"]
     assert make_replay_buffer(100, done_keys=("next", "done")).writer.done_keys == (("next",), ("done",))  # keys
     assert make_replay_buffer(100, done_keys="done").writer.done_keys == (("done",),)
     assert TransitionWriter(done_keys="done").done_keys == (("done",),)

@@ -1,7 +1,6 @@
 """rllte's ``HerReplayStorage`` API over the episode-aware components."""
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 import gymnasium as gym
@@ -12,10 +11,10 @@ from tensordict.utils import NestedKey
 from torchrl_ext.builders import make_her_replay_buffer
 from torchrl_ext.core.checks import check_count, check_device, check_flag
 from torchrl_ext.core.schema import EntryKeyError, as_key, get_unchecked, key_str
-from torchrl_ext.envs._inputs import cast_exactly
-from torchrl_ext.envs.gym import FINAL_INFO_KEYS, AutoresetMode, GymVectorAdapter, final_entry
+from torchrl_ext.envs.gym import AutoresetMode, GymVectorAdapter
 from torchrl_ext.facades._batching import ADD_CHUNK, HeldStepsFacade, StepBatcher
 from torchrl_ext.facades._convert import check_rows_per_env, space_error, step_inputs, to_numpy
+from torchrl_ext.facades._her_infos import INFO_KEY, InfoEntries
 from torchrl_ext.facades._numpy_goal_fn import rllte_goal_fn
 from torchrl_ext.facades._tensorclass import (
     TensorclassBatch,
@@ -25,8 +24,6 @@ from torchrl_ext.facades._tensorclass import (
 from torchrl_ext.samplers.uniform import EmptyBufferError
 
 __all__ = ["HerReplayBatch", "HerReplayStorage", "HerReplayTuple", "goal_match_reward"]
-
-INFO_KEY = ("next", "info")
 
 
 def goal_match_reward(
@@ -344,9 +341,8 @@ class HerReplayStorage(HeldStepsFacade):
         )
         self._obs_keys = list(observation_space.spaces)
         # one name is one key, not the sequence of its characters
-        self._info_keys = [info_keys] if isinstance(info_keys, str) else [str(k) for k in info_keys]
-        self._info_schema: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
-        self._info_unknown: set[str] = set()  # entries seen after the set was fixed
+        self._infos = InfoEntries(
+            [info_keys] if isinstance(info_keys, str) else [str(k) for k in info_keys], self.num_envs)
         self._batcher = StepBatcher(self._rb, self.adapter, chunk=ADD_CHUNK,
                                     inputs=(self._observations, self._actions, self._next_observations))
 
@@ -387,7 +383,7 @@ class HerReplayStorage(HeldStepsFacade):
             for flags in (terminateds, truncateds):  # flags of another shape: the batcher names them
                 if flags is not None and (flat := to_numpy(flags).reshape(-1)).shape == done.shape:
                     done |= flat.astype(bool)
-            extra = self._infos(infos, done)
+            extra = self._infos(infos, done, same_step=self.adapter.autoreset_mode is AutoresetMode.SAME_STEP)
         self._batcher.add(  # written in chunks, flushed before any read
             observations, actions, rewards, terminateds, truncateds, infos, next_observations,
             extra=extra,
@@ -465,123 +461,13 @@ class HerReplayStorage(HeldStepsFacade):
 
     # ---------------------------------------------------------------- helpers
     def _layout(self) -> dict[str, Any]:
-        return {**super()._layout(), "copy_info_dict": self.copy_info_dict, "info_keys": self._info_keys}
+        return {**super()._layout(), "copy_info_dict": self.copy_info_dict, "info_keys": self._infos.keys}
 
     def _own_state(self) -> dict[str, Any]:
-        schema = self._info_schema
-        return {
-            "info_schema": None if schema is None else {
-                key: [dtype.str, list(shape)] for key, (dtype, shape) in schema.items()},
-            "info_unknown": sorted(self._info_unknown),
-        }
+        return self._infos.state()
 
     def _load_own_state(self, meta: dict[str, Any]) -> None:
-        schema = meta["info_schema"]
-        self._info_schema = None if schema is None else {
-            key: (np.dtype(dtype), tuple(shape)) for key, (dtype, shape) in schema.items()}
-        self._info_unknown = set(meta["info_unknown"])
-
-    def _infos(self, infos: Any, done: np.ndarray) -> dict[tuple[str, ...], np.ndarray]:
-        """Numeric per-env entries of a gymnasium info dict, by stored key (``("next", "info", name)``).
-
-        The entries of the first step and ``info_keys`` fix the set; later
-        missing ones are zeros, later new ones warn once. In SAME_STEP mode a
-        done env's values come from ``final_info`` (its last step's info).
-        """
-        n = self.num_envs
-        found = _numeric_entries(infos, n)
-        if self._info_schema is None:
-            schema = {k: (v.dtype, v.shape[1:]) for k, v in found.items()}
-            for key in self._info_keys:
-                schema.setdefault(key, (np.dtype(np.float32), ()))
-            self._info_schema = schema
-        new = set(found) - set(self._info_schema) - self._info_unknown
-        if new:
-            self._info_unknown |= new
-            warnings.warn(
-                f"HerReplayStorage.add: infos carry {sorted(new)}, absent from the first add's "
-                f"infos {sorted(self._info_schema)}: they are not stored and reward_fn does not "
-                f"get them. Declare them: HerReplayStorage(..., info_keys={sorted(new)}).",
-                UserWarning,
-                stacklevel=3,
-            )
-        out: dict[tuple[str, ...], np.ndarray] = {}
-        for key, (dtype, shape) in self._info_schema.items():
-            value = found.get(key)
-            out[(*INFO_KEY, key)] = np.zeros((n, *shape), dtype) if value is None else _as_info(
-                f"infos[{key!r}]", value, dtype, (n, *shape))
-        if self.adapter.autoreset_mode is AutoresetMode.SAME_STEP and done.any():
-            out = {k: v.copy() for k, v in out.items()}
-            for i in np.flatnonzero(done).tolist():
-                final = final_entry(infos, FINAL_INFO_KEYS, i)
-                if not isinstance(final, Mapping):
-                    continue
-                for key, (dtype, shape) in self._info_schema.items():
-                    if key in final:
-                        out[(*INFO_KEY, key)][i] = _as_info(
-                            f"the final info of env {i}, [{key!r}]", to_numpy(final[key]), dtype, shape)
-        return out
-
-
-def _as_info(name: str, value: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    """An info entry as stored: the first add's shape, and values its dtype holds exactly."""
-    if value.shape != shape:
-        raise ValueError(
-            f"HerReplayStorage.add: {name} has shape {value.shape}, expected {shape} as in the "
-            "first add (which fixed each info entry's shape and dtype)."
-        )
-    cast, off = cast_exactly(value, dtype)
-    if off is not None:  # 0.5 into int64, 0.3 into bool
-        raise ValueError(
-            f"HerReplayStorage.add: {name} holds {off!r}, "
-            f"which the entry's dtype {dtype.name} (fixed by the first add) cannot hold exactly; "
-            "give the entry one dtype at every step (floats from the first step on, if any step has them)."
-        )
-    return cast
-
-
-def _numeric_entries(infos: Any, n: int) -> dict[str, np.ndarray]:
-    """The numeric ``[n, ...]`` arrays of a gymnasium vector info dict, ``_``-masks excluded.
-
-    ``infos`` may also be a list of ``n`` per-env dicts (SB3 VecEnv, LEGACY mode).
-    """
-    if isinstance(infos, (list, tuple)) and len(infos) == n and all(
-            isinstance(info, Mapping) for info in infos):
-        infos = _per_env_entries(infos)
-    found: dict[str, np.ndarray] = {}
-    if isinstance(infos, Mapping):
-        for key, value in infos.items():
-            if not isinstance(key, str) or key.startswith("_"):
-                continue
-            if isinstance(value, torch.Tensor):
-                value = value.detach().cpu().numpy()
-            if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != n:
-                continue
-            if value.dtype == bool or np.issubdtype(value.dtype, np.number):
-                found[key] = value
-    return found
-
-
-#: entries of SB3 VecEnv infos that are the adapter's (final observation, truncation), not info
-_LEGACY_ENTRIES = ("terminal_observation", "TimeLimit.truncated")
-
-
-def _per_env_entries(infos: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
-    """Per-env dicts as ``[n, ...]`` arrays: each numeric entry of one shape and kind, zeros where absent."""
-    out: dict[str, np.ndarray] = {}
-    for key in dict.fromkeys(k for info in infos for k in info):  # first-seen order
-        if not isinstance(key, str) or key in _LEGACY_ENTRIES:
-            continue
-        values = [None if (v := info.get(key)) is None else to_numpy(v) for info in infos]
-        given = [v for v in values if v is not None]
-        first = given[0]
-        if first.dtype.kind not in "biuf" or any(
-                v.shape != first.shape or v.dtype.kind != first.dtype.kind for v in given):
-            continue
-        dtype = np.result_type(*given)
-        out[key] = np.stack([np.zeros(first.shape, dtype) if v is None else v.astype(dtype, copy=False)
-                             for v in values])
-    return out
+        self._infos.load_state(meta)
 
 
 def _subspace(space: gym.spaces.Dict, key: tuple[str, ...], name: str) -> gym.Space:
