@@ -1,7 +1,6 @@
 """``EpisodeReplayBuffer``: steps in, episodes stored, sequences out."""
 from __future__ import annotations
 
-import warnings
 from typing import Any, Iterator, Mapping, NoReturn
 
 import numpy as np
@@ -13,6 +12,7 @@ from torchrl_ext.core.schema import EntryKeyError
 from torchrl_ext.facades.episodic.dataset import EpisodeDataset, SequenceStream
 from torchrl_ext.facades.episodic.running import RunningEpisodes
 from torchrl_ext.facades.episodic.sequences import concat_chunks
+from torchrl_ext.facades.episodic._step_inputs import field_tensor, nested_field, step_flags, warn_if_batched
 from torchrl_ext.loader import RestartingIterator
 
 __all__ = ["EpisodeReplayBuffer"]
@@ -202,7 +202,7 @@ class EpisodeReplayBuffer:
         self._num_envs = num_envs  # fixed by the first step the buffer takes
         if self._spec is None:
             if num_envs == 0:
-                _warn_if_batched(values)
+                warn_if_batched(values)
             self._fix_spec(values, num_envs)
         running = self._running
         if running is None:
@@ -228,12 +228,12 @@ class EpisodeReplayBuffer:
     ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
         """``(opens, ends, extra fields)``: where episodes start and end at this step (``None``: nowhere)."""
         if is_first is None and is_last is None and terminated is None and truncated is None:
-            was = self._flags("done", done)
+            was = step_flags("done", done)
             if was.ndim == 0:  # single env: done ends the episode at this step
                 return np.array(False), was, {}
             return was, None, {}  # vector env: done = was done (no step ends an episode)
         explicit = {
-            name: self._flags(name, value)
+            name: step_flags(name, value)
             for name, value in (("is_first", is_first), ("is_last", is_last),
                                 ("terminated", terminated), ("truncated", truncated))
             if value is not None
@@ -296,31 +296,6 @@ class EpisodeReplayBuffer:
             f"the first step; cast it (e.g. torch.as_tensor(x, dtype={dtype}))."
         )
 
-    @staticmethod
-    def _flags(name: str, flag: Any) -> np.ndarray:
-        """A flag as a numpy bool array, 0-d (single env) or ``[num_envs]``."""
-        if isinstance(flag, torch.Tensor) and flag.dtype is torch.bool and flag.ndim <= 1:
-            return flag.numpy() if flag.is_cpu else flag.cpu().numpy()  # the usual flag, as is
-        if isinstance(flag, bool):
-            return np.array(flag)
-        if flag is None or isinstance(flag, (str, bytes)):
-            raise TypeError(
-                f"add_step: {name}={flag!r}, expected a bool, a 0-d or a [num_envs] bool tensor."
-            )
-        if type(flag) is np.ndarray and flag.dtype == bool and flag.ndim <= 1:
-            return flag
-        flag = torch.as_tensor(flag)
-        if flag.ndim > 1 or flag.dtype != torch.bool and flag.is_floating_point():
-            raise ValueError(
-                f"add_step: {name} must be a bool, a 0-d or a [num_envs] bool tensor, "
-                f"got {flag.dtype} of shape {tuple(flag.shape)}."
-            )
-        if flag.dtype != torch.bool and bool(((flag != 0) & (flag != 1)).any()):  # 2 is no flag
-            raise ValueError(
-                f"add_step: {name} holds {flag.unique().tolist()}, expected bools (or 0 / 1)."
-            )
-        return flag.bool().cpu().numpy()
-
     def _values(
         self, step_data: Mapping[str, Any], num_envs: int, extra: dict[str, np.ndarray]
     ) -> dict[str, torch.Tensor]:
@@ -350,12 +325,12 @@ class EpisodeReplayBuffer:
             refused = next((k for k, v in values.items() if not self._fits(k, v)), None)
         for key, value in step_data.items():
             if type(value) is not torch.Tensor:
-                value = _as_tensor(key, value)
+                value = field_tensor(key, value)
             if value.requires_grad:
                 value = value.detach()
             if not self._fits(key, value):
                 if not isinstance(key, str):  # a known field has a str name
-                    raise _nested_field(key)
+                    raise nested_field(key)
                 if num_envs and (value.ndim == 0 or value.shape[0] != num_envs):
                     raise ValueError(
                         f"add_step: field {key!r} has shape {tuple(value.shape)}, expected a "
@@ -548,53 +523,3 @@ class EpisodeReplayBuffer:
             f"{type(self).__name__}(dataset={self.dataset!r}, batch_size={self.batch_size}, "
             f"sequence_length={self.sequence_length})"
         )
-
-
-def _warn_if_batched(values: dict[str, torch.Tensor]) -> None:
-    """Single-env data that looks like ``d`` envs' (every field ``[d, ...]``, ``d > 1``)."""
-    leading = {int(v.shape[0]) if v.ndim else 0 for v in values.values()}
-    shapes = [v.ndim for v in values.values()]
-    if len(leading) != 1 or leading == {0} or leading == {1}:
-        return
-    if len(values) == 1 and shapes[0] != 2:  # one [d] or image-like field: no sign of envs
-        return
-    d = leading.pop()
-    warnings.warn(
-        f"add_step: done is a single bool, so this step is stored as ONE env's step, but every "
-        f"field has a leading dim of {d} (fields {sorted(values)}), as {d} envs' data would. "
-        f"If these are {d} envs, pass done as a [{d}] bool tensor (e.g. torch.zeros({d}, "
-        "dtype=torch.bool)); if it is one env's step, ignore this warning (shown once).",
-        UserWarning,
-        stacklevel=3,
-    )
-
-
-def _nested_field(key: Any) -> TypeError:
-    """The error for a field that is not a string key with a tensor value."""
-    return TypeError(
-        f"add_step: field {key!r}: expected string keys and tensor values "
-        "(nested fields are not supported)."
-    )
-
-
-def _as_tensor(key: str, value: Any) -> torch.Tensor:
-    """Field ``key``'s value as a tensor: a numpy array viewed (not copied), a number converted.
-
-    Raises:
-        TypeError: a nested field (a dict, a TensorDict), or a value that is not numeric.
-    """
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, (Mapping, TensorDictBase)):
-        raise _nested_field(key)
-    if type(value) is np.ndarray and (
-            not value.flags.writeable or any(stride < 0 for stride in value.strides)):
-        # torch views neither a read-only array (it warns) nor negative strides (a reversed array)
-        value = value.copy()
-    try:
-        return torch.as_tensor(value)
-    except (TypeError, ValueError, RuntimeError):
-        raise TypeError(
-            f"add_step: field {key!r} is {type(value).__name__} ({value!r:.40}), "
-            "expected a tensor, array or number."
-        ) from None
