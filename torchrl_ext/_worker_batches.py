@@ -54,8 +54,8 @@ def _open_until_stopped(queues: list[Any]) -> None:
     An iterator in a reference cycle (a facade whose methods it calls, the
     traceback of a worker's error) is collected by gc, which finalizes the
     queues it reaches through weak references first: DataLoader's own
-    ``__del__`` then sends its workers the stop signal through closed
-    queues, waits 5 s for each and kills it. Held by this finalizer, the
+    ``__del__`` then puts its workers' stop signal in queues whose feeder
+    threads were told to stop (it is never sent), waits 5 s for each and kills it. Held by this finalizer, the
     queues are not collected with the iterator; they are released once it
     is collected, after its ``__del__``.
     """

@@ -194,8 +194,13 @@ def test_every_example_has_help():
         for script in scripts
     }
     failed = {}
-    for script, run in runs.items():
-        out, err = run.communicate(timeout=180)
-        if run.returncode != 0 or not out.startswith("usage:") or err:
-            failed[script] = (run.returncode, out[:300], err[-2000:])
+    try:
+        for script, run in runs.items():
+            out, err = run.communicate(timeout=180)
+            if run.returncode != 0 or not out.startswith("usage:") or err:
+                failed[script] = (run.returncode, out[:300], err[-2000:])
+    finally:  # none left running after a timeout
+        for run in runs.values():
+            run.kill()
+            run.wait()
     assert not failed, failed
