@@ -1,4 +1,4 @@
-"""Shared test helpers: transition builders and Hypothesis profiles."""
+"""Shared test helpers: transition builders, worker checks and Hypothesis profiles."""
 from __future__ import annotations
 
 import logging
@@ -149,3 +149,24 @@ def run(num_streams, stream_capacity, lengths, endings, single_steps, **kwargs):
         else:
             rb.extend(data)
     return rb, ref
+
+
+def killed_workers(monkeypatch, workers) -> list[int]:
+    """The pids of ``workers`` (DataLoader worker processes) that get killed from now on.
+
+    DataLoader kills (``terminate``) a worker that did not stop within 5 s of its
+    stop signal; a worker that stopped by itself is never in the list. Other
+    tests' workers are not counted.
+    """
+    ours = {w.pid for w in workers}
+    killed: list[int] = []
+    kind = type(workers[0])
+    kill = kind.terminate
+
+    def terminate(self):
+        if self.pid in ours:
+            killed.append(self.pid)
+        kill(self)
+
+    monkeypatch.setattr(kind, "terminate", terminate)
+    return killed

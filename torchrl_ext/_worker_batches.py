@@ -49,15 +49,16 @@ class _WidePipeLoader(DataLoader):
 
 
 def _open_until_stopped(queues: list[Any]) -> None:
-    """Held by a finalizer of a multi-process iterator: its workers' index queues, kept open until it stops them.
+    """Nothing: a finalizer of a multi-process iterator holds its workers' index ``queues`` with it.
 
     An iterator in a reference cycle (a facade whose methods it calls, the
-    traceback of a worker's error) is collected by gc, which finalizes the
-    queues it reaches through weak references first: DataLoader's own
-    ``__del__`` then puts its workers' stop signal in queues whose feeder
-    threads were told to stop (it is never sent), waits 5 s for each and kills it. Held by this finalizer, the
-    queues are not collected with the iterator; they are released once it
-    is collected, after its ``__del__``.
+    traceback of a worker's error) is collected by gc, which first runs the
+    finalizers of the queues it reaches through weak references: they tell
+    the queues' feeder threads to stop. DataLoader's own ``__del__`` then
+    puts its workers' stop signal in queues that never send it, waits 5 s
+    for each worker and kills it. Held by this finalizer, the queues are not
+    collected with the iterator: they are released once it is collected,
+    after its ``__del__``.
     """
 
 

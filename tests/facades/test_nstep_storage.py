@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import killed_workers
 from torchrl_ext import NStepReplayStorage
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
@@ -200,11 +201,7 @@ def test_dropping_a_storage_stops_its_workers_without_killing_them(monkeypatch):
     play(store, [4])
     store.sample()
     workers = list(store._iter._iterator._workers)
-    ours = {w.pid for w in workers}  # (another test's stuck worker is not this test's failure)
-    killed = []
-    kind = type(workers[0])
-    monkeypatch.setattr(kind, "terminate",
-                        lambda self: (self.pid in ours and killed.append(self.pid)) or kind.kill(self))
+    killed = killed_workers(monkeypatch, workers)
     del store
     gc.collect()
     assert [w.exitcode for w in workers] == [0, 0] and killed == []

@@ -13,6 +13,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
+from conftest import killed_workers
 from test_concurrent_writers import SyntheticEnvs, broken
 from torchrl_ext import make_loader, make_replay_buffer
 
@@ -345,11 +346,7 @@ def test_an_iterator_collected_by_gc_stops_its_workers_without_killing_them(monk
             return err
 
     assert fail() is not None
-    ours = {w.pid for w in workers}  # (another test's stuck worker is not this test's failure)
-    killed = []
-    kind = type(workers[0])
-    monkeypatch.setattr(kind, "terminate",
-                        lambda self: (self.pid in ours and killed.append(self.pid)) or kind.kill(self))
+    killed = killed_workers(monkeypatch, workers)
     gc.collect()
     assert [w.exitcode for w in workers] == [0, 0] and killed == []
 

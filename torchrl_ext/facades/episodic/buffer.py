@@ -9,10 +9,10 @@ from tensordict import TensorDictBase
 
 from torchrl_ext.core.checks import check_count
 from torchrl_ext.core.schema import EntryKeyError
+from torchrl_ext.facades.episodic._step_inputs import field_tensor, nested_field, step_flags, warn_if_batched
 from torchrl_ext.facades.episodic.dataset import EpisodeDataset, SequenceStream
 from torchrl_ext.facades.episodic.running import RunningEpisodes
 from torchrl_ext.facades.episodic.sequences import concat_chunks
-from torchrl_ext.facades.episodic._step_inputs import field_tensor, nested_field, step_flags, warn_if_batched
 from torchrl_ext.loader import RestartingIterator
 
 __all__ = ["EpisodeReplayBuffer"]
